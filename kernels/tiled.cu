@@ -1,0 +1,63 @@
+// The shared-memory tiled SGEMM with boundary checks.
+//
+// Each block computes a TILE x TILE tile of C, one element per thread. The K loop walks over
+// TILE-wide panels: the block stages a TILE x TILE tile of op(A) and one of op(B) in shared
+// memory (zero outside the matrices, so any M, N, K works), synchronises, and every thread
+// takes TILE multiply-adds from shared memory. Each global element is read M/TILE or N/TILE
+// times instead of N or M times.
+//
+// For a transposed operand the thread roles of the load are swapped, so that consecutive
+// threads still read consecutive addresses; the tiles are padded by one column so that the
+// transposed store into shared memory is free of bank conflicts.
+//
+// Launch: block (TILE, TILE); grid (ceil(N / TILE), min(ceil(M / TILE), 65535)); tiles of rows
+// past the grid are covered by a grid-stride loop over blockIdx.y (uniform per block, so the
+// barriers stay convergent).
+#include "common.cuh"
+
+template <int TILE, bool TA, bool TB>
+__device__ __forceinline__ void sgemm_tiled(SGEMM_PARAMS) {
+    __shared__ float As[TILE][TILE + 1];  // As[i][kk] = op(A)(row0 + i, k0 + kk)
+    __shared__ float Bs[TILE][TILE + 1];  // Bs[kk][j] = op(B)(k0 + kk, col0 + j)
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int col0 = blockIdx.x * TILE;
+    const int row_tiles = (M + TILE - 1) / TILE;
+
+    for (int tile_row = blockIdx.y; tile_row < row_tiles; tile_row += gridDim.y) {
+        const int row0 = tile_row * TILE;
+        float acc = 0.0f;
+        for (int k0 = 0; k0 < K; k0 += TILE) {
+            // op(A) tile: the thread index that moves fastest walks the contiguous direction.
+            {
+                const int i = TA ? tx : ty, kk = TA ? ty : tx;
+                const int r = row0 + i, k = k0 + kk;
+                As[i][kk] = (r < M && k < K) ? A[elem_offset<TA>(r, k, lda)] : 0.0f;
+            }
+            {
+                const int kk = TB ? tx : ty, j = TB ? ty : tx;
+                const int k = k0 + kk, c = col0 + j;
+                Bs[kk][j] = (k < K && c < N) ? B[elem_offset<TB>(k, c, ldb)] : 0.0f;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < TILE; ++kk) acc += As[ty][kk] * Bs[kk][tx];
+            __syncthreads();
+        }
+        const int r = row0 + ty, c = col0 + tx;
+        if (r < M && c < N) C[(i64)r * ldc + c] = acc;
+    }
+}
+
+#define TILED_ENTRY(T, SUFFIX, TA, TB)                                                   \
+    extern "C" __global__ void __launch_bounds__(T * T) sgemm_tiled_##T##_##SUFFIX(SGEMM_PARAMS) { \
+        sgemm_tiled<T, TA, TB>(SGEMM_ARGS);                                              \
+    }
+
+TILED_ENTRY(16, nn, false, false)
+TILED_ENTRY(16, nt, false, true)
+TILED_ENTRY(16, tn, true, false)
+TILED_ENTRY(16, tt, true, true)
+TILED_ENTRY(32, nn, false, false)
+TILED_ENTRY(32, nt, false, true)
+TILED_ENTRY(32, tn, true, false)
+TILED_ENTRY(32, tt, true, true)

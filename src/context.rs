@@ -1,0 +1,286 @@
+//! The process-wide CUDA context: made on first GPU use, shared by every thread.
+//!
+//! It holds the cudarc context, a pool of streams, the device's properties and the module
+//! cache: each kernel family is compiled by NVRTC for the device's own architecture the first
+//! time it is needed, and never again in the process.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use once_cell::sync::{Lazy, OnceCell};
+
+use crate::error::GpuDotError;
+use crate::options::ENV_DEVICE;
+use crate::registry::Family;
+
+/// What the crate knows about the device it uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    /// The device's ordinal (`GPU_DOT_DEVICE`, default 0).
+    pub ordinal: usize,
+    /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability `(major, minor)`; kernels are compiled for `sm_{major}{minor}`.
+    pub compute_capability: (i32, i32),
+    /// Global memory in bytes.
+    pub total_memory: usize,
+    /// Streaming multiprocessors.
+    pub multiprocessors: i32,
+    /// Milliseconds it took to load the driver and create the context.
+    pub context_ms: f64,
+}
+
+/// Whether the GPU path is usable, as [`device_status`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceStatus {
+    /// A device is ready.
+    Ready(DeviceInfo),
+    /// No GPU is usable, and why.
+    Unavailable(String),
+}
+
+impl fmt::Display for DeviceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceStatus::Ready(d) => write!(
+                f,
+                "{} (device {}, compute capability {}.{}, {} SMs, {:.1} GiB)",
+                d.name,
+                d.ordinal,
+                d.compute_capability.0,
+                d.compute_capability.1,
+                d.multiprocessors,
+                d.total_memory as f64 / (1u64 << 30) as f64
+            ),
+            DeviceStatus::Unavailable(reason) => write!(f, "no usable GPU: {reason}"),
+        }
+    }
+}
+
+/// Reports the device the GPU path uses, creating the context if this is the first GPU use.
+///
+/// Never panics: a missing driver, a missing NVRTC or a machine without a device give
+/// [`DeviceStatus::Unavailable`] with the reason.
+pub fn device_status() -> DeviceStatus {
+    match &*GPU {
+        Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
+        Err(reason) => DeviceStatus::Unavailable(reason.clone()),
+    }
+}
+
+/// The first-use costs of one kernel family's module.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleLoad {
+    /// The family, e.g. "tiled".
+    pub family: &'static str,
+    /// Milliseconds NVRTC took to compile it.
+    pub nvrtc_ms: f64,
+    /// Milliseconds the driver took to load it and look up its entry points.
+    pub load_ms: f64,
+}
+
+/// NVRTC compilations made by this process so far (each family is compiled at most once).
+pub fn nvrtc_compilations() -> usize {
+    COMPILATIONS.load(Ordering::SeqCst)
+}
+
+/// The modules loaded so far, with what each cost on first use.
+pub fn module_loads() -> Vec<ModuleLoad> {
+    match &*GPU {
+        Ok(gpu) => Family::ALL
+            .iter()
+            .filter_map(|f| gpu.modules[f.index()].get().map(|m| m.cost.clone()))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
+
+static GPU: Lazy<Result<Gpu, String>> = Lazy::new(|| {
+    // cudarc panics when a symbol it expects is missing from an old driver; that must not
+    // take the caller down.
+    std::panic::catch_unwind(Gpu::new)
+        .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
+});
+
+/// The global context, or why there is none.
+pub(crate) fn gpu() -> Result<&'static Gpu, GpuDotError> {
+    GPU.as_ref().map_err(|reason| GpuDotError::NoDevice {
+        reason: reason.clone(),
+    })
+}
+
+pub(crate) struct LoadedModule {
+    _module: Arc<CudaModule>,
+    functions: HashMap<String, CudaFunction>,
+    cost: ModuleLoad,
+}
+
+pub(crate) struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) info: DeviceInfo,
+    arch: String,
+    modules: [OnceCell<LoadedModule>; Family::COUNT],
+    streams: Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl Gpu {
+    fn new() -> Result<Gpu, String> {
+        let start = Instant::now();
+        // SAFETY: these only try to open the shared libraries; no symbol is called.
+        let (driver, nvrtc) = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::nvrtc::sys::is_culib_present(),
+            )
+        };
+        if !driver {
+            return Err("the CUDA driver library (libcuda) was not found".into());
+        }
+        if !nvrtc {
+            return Err("the NVRTC library (libnvrtc) was not found".into());
+        }
+        let ordinal = match std::env::var(ENV_DEVICE) {
+            Ok(v) => v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{ENV_DEVICE}={v:?} is not a device ordinal"))?,
+            Err(_) => 0,
+        };
+        let count = CudaContext::device_count()
+            .map_err(|e| format!("the CUDA driver could not count devices: {e}"))?;
+        if count <= 0 {
+            return Err("the CUDA driver found no device".into());
+        }
+        if ordinal >= count as usize {
+            return Err(format!(
+                "device {ordinal} asked for, but only {count} found"
+            ));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| format!("could not create a CUDA context on device {ordinal}: {e}"))?;
+        let describe = |e| format!("could not query device {ordinal}: {e}");
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(describe)?,
+            compute_capability: ctx.compute_capability().map_err(describe)?,
+            total_memory: ctx.total_mem().map_err(describe)?,
+            multiprocessors: ctx
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+                .map_err(describe)?,
+            context_ms: start.elapsed().as_secs_f64() * 1e3,
+        };
+        let (major, minor) = info.compute_capability;
+        Ok(Gpu {
+            ctx,
+            arch: format!("sm_{major}{minor}"),
+            info,
+            modules: Default::default(),
+            streams: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The entry point `entry` of `family`, compiling and loading the family on first use.
+    pub(crate) fn function(
+        &self,
+        family: Family,
+        entry: &str,
+    ) -> Result<CudaFunction, GpuDotError> {
+        let loaded = self.modules[family.index()].get_or_try_init(|| self.load(family))?;
+        loaded
+            .functions
+            .get(entry)
+            .cloned()
+            .ok_or(GpuDotError::Compile {
+                kernel: family.name(),
+                log: format!("the module has no entry point {entry}"),
+            })
+    }
+
+    fn load(&self, family: Family) -> Result<LoadedModule, GpuDotError> {
+        let start = Instant::now();
+        let opts = CompileOptions {
+            options: vec![
+                format!("--gpu-architecture={}", self.arch),
+                "--std=c++17".into(),
+            ],
+            name: Some(format!("{}.cu", family.name())),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(family.source(), opts)
+            .map_err(|e| GpuDotError::compile(family.name(), e))?;
+        COMPILATIONS.fetch_add(1, Ordering::SeqCst);
+        let nvrtc_ms = start.elapsed().as_secs_f64() * 1e3;
+
+        let start = Instant::now();
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(GpuDotError::at("loading a compiled module"))?;
+        let mut functions = HashMap::new();
+        for entry in family.entries() {
+            let f = module
+                .load_function(&entry)
+                .map_err(GpuDotError::at("looking up a kernel entry point"))?;
+            functions.insert(entry, f);
+        }
+        Ok(LoadedModule {
+            _module: module,
+            functions,
+            cost: ModuleLoad {
+                family: family.name(),
+                nvrtc_ms,
+                load_ms: start.elapsed().as_secs_f64() * 1e3,
+            },
+        })
+    }
+
+    /// A stream for one product, returned to the pool when the guard drops.
+    pub(crate) fn stream(&self) -> Result<PooledStream<'_>, GpuDotError> {
+        let pooled = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let stream = match pooled {
+            Some(s) => s,
+            None => self
+                .ctx
+                .new_stream()
+                .map_err(GpuDotError::at("creating a stream"))?,
+        };
+        Ok(PooledStream {
+            gpu: self,
+            stream: Some(stream),
+        })
+    }
+}
+
+/// A stream borrowed from the context's pool.
+pub(crate) struct PooledStream<'a> {
+    gpu: &'a Gpu,
+    stream: Option<Arc<CudaStream>>,
+}
+
+impl std::ops::Deref for PooledStream<'_> {
+    type Target = Arc<CudaStream>;
+    fn deref(&self) -> &Arc<CudaStream> {
+        self.stream.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for PooledStream<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.gpu
+                .streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(s);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The crate's error type.
+
+use std::fmt;
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::DriverError;
+use cudarc::nvrtc::CompileError;
+
+/// Everything [`try_gpu_dot`](crate::GpuDot::try_gpu_dot) and its relatives can fail with.
+///
+/// Only [`ShapeMismatch`](GpuDotError::ShapeMismatch) is the caller's mistake; every other
+/// variant describes the GPU or the environment, and [`Backend::Auto`](crate::Backend::Auto)
+/// answers those by computing on the CPU instead.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum GpuDotError {
+    /// The inner dimensions differ: `lhs` is `m × k`, `rhs` is `k2 × n`, and `k != k2`.
+    ShapeMismatch {
+        /// Rows of the left operand.
+        m: usize,
+        /// Columns of the left operand.
+        k: usize,
+        /// Rows of the right operand.
+        k2: usize,
+        /// Columns of the right operand.
+        n: usize,
+    },
+    /// No usable CUDA device: the driver or NVRTC library is missing, the driver found no
+    /// device, or the context could not be made. The text says which.
+    NoDevice {
+        /// Why no GPU is usable.
+        reason: String,
+    },
+    /// A CUDA driver call failed.
+    Driver {
+        /// What the crate was doing.
+        context: &'static str,
+        /// The driver's error, with its `CUresult` code.
+        source: DriverError,
+    },
+    /// NVRTC rejected a kernel source.
+    Compile {
+        /// The kernel family being compiled.
+        kernel: &'static str,
+        /// NVRTC's log (or the failing NVRTC call when there is no log).
+        log: String,
+    },
+    /// A device allocation failed for lack of memory.
+    OutOfMemory {
+        /// Bytes asked for in the allocation that failed.
+        bytes: usize,
+    },
+    /// A dimension does not fit the kernels' 32-bit dimension arguments.
+    TooLarge {
+        /// The product's dimensions `(m, k, n)`.
+        dims: (usize, usize, usize),
+    },
+    /// An environment variable holds a value the crate does not understand.
+    InvalidEnv {
+        /// The variable's name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What would have been accepted.
+        expected: &'static str,
+    },
+}
+
+impl GpuDotError {
+    /// Wraps a driver error, turning `CUDA_ERROR_OUT_OF_MEMORY` into [`OutOfMemory`](Self::OutOfMemory).
+    pub(crate) fn driver(context: &'static str, bytes: usize, source: DriverError) -> Self {
+        if source.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            GpuDotError::OutOfMemory { bytes }
+        } else {
+            GpuDotError::Driver { context, source }
+        }
+    }
+
+    /// A closure for `map_err` on driver calls that allocate nothing.
+    pub(crate) fn at(context: &'static str) -> impl Fn(DriverError) -> Self {
+        move |source| Self::driver(context, 0, source)
+    }
+
+    pub(crate) fn compile(kernel: &'static str, err: CompileError) -> Self {
+        let log = match err {
+            CompileError::CompileError {
+                nvrtc,
+                options,
+                log,
+            } => format!(
+                "{} (options: {})\n{}",
+                nvrtc.0 as i32,
+                options.join(" "),
+                log.to_string_lossy()
+            ),
+            other => format!("{other:?}"),
+        };
+        GpuDotError::Compile { kernel, log }
+    }
+}
+
+impl fmt::Display for GpuDotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuDotError::ShapeMismatch { m, k, k2, n } => write!(
+                f,
+                "inputs {m} × {k} and {k2} × {n} are not compatible for matrix multiplication"
+            ),
+            GpuDotError::NoDevice { reason } => write!(f, "no usable CUDA device: {reason}"),
+            GpuDotError::Driver { context, source } => {
+                write!(f, "CUDA driver error while {context}: {source:?}")
+            }
+            GpuDotError::Compile { kernel, log } => {
+                write!(f, "NVRTC could not compile the {kernel} kernels: {log}")
+            }
+            GpuDotError::OutOfMemory { bytes } => {
+                write!(f, "out of device memory allocating {bytes} bytes")
+            }
+            GpuDotError::TooLarge { dims: (m, k, n) } => write!(
+                f,
+                "product {m} × {k} × {n} has a dimension above the kernels' limit of {}",
+                i32::MAX
+            ),
+            GpuDotError::InvalidEnv {
+                var,
+                value,
+                expected,
+            } => write!(f, "{var}={value:?} is not valid: expected {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuDotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GpuDotError::Driver { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Matrix products of `f32` [ndarray] matrices on an NVIDIA GPU, as easy as `dot`.
+//!
+//! ```
+//! use gpu_dot::GpuDot;
+//! use ndarray::arr2;
+//!
+//! let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
+//! let b = arr2(&[[5.0f32, 6.0], [7.0, 8.0]]);
+//! assert_eq!(a.gpu_dot(&b), a.dot(&b));
+//! ```
+//!
+//! [`GpuDot`] is implemented for every 2-D `f32` array kind (`Array2`, `ArrayView2`,
+//! `ArrayViewMut2`, `ArcArray2`, `CowArray`), in any layout: C order, F order (`a.t()`),
+//! sliced, stepped and negative-stride views. Results equal ndarray's `dot` within
+//! floating-point tolerance.
+//!
+//! # How a product is computed
+//!
+//! - Products of fewer than [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`) run on the CPU through
+//!   ndarray's own `dot`: below that, copying to the GPU costs more than it saves.
+//! - Larger products run on the GPU when one is usable. The first GPU product of the process
+//!   creates a CUDA context (through the driver library, loaded at run time) and compiles the
+//!   kernels with NVRTC for the device found; compiled modules are cached for the process.
+//! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
+//!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
+//!   product took.
+//! - Operands contiguous in C or F order are read in place; any other view is copied into C
+//!   order on the host first.
+//!
+//! Building needs no CUDA toolkit; running on a GPU needs only the driver and NVRTC
+//! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13).
+//!
+//! # Choosing
+//!
+//! [`DotOptions`] picks the backend ([`Backend::Auto`], [`Backend::Gpu`], [`Backend::Cpu`]),
+//! the kernel ([`Kernel`]) and the threshold per call. For a whole program, environment
+//! variables set the defaults:
+//!
+//! | variable | values | default |
+//! |---|---|---|
+//! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
+//! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32` | `auto` |
+//! | `GPU_DOT_MIN_FLOPS` | a non-negative integer | [`DEFAULT_MIN_GPU_FLOPS`] |
+//! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
+//!
+//! # Kernels
+//!
+//! | kernel | what it does |
+//! |---|---|
+//! | [`Kernel::Naive`] | one thread per output element, reading global memory |
+//! | [`Kernel::Tiled16`] | 16 × 16 shared-memory tiles, boundary-checked |
+//! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked (the `Auto` choice) |
+//!
+//! [ndarray]: https://docs.rs/ndarray
+
+#![warn(missing_docs)]
+
+mod context;
+mod dispatch;
+mod error;
+mod layout;
+mod options;
+pub mod profile;
+mod registry;
+mod sgemm;
+
+use ndarray::{Array2, ArrayBase, Data, Ix2};
+
+pub use context::{
+    device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus, ModuleLoad,
+};
+pub use dispatch::{flops, CpuReason, Product, Route};
+pub use error::GpuDotError;
+pub use layout::{layout_of, Layout};
+pub use options::{
+    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, ENV_BACKEND, ENV_DEVICE, ENV_KERNEL,
+    ENV_MIN_FLOPS,
+};
+
+/// Matrix multiplication of 2-D `f32` arrays on the GPU, with ndarray's `dot` as fallback.
+pub trait GpuDot {
+    /// Matrix product `self · rhs`: an `m × k` matrix times a `k × n` matrix gives an `m × n`
+    /// matrix, equal to ndarray's `self.dot(rhs)` within floating-point tolerance.
+    ///
+    /// Runs on the GPU when the product is large enough and a GPU is usable, else on the CPU
+    /// (see the [crate docs](crate)); it never panics because of the GPU. Options come from
+    /// the environment ([`DotOptions::default`]); even with `GPU_DOT_BACKEND=gpu`, a failing
+    /// GPU makes this method compute on the CPU (use [`try_gpu_dot`](GpuDot::try_gpu_dot) to
+    /// see the error).
+    ///
+    /// **Panics** if the shapes are incompatible (`k` differs), with ndarray's message.
+    ///
+    /// ```
+    /// use gpu_dot::GpuDot;
+    /// use ndarray::arr2;
+    ///
+    /// let a = arr2(&[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]); // 2 × 3
+    /// let b = arr2(&[[1.0f32], [0.0], [-1.0]]); // 3 × 1
+    /// assert_eq!(a.gpu_dot(&b), arr2(&[[-2.0], [-2.0]]));
+    /// ```
+    fn gpu_dot<S2: Data<Elem = f32>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<f32>;
+
+    /// Matrix product `self · rhs`, as [`gpu_dot`](GpuDot::gpu_dot), but with every failure
+    /// returned as a [`GpuDotError`]: never panics.
+    ///
+    /// ```
+    /// use gpu_dot::{GpuDot, GpuDotError};
+    /// use ndarray::Array2;
+    ///
+    /// let a = Array2::<f32>::ones((2, 3));
+    /// let b = Array2::<f32>::ones((4, 5));
+    /// assert!(matches!(
+    ///     a.try_gpu_dot(&b),
+    ///     Err(GpuDotError::ShapeMismatch { m: 2, k: 3, k2: 4, n: 5 })
+    /// ));
+    /// ```
+    fn try_gpu_dot<S2: Data<Elem = f32>>(
+        &self,
+        rhs: &ArrayBase<S2, Ix2>,
+    ) -> Result<Array2<f32>, GpuDotError>;
+
+    /// Matrix product `self · rhs` with explicit options, returning the product and the route
+    /// it took (GPU and which kernel, or CPU and why). Never panics.
+    ///
+    /// With [`Backend::Gpu`], no usable GPU is an error, never a silent CPU run.
+    ///
+    /// ```
+    /// use gpu_dot::{Backend, DotOptions, GpuDot, Route};
+    /// use ndarray::arr2;
+    ///
+    /// let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
+    /// let p = a.gpu_dot_with(&a, &DotOptions::builtin().backend(Backend::Cpu)).unwrap();
+    /// assert_eq!(p.c, a.dot(&a));
+    /// assert!(matches!(p.route, Route::Cpu(_)));
+    /// ```
+    fn gpu_dot_with<S2: Data<Elem = f32>>(
+        &self,
+        rhs: &ArrayBase<S2, Ix2>,
+        opts: &DotOptions,
+    ) -> Result<Product, GpuDotError>;
+}
+
+impl<S: Data<Elem = f32>> GpuDot for ArrayBase<S, Ix2> {
+    #[track_caller]
+    fn gpu_dot<S2: Data<Elem = f32>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<f32> {
+        let ((m, k), (k2, n)) = (self.dim(), rhs.dim());
+        if dispatch::check_shapes((m, k), (k2, n)).is_err() {
+            dot_shape_error(m, k, k2, n);
+        }
+        match dispatch::dot(self, rhs, &DotOptions::default()) {
+            Ok(product) => product.c,
+            // Only a GPU failure under `Backend::Gpu` from the environment gets here.
+            Err(_) => self.dot(rhs),
+        }
+    }
+
+    fn try_gpu_dot<S2: Data<Elem = f32>>(
+        &self,
+        rhs: &ArrayBase<S2, Ix2>,
+    ) -> Result<Array2<f32>, GpuDotError> {
+        Ok(dispatch::dot(self, rhs, &DotOptions::from_env()?)?.c)
+    }
+
+    fn gpu_dot_with<S2: Data<Elem = f32>>(
+        &self,
+        rhs: &ArrayBase<S2, Ix2>,
+        opts: &DotOptions,
+    ) -> Result<Product, GpuDotError> {
+        dispatch::dot(self, rhs, opts)
+    }
+}
+
+/// Panics as ndarray's `dot` does for incompatible shapes.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn dot_shape_error(m: usize, k: usize, k2: usize, n: usize) -> ! {
+    match m.checked_mul(n) {
+        Some(len) if len <= isize::MAX as usize => {}
+        _ => panic!("ndarray: shape {m} × {n} overflows isize"),
+    }
+    panic!("ndarray: inputs {m} × {k} and {k2} × {n} are not compatible for matrix multiplication");
+}

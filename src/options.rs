@@ -1,0 +1,218 @@
+//! Per-call and per-process choices: which backend, which kernel, and the size threshold.
+
+use std::fmt;
+use std::str::FromStr;
+
+use once_cell::sync::Lazy;
+
+use crate::error::GpuDotError;
+
+/// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
+/// [`Backend::Auto`].
+///
+/// Measured on an H100 (see BENCHMARKS.md): below about 2·256³ flops the GPU path, with its
+/// host↔device copies and launch, is slower than ndarray's `dot` on the host's cores. Override it
+/// per call with [`DotOptions::min_gpu_flops`] or per process with `GPU_DOT_MIN_FLOPS`.
+pub const DEFAULT_MIN_GPU_FLOPS: u64 = 2 * 256 * 256 * 256;
+
+/// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
+pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
+/// Environment variable choosing the kernel: `auto`, `naive`, `tiled16` or `tiled32`.
+pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
+/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`] (a non-negative integer).
+pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
+/// Environment variable choosing the CUDA device by ordinal (default 0).
+pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
+
+/// Where a product is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The GPU for products at or above the threshold when a GPU is usable, else the CPU.
+    #[default]
+    Auto,
+    /// Always the GPU; no usable GPU is an error, never a silent CPU run.
+    Gpu,
+    /// Always ndarray's `dot` on the CPU.
+    Cpu,
+}
+
+/// Which CUDA kernel computes a GPU product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Kernel {
+    /// The fastest kernel the crate has for the shape (today [`Kernel::Tiled32`]).
+    #[default]
+    Auto,
+    /// One thread per output element, operands read from global memory.
+    Naive,
+    /// Shared-memory tiles of 16 × 16.
+    Tiled16,
+    /// Shared-memory tiles of 32 × 32.
+    Tiled32,
+}
+
+impl Kernel {
+    /// Every concrete kernel, slowest first.
+    pub const ALL: [Kernel; 3] = [Kernel::Naive, Kernel::Tiled16, Kernel::Tiled32];
+
+    /// The concrete kernel `Auto` stands for at this shape.
+    pub fn resolve(self, _m: usize, _k: usize, _n: usize) -> Kernel {
+        match self {
+            Kernel::Auto => Kernel::Tiled32,
+            k => k,
+        }
+    }
+
+    /// The kernel's short name, as `GPU_DOT_KERNEL` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Auto => "auto",
+            Kernel::Naive => "naive",
+            Kernel::Tiled16 => "tiled16",
+            Kernel::Tiled32 => "tiled32",
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Auto => "auto",
+            Backend::Gpu => "gpu",
+            Backend::Cpu => "cpu",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Backend::Auto),
+            "gpu" | "cuda" => Ok(Backend::Gpu),
+            "cpu" => Ok(Backend::Cpu),
+            _ => Err(()),
+        }
+    }
+}
+
+impl FromStr for Kernel {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Kernel::Auto),
+            "naive" => Ok(Kernel::Naive),
+            "tiled16" | "tiled_16" => Ok(Kernel::Tiled16),
+            "tiled32" | "tiled_32" => Ok(Kernel::Tiled32),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Choices for one product. `DotOptions::default()` is what the environment says, or the
+/// built-in defaults where it says nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DotOptions {
+    /// Where to compute.
+    pub backend: Backend,
+    /// Which kernel, when on the GPU.
+    pub kernel: Kernel,
+    /// Under [`Backend::Auto`], products of fewer flops than this go to the CPU.
+    pub min_gpu_flops: u64,
+    /// Fill the device output with NaN before the kernel runs, so that an element the kernel
+    /// fails to write shows up as NaN. For testing kernels; costs one memset.
+    pub poison_output: bool,
+}
+
+impl DotOptions {
+    /// The built-in defaults, ignoring the environment.
+    pub const fn builtin() -> Self {
+        DotOptions {
+            backend: Backend::Auto,
+            kernel: Kernel::Auto,
+            min_gpu_flops: DEFAULT_MIN_GPU_FLOPS,
+            poison_output: false,
+        }
+    }
+
+    /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
+    /// `GPU_DOT_MIN_FLOPS`). Read once per process; an invalid value is an error here and is
+    /// ignored, with a warning on stderr, by [`DotOptions::default`].
+    pub fn from_env() -> Result<Self, GpuDotError> {
+        ENV_OPTIONS.clone()
+    }
+
+    /// The defaults with variables looked up through `lookup` instead of the process
+    /// environment (`lookup(name)` returns the variable's value, if set).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GpuDotError> {
+        let mut opts = Self::builtin();
+        if let Some(v) = lookup(ENV_BACKEND) {
+            opts.backend = v.parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_BACKEND,
+                value: v.clone(),
+                expected: "auto, gpu or cpu",
+            })?;
+        }
+        if let Some(v) = lookup(ENV_KERNEL) {
+            opts.kernel = v.parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_KERNEL,
+                value: v.clone(),
+                expected: "auto, naive, tiled16 or tiled32",
+            })?;
+        }
+        if let Some(v) = lookup(ENV_MIN_FLOPS) {
+            opts.min_gpu_flops = v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_MIN_FLOPS,
+                value: v.clone(),
+                expected: "a non-negative integer",
+            })?;
+        }
+        Ok(opts)
+    }
+
+    /// These options with another backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// These options with another kernel.
+    pub fn kernel(mut self, kernel: Kernel) -> Self {
+        self.kernel = kernel;
+        self
+    }
+
+    /// These options with another CPU/GPU threshold.
+    pub fn min_gpu_flops(mut self, flops: u64) -> Self {
+        self.min_gpu_flops = flops;
+        self
+    }
+
+    /// These options with output poisoning on or off.
+    pub fn poison_output(mut self, on: bool) -> Self {
+        self.poison_output = on;
+        self
+    }
+}
+
+impl Default for DotOptions {
+    fn default() -> Self {
+        match &*ENV_OPTIONS {
+            Ok(opts) => opts.clone(),
+            Err(_) => Self::builtin(),
+        }
+    }
+}
+
+static ENV_OPTIONS: Lazy<Result<DotOptions, GpuDotError>> = Lazy::new(|| {
+    let parsed = DotOptions::from_lookup(|name| std::env::var(name).ok());
+    if let Err(e) = &parsed {
+        eprintln!("gpu-dot: {e}; using the built-in defaults");
+    }
+    parsed
+});

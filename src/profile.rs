@@ -1,0 +1,188 @@
+//! Device-side measurements of single kernels, for benches and the ladder example.
+//!
+//! [`DeviceProblem`] keeps random operands on the device so that a kernel can be timed alone,
+//! without host↔device copies, with CUDA events.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream};
+use ndarray::{Array2, ArrayView2};
+
+use crate::context::{self, Gpu};
+use crate::error::GpuDotError;
+use crate::options::Kernel;
+use crate::sgemm::{self, DeviceOperand};
+
+/// A `rows × cols` matrix of uniform random values in [-1, 1), never all zero, from `seed`
+/// (SplitMix64; the same seed gives the same matrix on every machine).
+pub fn random_matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
+    let mut state = seed;
+    Array2::from_shape_simple_fn((rows, cols), || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    })
+}
+
+/// ‖c − a·b‖_F / ‖a·b‖_F with the reference product computed in f64 on the CPU.
+pub fn relative_error(c: ArrayView2<f32>, a: ArrayView2<f32>, b: ArrayView2<f32>) -> f64 {
+    let reference = a.mapv(f64::from).dot(&b.mapv(f64::from));
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (&x, &r) in c.iter().zip(reference.iter()) {
+        diff += (x as f64 - r).powi(2);
+        norm += r * r;
+    }
+    if norm == 0.0 {
+        diff.sqrt()
+    } else {
+        (diff / norm).sqrt()
+    }
+}
+
+/// Event timings of repeated launches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Median milliseconds per launch.
+    pub median_ms: f64,
+    /// Fastest launch, in milliseconds.
+    pub min_ms: f64,
+    /// `2·m·k·n` over the median time, in GFLOP/s.
+    pub gflops: f64,
+}
+
+/// Random row-major operands of an `m × k × n` product, resident on the device.
+pub struct DeviceProblem {
+    gpu: &'static Gpu,
+    stream: Arc<CudaStream>,
+    dims: (usize, usize, usize),
+    host_a: Array2<f32>,
+    host_b: Array2<f32>,
+    a: CudaSlice<f32>,
+    b: CudaSlice<f32>,
+    c: CudaSlice<f32>,
+}
+
+impl DeviceProblem {
+    /// Uploads random `m × k` and `k × n` operands (drawn from `seed`) and allocates `C`.
+    pub fn new(m: usize, k: usize, n: usize, seed: u64) -> Result<Self, GpuDotError> {
+        assert!(
+            m > 0 && k > 0 && n > 0,
+            "a device problem needs non-zero dimensions"
+        );
+        let gpu = context::gpu()?;
+        let stream = gpu
+            .ctx
+            .new_stream()
+            .map_err(GpuDotError::at("creating a stream"))?;
+        let host_a = random_matrix(m, k, seed);
+        let host_b = random_matrix(k, n, seed ^ 0x5EED);
+        let a = sgemm::upload(&stream, host_a.as_slice().expect("fresh array"))?;
+        let b = sgemm::upload(&stream, host_b.as_slice().expect("fresh array"))?;
+        let c = sgemm::alloc(&stream, m * n)?;
+        Ok(DeviceProblem {
+            gpu,
+            stream,
+            dims: (m, k, n),
+            host_a,
+            host_b,
+            a,
+            b,
+            c,
+        })
+    }
+
+    /// The left operand, as uploaded.
+    pub fn a(&self) -> ArrayView2<'_, f32> {
+        self.host_a.view()
+    }
+
+    /// The right operand, as uploaded.
+    pub fn b(&self) -> ArrayView2<'_, f32> {
+        self.host_b.view()
+    }
+
+    fn launch(&mut self, kernel: Kernel) -> Result<(), GpuDotError> {
+        let (m, k, n) = self.dims;
+        let a = DeviceOperand {
+            buf: &self.a,
+            trans: false,
+            ld: k,
+        };
+        let b = DeviceOperand {
+            buf: &self.b,
+            trans: false,
+            ld: n,
+        };
+        let kernel = kernel.resolve(m, k, n);
+        sgemm::launch(
+            self.gpu,
+            &self.stream,
+            kernel,
+            self.dims,
+            &a,
+            &b,
+            &mut self.c,
+            n,
+        )
+    }
+
+    /// Runs `kernel` once on a NaN-poisoned output and returns the product.
+    pub fn run(&mut self, kernel: Kernel) -> Result<Array2<f32>, GpuDotError> {
+        sgemm::poison(&self.stream, &mut self.c)?;
+        self.launch(kernel)?;
+        let data = self
+            .stream
+            .clone_dtoh(&self.c)
+            .map_err(GpuDotError::at("copying the product to the host"))?;
+        self.stream
+            .synchronize()
+            .map_err(GpuDotError::at("waiting for the product"))?;
+        Ok(Array2::from_shape_vec((self.dims.0, self.dims.2), data).expect("m·n elements"))
+    }
+
+    /// Times `kernel`: `warmup` untimed launches, then `reps` launches each between two events.
+    pub fn time(
+        &mut self,
+        kernel: Kernel,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Timing, GpuDotError> {
+        for _ in 0..warmup {
+            self.launch(kernel)?;
+        }
+        let event = || {
+            self.gpu
+                .ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(GpuDotError::at("creating an event"))
+        };
+        let (start, end) = (event()?, event()?);
+        let mut times = Vec::with_capacity(reps.max(1));
+        for _ in 0..reps.max(1) {
+            start
+                .record(&self.stream)
+                .map_err(GpuDotError::at("recording an event"))?;
+            self.launch(kernel)?;
+            end.record(&self.stream)
+                .map_err(GpuDotError::at("recording an event"))?;
+            end.synchronize()
+                .map_err(GpuDotError::at("waiting for an event"))?;
+            let ms = start
+                .elapsed_ms(&end)
+                .map_err(GpuDotError::at("reading an event"))?;
+            times.push(ms as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        let median_ms = times[times.len() / 2];
+        let (m, k, n) = self.dims;
+        Ok(Timing {
+            median_ms,
+            min_ms: times[0],
+            gflops: crate::flops(m, k, n) as f64 / (median_ms * 1e6),
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! Launchers for the SGEMM kernels of `kernels/naive.cu` and `kernels/tiled.cu`, and the
+//! host-to-host GPU product built on them.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::context::Gpu;
+use crate::error::GpuDotError;
+use crate::layout::Operand;
+use crate::options::Kernel;
+use crate::registry::LaunchRule;
+
+/// Largest grid extent along y; rows of tiles past it are covered by the kernels' loop.
+const MAX_GRID_Y: usize = 65_535;
+
+/// A matrix on the device, as a kernel reads it.
+pub(crate) struct DeviceOperand<'a> {
+    pub(crate) buf: &'a CudaSlice<f32>,
+    /// Column-major (element (r, c) at `c * ld + r`) instead of row-major.
+    pub(crate) trans: bool,
+    pub(crate) ld: usize,
+}
+
+impl DeviceOperand<'_> {
+    /// Whether the buffer holds every element of a `rows × cols` matrix in this layout.
+    fn covers(&self, rows: usize, cols: usize) -> bool {
+        let (outer, inner) = if self.trans {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        inner <= self.ld
+            && (outer - 1)
+                .checked_mul(self.ld)
+                .and_then(|x| x.checked_add(inner))
+                .is_some_and(|need| need <= self.buf.len())
+    }
+}
+
+/// Allocates `len` uninitialised floats on `stream`.
+pub(crate) fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<f32>, GpuDotError> {
+    let bytes = len * std::mem::size_of::<f32>();
+    // SAFETY: the memory is uninitialised; every caller writes it (copy or kernel output
+    // covering every element) before reading it back.
+    unsafe { stream.alloc::<f32>(len) }
+        .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))
+}
+
+/// Copies `data` into a new device buffer.
+pub(crate) fn upload(
+    stream: &Arc<CudaStream>,
+    data: &[f32],
+) -> Result<CudaSlice<f32>, GpuDotError> {
+    let mut buf = alloc(stream, data.len())?;
+    stream
+        .memcpy_htod(data, &mut buf)
+        .map_err(GpuDotError::at("copying an operand to the device"))?;
+    Ok(buf)
+}
+
+/// Fills `buf` with NaN (every byte 0xFF is a quiet NaN).
+pub(crate) fn poison(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<f32>,
+) -> Result<(), GpuDotError> {
+    use cudarc::driver::DevicePtrMut;
+    let bytes = buf.len() * std::mem::size_of::<f32>();
+    let (ptr, _record) = buf.device_ptr_mut(stream);
+    // SAFETY: `ptr` is valid for `bytes` bytes (the whole slice) on `stream`; `_record` keeps
+    // cudarc's stream ordering for the slice until the memset is enqueued.
+    unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, stream.cu_stream()) }
+        .map_err(GpuDotError::at("poisoning the output"))
+}
+
+/// Checks that each dimension fits the kernels' `int` arguments.
+pub(crate) fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError> {
+    let max = i32::MAX as usize;
+    if m > max || k > max || n > max {
+        return Err(GpuDotError::TooLarge { dims: (m, k, n) });
+    }
+    Ok(())
+}
+
+/// Enqueues `C (m × n, row-major, leading dimension ldc) = op(A) · op(B)` on `stream`.
+///
+/// `kernel` must be concrete (not `Auto`); `m`, `k`, `n` at least 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    kernel: Kernel,
+    (m, k, n): (usize, usize, usize),
+    a: &DeviceOperand,
+    b: &DeviceOperand,
+    c: &mut CudaSlice<f32>,
+    ldc: usize,
+) -> Result<(), GpuDotError> {
+    check_dims(m, k, n)?;
+    assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
+    assert!(
+        a.covers(m, k) && b.covers(k, n),
+        "operand buffers too small"
+    );
+    assert!(
+        n <= ldc && (m - 1) * ldc + n <= c.len(),
+        "output buffer too small"
+    );
+    let rule = LaunchRule::of(kernel);
+    let func = gpu.function(rule.family, &rule.entry(a.trans, b.trans))?;
+    let tile = rule.tile as usize;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            n.div_ceil(tile) as u32,
+            m.div_ceil(tile).min(MAX_GRID_Y) as u32,
+            1,
+        ),
+        block_dim: (rule.tile, rule.tile, 1),
+        shared_mem_bytes: 0,
+    };
+    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+    let (lda, ldb, ldc) = (a.ld as i64, b.ld as i64, ldc as i64);
+    let mut builder = stream.launch_builder(&func);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(a.buf)
+        .arg(&lda)
+        .arg(b.buf)
+        .arg(&ldb)
+        .arg(&mut *c)
+        .arg(&ldc);
+    // SAFETY: the arguments match the kernels' signature `(int M, int N, int K, const float*
+    // A, long long lda, const float* B, long long ldb, float* C, long long ldc)` in order and
+    // type (`SGEMM_PARAMS` in kernels/common.cuh); the entry's layout suffix matches
+    // `a.trans`/`b.trans`; the buffers hold every element the kernel indexes (asserted above:
+    // A covers m × k, B covers k × n, C covers m × n at `ldc`), and the kernels guard every
+    // load and store by M, N and K; the grid covers all N columns in x, and the kernels loop
+    // over the rows of tiles past gridDim.y; block size tile² ≤ 1024 matches the kernels'
+    // `__launch_bounds__`; static shared memory only.
+    unsafe { builder.launch(cfg) }.map_err(GpuDotError::at("launching a kernel"))?;
+    Ok(())
+}
+
+/// Computes `a · b` on the GPU from host operands and returns `C` in row-major order.
+pub(crate) fn gemm_host(
+    gpu: &Gpu,
+    kernel: Kernel,
+    (m, k, n): (usize, usize, usize),
+    a: &Operand,
+    b: &Operand,
+    poison_output: bool,
+) -> Result<Vec<f32>, GpuDotError> {
+    check_dims(m, k, n)?;
+    let stream = gpu.stream()?;
+    let da = upload(&stream, &a.data)?;
+    let db = upload(&stream, &b.data)?;
+    let mut dc = alloc(&stream, m * n)?;
+    if poison_output {
+        poison(&stream, &mut dc)?;
+    }
+    let da = DeviceOperand {
+        buf: &da,
+        trans: a.trans,
+        ld: a.ld,
+    };
+    let db = DeviceOperand {
+        buf: &db,
+        trans: b.trans,
+        ld: b.ld,
+    };
+    launch(gpu, &stream, kernel, (m, k, n), &da, &db, &mut dc, n)?;
+    let out = stream
+        .clone_dtoh(&dc)
+        .map_err(GpuDotError::at("copying the product to the host"))?;
+    stream
+        .synchronize()
+        .map_err(GpuDotError::at("waiting for the product"))?;
+    Ok(out)
+}
