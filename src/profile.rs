@@ -144,6 +144,36 @@ impl DeviceProblem {
         Ok(Array2::from_shape_vec((self.dims.0, self.dims.2), data).expect("m·n elements"))
     }
 
+    /// Device time of `iters` back-to-back launches of `kernel`, between two events.
+    pub fn elapsed(
+        &mut self,
+        kernel: Kernel,
+        iters: u64,
+    ) -> Result<std::time::Duration, GpuDotError> {
+        let (start, end) = (self.event()?, self.event()?);
+        start
+            .record(&self.stream)
+            .map_err(GpuDotError::at("recording an event"))?;
+        for _ in 0..iters {
+            self.launch(kernel)?;
+        }
+        end.record(&self.stream)
+            .map_err(GpuDotError::at("recording an event"))?;
+        end.synchronize()
+            .map_err(GpuDotError::at("waiting for an event"))?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(GpuDotError::at("reading an event"))?;
+        Ok(std::time::Duration::from_secs_f64(ms as f64 / 1e3))
+    }
+
+    fn event(&self) -> Result<cudarc::driver::CudaEvent, GpuDotError> {
+        self.gpu
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(GpuDotError::at("creating an event"))
+    }
+
     /// Times `kernel`: `warmup` untimed launches, then `reps` launches each between two events.
     pub fn time(
         &mut self,
@@ -154,13 +184,7 @@ impl DeviceProblem {
         for _ in 0..warmup {
             self.launch(kernel)?;
         }
-        let event = || {
-            self.gpu
-                .ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(GpuDotError::at("creating an event"))
-        };
-        let (start, end) = (event()?, event()?);
+        let (start, end) = (self.event()?, self.event()?);
         let mut times = Vec::with_capacity(reps.max(1));
         for _ in 0..reps.max(1) {
             start

@@ -1,0 +1,72 @@
+//! Multiplies two random matrices with `gpu_dot`, says where it ran and why, checks the result
+//! against ndarray's `dot` and prints the times.
+//!
+//!     cargo run --release --example quickstart [-- M K N]
+
+use std::time::Instant;
+
+use gpu_dot::profile::random_matrix;
+use gpu_dot::{device_status, DotOptions, GpuDot};
+
+fn main() {
+    let dims: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("dimensions are integers: M K N"))
+        .collect();
+    let (m, k, n) = match dims[..] {
+        [] => (2048, 2048, 2048),
+        [s] => (s, s, s),
+        [m, k, n] => (m, k, n),
+        _ => panic!("usage: quickstart [M K N]"),
+    };
+    println!("gpu-dot quickstart: {m} × {k} times {k} × {n}, f32");
+    println!("device: {}", device_status());
+
+    let a = random_matrix(m, k, 1);
+    let b = random_matrix(k, n, 2);
+    let opts = DotOptions::default();
+
+    let start = Instant::now();
+    let first = a.gpu_dot_with(&b, &opts).expect("shapes match");
+    let first_ms = start.elapsed().as_secs_f64() * 1e3;
+    println!("ran on: {}", first.route);
+
+    // A second call shows the steady state (the first pays for the context and NVRTC).
+    let start = Instant::now();
+    let c = a.gpu_dot(&b);
+    let gpu_dot_ms = start.elapsed().as_secs_f64() * 1e3;
+
+    let start = Instant::now();
+    let expected = a.dot(&b);
+    let dot_ms = start.elapsed().as_secs_f64() * 1e3;
+
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (&x, &y) in c.iter().zip(expected.iter()) {
+        diff += (x as f64 - y as f64).powi(2);
+        norm += (y as f64).powi(2);
+    }
+    let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
+    let gflops = |ms: f64| gpu_dot::flops(m, k, n) as f64 / (ms * 1e6);
+    println!("first call:      {first_ms:9.2} ms (includes context creation and kernel compilation on a GPU)");
+    println!(
+        "gpu_dot:         {gpu_dot_ms:9.2} ms  {:8.1} GFLOP/s (host to host)",
+        gflops(gpu_dot_ms)
+    );
+    println!(
+        "ndarray's dot:   {dot_ms:9.2} ms  {:8.1} GFLOP/s",
+        gflops(dot_ms)
+    );
+    println!("relative difference from ndarray's dot: {rel:.2e}");
+    for load in gpu_dot::module_loads() {
+        println!(
+            "kernel module {}: NVRTC {:.1} ms, load {:.1} ms (once per process)",
+            load.family, load.nvrtc_ms, load.load_ms
+        );
+    }
+    let tolerance = 1e-5 * (k.max(1) as f64).sqrt();
+    if rel > tolerance {
+        eprintln!("MISMATCH: relative difference {rel:.2e} above {tolerance:.2e}");
+        std::process::exit(1);
+    }
+    println!("result matches ndarray's dot");
+}

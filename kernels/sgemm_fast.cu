@@ -1,0 +1,591 @@
+// sgemm_fast.cu -- high-throughput FP32 SGEMM / SGEMV kernels for sm_90 (H100 / H200).
+//
+// Self-contained: includes NO header (compiled by NVRTC with
+// `--gpu-architecture=sm_90 --std=c++17`). Pure FP32 FFMA arithmetic (no TF32 / tensor cores).
+// Everything lives in namespace `sgf` or carries an `sgf`/`sgemm_fast`/`sgemv_` prefix.
+//
+// CONTRACT (every entry): C (M x N, row-major, leading dim ldc) = op(A) (M x K) * op(B) (K x N)
+//   A, TA=false: A[r*lda + k]    A, TA=true: A[k*lda + r]
+//   B, TB=false: B[k*ldb + n]    B, TB=true: B[n*ldb + k]
+//   Every element of C is written exactly once; nothing out of bounds is read or written.
+//   All offsets are 64-bit. M, N >= 1, K >= 1 (split entries also cope with empty K ranges).
+//   Suffix letters: first = TA, second = TB ('n' = false / row-major, 't' = true).
+//
+// ---------------------------------------------------------------------------------------------
+// LAUNCH TABLE  (block = blockDim.x, 1-D blocks; smem = dynamic shared memory bytes)
+// ---------------------------------------------------------------------------------------------
+// sgemm_fast_128x128_{nn,nt,tn,tt}[_u]            block 256, smem 67584 (> 48 KB: host MUST set
+//      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 67584 on each function before launch)
+//      grid = (ceil(M/128) * ceil(N/128), 1, 1)   [tile index on gridDim.x, grouped order inside]
+// sgemm_fast_64x64_{nn,nt,tn,tt}[_u]              block 128, smem 34816 (<= 48 KB, no attribute
+//      needed), grid = (ceil(M/64) * ceil(N/64), 1, 1)
+// ..._splitk variants of both (e.g. sgemm_fast_128x128_nn_splitk, sgemm_fast_64x64_nt_u_splitk):
+//      same block / smem, 10th argument `int k_per_split` (> 0, multiple of 16),
+//      grid = (tiles, 1, splits) with splits = ceil(K / k_per_split) (<= 65535).
+//      blockIdx.z = z computes K range [z*k_per_split, min(K,(z+1)*k_per_split)) and writes the
+//      partial product (every element, zeros for an empty range) to C + z*M*ldc with leading
+//      dim ldc: pass C = workspace W (splits*M*N floats) and ldc = N.
+// sgemm_splitk_reduce(int M, int N, int splits, const float* W, float* C, long long ldc)
+//      block 256, smem 0, any grid (grid-stride), e.g. grid = min(ceil(M*N/256), 8192).
+//      C[i*ldc+j] = sum_{z=0..splits-1} W[z*M*N + i*N + j], summed in increasing z (deterministic).
+// sgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0
+//      TB=false ('n' second letter): grid = ceil(N/16)    TB=true: grid = ceil(N/8)
+// sgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0
+//      TA=false ('n' first letter):  grid = ceil(M/8)     TA=true: grid = ceil(M/16)
+//      (gemv entries: no alignment requirement; they vectorize at run time when legal)
+//
+// ALIGNMENT: entries WITHOUT `_u` require A and B 16-byte aligned and lda % 4 == 0 and
+// ldb % 4 == 0. `_u` entries only need 4-byte aligned A/B, any lda/ldb. C needs nothing: the
+// epilogue checks C alignment / ldc at run time and uses 128-bit stores only when legal.
+// ---------------------------------------------------------------------------------------------
+//
+// DESIGN (main kernels): block tile BM x BN x 16, STAGES-deep cp.async pipeline in dynamic
+// shared memory, one __syncthreads per K tile. Both operands are stored k-major in shared
+// memory, As[k][m] and Bs[k][n], rows padded by 4 floats (stride BM+4 / BN+4), so the inner
+// loop reads float4 fragments from both. Each thread owns a TM x TN register block made of
+// 4x4 sub-blocks spread over the warp tile (conflict-free, broadcast LDS.128).
+//   operand contiguous along m/n (A^T, B):   16-byte cp.async.cg (aligned) / 4-byte cp.async.ca (_u)
+//   operand contiguous along k   (A, B^T):   4-byte cp.async.ca, transposing on the fly; the thread
+//       mapping (8 consecutive k x 4 rows per warp) makes global accesses sector-complete and
+//       the shared stores bank-conflict free with the +4 padding.
+// Interior tiles (full in M, N and K) use unguarded copies; edge tiles use zero-filling
+// (src-size) copies; the choice is a block-uniform branch per K tile.
+
+#define SGF_DEV __device__ __forceinline__
+
+namespace sgf {
+
+struct alignas(16) f4 {
+    float x, y, z, w;
+};
+
+SGF_DEV unsigned smem_u32(const void* p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
+                 : "=r"(r)
+                 : "l"(p));
+    return r;
+}
+SGF_DEV void cp16(unsigned dst, const float* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+SGF_DEV void cp16z(unsigned dst, const float* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+SGF_DEV void cp4(unsigned dst, const float* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+SGF_DEV void cp4z(unsigned dst, const float* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+SGF_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+SGF_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile configuration
+// ---------------------------------------------------------------------------------------------
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int TM_, int TN_, int STAGES_, int MINB_>
+struct Cfg {
+    static constexpr int BM = BM_, BN = BN_, BK = 16;
+    static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+    static constexpr int TM = TM_, TN = TN_, STAGES = STAGES_, MINB = MINB_;
+    static constexpr int NT = WARPS_M * WARPS_N * 32;
+    static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // warp tile
+    static constexpr int LM = WTM / TM, LN = WTN / TN;            // lanes along m / n
+    static constexpr int PA = BM + 4, PB = BN + 4;                // padded smem row strides
+    static constexpr int A_STAGE = BK * PA, B_STAGE = BK * PB;    // floats
+    static constexpr int STAGE = A_STAGE + B_STAGE;
+    static constexpr int SMEM_BYTES = STAGES * STAGE * 4;
+    static_assert(LM * LN == 32, "lanes");
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "4x4 sub-blocks");
+};
+typedef Cfg<128, 128, 2, 4, 8, 8, 4, 2> CfgBig;   // 256 threads, 8x8 per thread, 67584 B smem
+typedef Cfg<64, 64, 2, 2, 8, 4, 4, 4> CfgSmall;   // 128 threads, 8x4 per thread, 34816 B smem
+
+// ---------------------------------------------------------------------------------------------
+// Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a smem
+// stage laid out S[k][x] with row stride P floats.
+//   KCONTIG: element (x, k) at G[x*ld + k]   (A with TA=false, B with TB=true)
+//   else   : element (x, k) at G[k*ld + x]   (A with TA=true,  B with TB=false)
+// Tiles must be loaded in increasing k order (the loader advances itself).
+// ---------------------------------------------------------------------------------------------
+template <int BX, int BK, int NT, int P, bool KCONTIG, bool VEC>
+struct Loader {
+    const float* g0;  // operand base (valid address used as dummy source for zero-fill)
+    const float* g;   // this thread's first source element for the current k tile
+    long long ld;
+    int xrem;         // number of valid x from this thread's first x (may be <= 0)
+    int krem;         // number of valid k from this thread's first k in the current tile
+    unsigned sdst;    // this thread's byte offset inside a stage (first slot)
+
+    // ---- KCONTIG (always 4-byte copies) ----
+    static constexpr int RPP = NT / 8;       // rows per pass
+    static constexpr int NR = BX / RPP;      // rows per thread
+    static constexpr int NH = BK / 8;        // k-halves per thread
+    // ---- x-contiguous, 16-byte ----
+    static constexpr int XQ = BX / 4;
+    static constexpr int KSTEP16 = NT / XQ;
+    static constexpr int NS16 = BK / KSTEP16;
+    // ---- x-contiguous, 4-byte ----
+    static constexpr int KSTEP4 = NT / BX;
+    static constexpr int NS4 = BK / KSTEP4;
+
+    SGF_DEV Loader(const float* G, long long ld_, int X, int K, int x0, int tid) {
+        g0 = G;
+        ld = ld_;
+        if constexpr (KCONTIG) {
+            static_assert(NT % 8 == 0 && BX % RPP == 0 && BK % 8 == 0, "kcontig map");
+            const int xb = tid >> 3, kl = tid & 7;
+            g = G + (long long)(x0 + xb) * ld + kl;
+            xrem = X - x0 - xb;
+            krem = K - kl;
+            sdst = (unsigned)(kl * P + xb) * 4u;
+        } else if constexpr (VEC) {
+            static_assert(NT % XQ == 0 && BK % KSTEP16 == 0, "vec map");
+            const int xq = tid % XQ, kb = tid / XQ;
+            g = G + (long long)kb * ld + x0 + 4 * xq;
+            xrem = X - x0 - 4 * xq;
+            krem = K - kb;
+            sdst = (unsigned)(kb * P + 4 * xq) * 4u;
+        } else {
+            static_assert(NT % BX == 0 && BK % KSTEP4 == 0, "scalar map");
+            const int xs = tid % BX, kb = tid / BX;
+            g = G + (long long)kb * ld + x0 + xs;
+            xrem = X - x0 - xs;
+            krem = K - kb;
+            sdst = (unsigned)(kb * P + xs) * 4u;
+        }
+    }
+
+    template <bool GUARD>
+    SGF_DEV void load(unsigned stage_addr) {
+        const unsigned d = stage_addr + sdst;
+        if constexpr (KCONTIG) {
+#pragma unroll
+            for (int r = 0; r < NR; ++r) {
+                const float* gr = g + (long long)(r * RPP) * ld;
+#pragma unroll
+                for (int h = 0; h < NH; ++h) {
+                    const unsigned dd = d + (unsigned)((8 * h) * P + r * RPP) * 4u;
+                    if constexpr (!GUARD) {
+                        cp4(dd, gr + 8 * h);
+                    } else {
+                        const bool ok = (r * RPP < xrem) && (8 * h < krem);
+                        cp4z(dd, ok ? gr + 8 * h : g0, ok ? 4 : 0);
+                    }
+                }
+            }
+            g += BK;
+        } else if constexpr (VEC) {
+#pragma unroll
+            for (int s = 0; s < NS16; ++s) {
+                const float* gs = g + (long long)(s * KSTEP16) * ld;
+                const unsigned dd = d + (unsigned)(s * KSTEP16 * P) * 4u;
+                if constexpr (!GUARD) {
+                    cp16(dd, gs);
+                } else {
+                    int nb = xrem < 4 ? xrem : 4;
+                    nb = nb < 0 ? 0 : nb;
+                    if (s * KSTEP16 >= krem) nb = 0;
+                    cp16z(dd, nb ? gs : g0, nb * 4);
+                }
+            }
+            g += (long long)BK * ld;
+        } else {
+#pragma unroll
+            for (int s = 0; s < NS4; ++s) {
+                const float* gs = g + (long long)(s * KSTEP4) * ld;
+                const unsigned dd = d + (unsigned)(s * KSTEP4 * P) * 4u;
+                if constexpr (!GUARD) {
+                    cp4(dd, gs);
+                } else {
+                    const bool ok = (xrem > 0) && (s * KSTEP4 < krem);
+                    cp4z(dd, ok ? gs : g0, ok ? 4 : 0);
+                }
+            }
+            g += (long long)BK * ld;
+        }
+        krem -= BK;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Main GEMM body
+// ---------------------------------------------------------------------------------------------
+template <class CF, bool TA, bool TB, bool AL, bool SPLIT>
+SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long long lda,
+                       const float* __restrict__ B, long long ldb, float* __restrict__ C,
+                       long long ldc, int k_per_split) {
+    constexpr int BM = CF::BM, BN = CF::BN, BK = CF::BK, NT = CF::NT;
+    constexpr int TM = CF::TM, TN = CF::TN, LM = CF::LM, LN = CF::LN, ST = CF::STAGES;
+    constexpr int PA = CF::PA, PB = CF::PB;
+    extern __shared__ f4 sgf_smem4[];
+    float* smem = reinterpret_cast<float*>(sgf_smem4);
+
+    const int tid = threadIdx.x;
+
+    // ---- grouped tile order (GROUP_M tile-rows share B panels in L2) ----
+    constexpr int GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long id = blockIdx.x;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    const int m0 = (int)((first_m + in_group % gm) * BM);
+    const int n0 = (int)((in_group / gm) * BN);
+
+    if constexpr (SPLIT) {
+        const long long kb = (long long)blockIdx.z * k_per_split;
+        long long ke = kb + k_per_split;
+        if (ke > K) ke = K;
+        const int kc = ke > kb ? (int)(ke - kb) : 0;
+        if (kc > 0) {
+            A += TA ? kb * lda : kb;
+            B += TB ? kb : kb * ldb;
+        }
+        C += (long long)blockIdx.z * (long long)M * ldc;
+        K = kc;
+    }
+
+    Loader<BM, BK, NT, PA, !TA, AL> la(A, lda, M, K, m0, tid);
+    Loader<BN, BK, NT, PB, TB, AL> lb(B, ldb, N, K, n0, tid);
+
+    const unsigned sbase = smem_u32(smem);
+    const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
+    const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
+
+    // ---- prologue: tiles 0 .. ST-2 ----
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+        if (s < KT) {
+            const unsigned sa = sbase + (unsigned)(s * CF::STAGE) * 4u;
+            const unsigned sb = sa + (unsigned)CF::A_STAGE * 4u;
+            if (interior && K - s * BK >= BK) {
+                la.template load<false>(sa);
+                lb.template load<false>(sb);
+            } else {
+                la.template load<true>(sa);
+                lb.template load<true>(sb);
+            }
+        }
+        cp_commit();
+    }
+
+    const int warp = tid >> 5, lane = tid & 31;
+    const int warp_m = warp / CF::WARPS_N, warp_n = warp % CF::WARPS_N;
+    const int lm = lane / LN, ln = lane % LN;
+    const int a_off = warp_m * CF::WTM + lm * 4;
+    const int b_off = warp_n * CF::WTN + ln * 4;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    int rs = 0, ws = ST - 1;
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_wait<ST - 2>();
+        __syncthreads();
+        {
+            const int nt = kt + ST - 1;
+            if (nt < KT) {
+                const unsigned sa = sbase + (unsigned)(ws * CF::STAGE) * 4u;
+                const unsigned sb = sa + (unsigned)CF::A_STAGE * 4u;
+                if (interior && K - nt * BK >= BK) {
+                    la.template load<false>(sa);
+                    lb.template load<false>(sb);
+                } else {
+                    la.template load<true>(sa);
+                    lb.template load<true>(sb);
+                }
+            }
+            cp_commit();
+        }
+        const float* As = smem + rs * CF::STAGE + a_off;
+        const float* Bs = smem + rs * CF::STAGE + CF::A_STAGE + b_off;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM / 4; ++i) {
+                const f4 v = *reinterpret_cast<const f4*>(As + kk * PA + i * LM * 4);
+                a[4 * i + 0] = v.x;
+                a[4 * i + 1] = v.y;
+                a[4 * i + 2] = v.z;
+                a[4 * i + 3] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN / 4; ++j) {
+                const f4 v = *reinterpret_cast<const f4*>(Bs + kk * PB + j * LN * 4);
+                b[4 * j + 0] = v.x;
+                b[4 * j + 1] = v.y;
+                b[4 * j + 2] = v.z;
+                b[4 * j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+        }
+        rs = (rs + 1 == ST) ? 0 : rs + 1;
+        ws = (ws + 1 == ST) ? 0 : ws + 1;
+    }
+
+    // ---- epilogue ----
+    const bool cvec = ((ldc & 3) == 0) && ((reinterpret_cast<unsigned long long>(C) & 15ull) == 0);
+    const int mrem = M - m0 - a_off;  // rows valid from this thread's first row
+    const int nrem = N - n0 - b_off;  // cols valid from this thread's first col
+    float* Cb = C + (long long)(m0 + a_off) * ldc + (n0 + b_off);
+    if (interior && cvec) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = (i / 4) * LM * 4 + (i % 4);
+            float* Cr = Cb + (long long)r * ldc;
+#pragma unroll
+            for (int j = 0; j < TN / 4; ++j) {
+                f4 v;
+                v.x = acc[i][4 * j + 0];
+                v.y = acc[i][4 * j + 1];
+                v.z = acc[i][4 * j + 2];
+                v.w = acc[i][4 * j + 3];
+                *reinterpret_cast<f4*>(Cr + j * LN * 4) = v;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = (i / 4) * LM * 4 + (i % 4);
+            if (r < mrem) {
+                float* Cr = Cb + (long long)r * ldc;
+#pragma unroll
+                for (int j = 0; j < TN / 4; ++j) {
+                    const int c = j * LN * 4;
+                    if (cvec && c + 3 < nrem) {
+                        f4 v;
+                        v.x = acc[i][4 * j + 0];
+                        v.y = acc[i][4 * j + 1];
+                        v.z = acc[i][4 * j + 2];
+                        v.w = acc[i][4 * j + 3];
+                        *reinterpret_cast<f4*>(Cr + c) = v;
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < 4; ++q)
+                            if (c + q < nrem) Cr[c + q] = acc[i][4 * j + q];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMV helpers (bandwidth bound)
+// ---------------------------------------------------------------------------------------------
+SGF_DEV float warp_sum(float s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// out[r*so] = sum_k X[r*ldx + k] * v[k*sv], r < R.  Block 256 = 8 warps, one row per warp,
+// grid = ceil(R/8).
+SGF_DEV void gemv_rows(int R, int K, const float* __restrict__ X, long long ldx,
+                       const float* __restrict__ v, long long sv, float* __restrict__ out,
+                       long long so) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * 8 + warp;
+    if (r >= R) return;
+    const float* x = X + r * ldx;
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    const bool vec = (sv == 1) && (((reinterpret_cast<unsigned long long>(x) |
+                                     reinterpret_cast<unsigned long long>(v)) & 15ull) == 0);
+    if (vec) {
+        const int K4 = K >> 2;
+        const f4* x4 = reinterpret_cast<const f4*>(x);
+        const f4* v4 = reinterpret_cast<const f4*>(v);
+        int i = lane;
+        for (; i + 96 < K4; i += 128) {
+            const f4 a0 = x4[i], a1 = x4[i + 32], a2 = x4[i + 64], a3 = x4[i + 96];
+            const f4 b0 = v4[i], b1 = v4[i + 32], b2 = v4[i + 64], b3 = v4[i + 96];
+            s0 = __fmaf_rn(a0.x, b0.x, s0); s0 = __fmaf_rn(a0.y, b0.y, s0);
+            s0 = __fmaf_rn(a0.z, b0.z, s0); s0 = __fmaf_rn(a0.w, b0.w, s0);
+            s1 = __fmaf_rn(a1.x, b1.x, s1); s1 = __fmaf_rn(a1.y, b1.y, s1);
+            s1 = __fmaf_rn(a1.z, b1.z, s1); s1 = __fmaf_rn(a1.w, b1.w, s1);
+            s2 = __fmaf_rn(a2.x, b2.x, s2); s2 = __fmaf_rn(a2.y, b2.y, s2);
+            s2 = __fmaf_rn(a2.z, b2.z, s2); s2 = __fmaf_rn(a2.w, b2.w, s2);
+            s3 = __fmaf_rn(a3.x, b3.x, s3); s3 = __fmaf_rn(a3.y, b3.y, s3);
+            s3 = __fmaf_rn(a3.z, b3.z, s3); s3 = __fmaf_rn(a3.w, b3.w, s3);
+        }
+        for (; i < K4; i += 32) {
+            const f4 a0 = x4[i], b0 = v4[i];
+            s0 = __fmaf_rn(a0.x, b0.x, s0); s0 = __fmaf_rn(a0.y, b0.y, s0);
+            s0 = __fmaf_rn(a0.z, b0.z, s0); s0 = __fmaf_rn(a0.w, b0.w, s0);
+        }
+        for (int k = 4 * K4 + lane; k < K; k += 32) s1 = __fmaf_rn(x[k], v[k], s1);
+    } else {
+        int k = lane;
+        for (; k + 96 < K; k += 128) {
+            const float a0 = x[k], a1 = x[k + 32], a2 = x[k + 64], a3 = x[k + 96];
+            const float b0 = v[k * sv], b1 = v[(k + 32) * sv], b2 = v[(k + 64) * sv],
+                        b3 = v[(k + 96) * sv];
+            s0 = __fmaf_rn(a0, b0, s0);
+            s1 = __fmaf_rn(a1, b1, s1);
+            s2 = __fmaf_rn(a2, b2, s2);
+            s3 = __fmaf_rn(a3, b3, s3);
+        }
+        for (; k < K; k += 32) s0 = __fmaf_rn(x[k], v[k * sv], s0);
+    }
+    const float s = warp_sum((s0 + s1) + (s2 + s3));
+    if (lane == 0) out[r * so] = s;
+}
+
+// out[c*so] = sum_k v[k*sv] * X[k*ldx + c], c < Cn.  Block 256: tx = tid&3 owns 4 consecutive
+// columns (16 per block), ty = tid>>2 (64 k lanes) strides over k; fixed-order smem reduction.
+// grid = ceil(Cn/16).
+SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx,
+                       const float* __restrict__ v, long long sv, float* __restrict__ out,
+                       long long so) {
+    __shared__ float red[64][17];
+    const int tx = threadIdx.x & 3, ty = threadIdx.x >> 2;
+    const long long c = (long long)blockIdx.x * 16 + 4 * tx;
+    const long long crem = (long long)Cn - c;  // valid columns from c
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    if (crem > 0) {
+        const float* xc = X + c;
+        const bool vec = crem >= 4 && (ldx & 3) == 0 &&
+                         ((reinterpret_cast<unsigned long long>(xc) & 15ull) == 0);
+        if (vec) {
+            float t[4] = {0.f, 0.f, 0.f, 0.f};
+            int k = ty;
+            for (; k + 192 < K; k += 256) {
+                const f4 a0 = *reinterpret_cast<const f4*>(xc + (long long)k * ldx);
+                const f4 a1 = *reinterpret_cast<const f4*>(xc + (long long)(k + 64) * ldx);
+                const f4 a2 = *reinterpret_cast<const f4*>(xc + (long long)(k + 128) * ldx);
+                const f4 a3 = *reinterpret_cast<const f4*>(xc + (long long)(k + 192) * ldx);
+                const float b0 = v[k * sv], b1 = v[(k + 64) * sv], b2 = v[(k + 128) * sv],
+                            b3 = v[(k + 192) * sv];
+                s[0] = __fmaf_rn(a0.x, b0, s[0]); s[1] = __fmaf_rn(a0.y, b0, s[1]);
+                s[2] = __fmaf_rn(a0.z, b0, s[2]); s[3] = __fmaf_rn(a0.w, b0, s[3]);
+                t[0] = __fmaf_rn(a1.x, b1, t[0]); t[1] = __fmaf_rn(a1.y, b1, t[1]);
+                t[2] = __fmaf_rn(a1.z, b1, t[2]); t[3] = __fmaf_rn(a1.w, b1, t[3]);
+                s[0] = __fmaf_rn(a2.x, b2, s[0]); s[1] = __fmaf_rn(a2.y, b2, s[1]);
+                s[2] = __fmaf_rn(a2.z, b2, s[2]); s[3] = __fmaf_rn(a2.w, b2, s[3]);
+                t[0] = __fmaf_rn(a3.x, b3, t[0]); t[1] = __fmaf_rn(a3.y, b3, t[1]);
+                t[2] = __fmaf_rn(a3.z, b3, t[2]); t[3] = __fmaf_rn(a3.w, b3, t[3]);
+            }
+            for (; k < K; k += 64) {
+                const f4 a0 = *reinterpret_cast<const f4*>(xc + (long long)k * ldx);
+                const float b0 = v[k * sv];
+                s[0] = __fmaf_rn(a0.x, b0, s[0]); s[1] = __fmaf_rn(a0.y, b0, s[1]);
+                s[2] = __fmaf_rn(a0.z, b0, s[2]); s[3] = __fmaf_rn(a0.w, b0, s[3]);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) s[q] += t[q];
+        } else {
+            const int nc = crem < 4 ? (int)crem : 4;
+            for (int k = ty; k < K; k += 64) {
+                const float* xr = xc + (long long)k * ldx;
+                const float b = v[k * sv];
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (q < nc) s[q] = __fmaf_rn(xr[q], b, s[q]);
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) red[ty][4 * tx + q] = s[q];
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const long long cc = (long long)blockIdx.x * 16 + threadIdx.x;
+        if (cc < Cn) {
+            float t = 0.f;
+#pragma unroll 8
+            for (int y = 0; y < 64; ++y) t += red[y][threadIdx.x];
+            out[cc * so] = t;
+        }
+    }
+}
+
+}  // namespace sgf
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+#define SGF_PARAMS                                                                          \
+    int M, int N, int K, const float *__restrict__ A, long long lda,                        \
+        const float *__restrict__ B, long long ldb, float *__restrict__ C, long long ldc
+
+#define SGF_GEMM_ENTRY(NAME, CFG, TA, TB, AL)                                               \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(SGF_PARAMS) {     \
+        sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
+        NAME##_splitk(SGF_PARAMS, int k_per_split) {                                        \
+        sgf::gemm_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split); \
+    }
+
+#define SGF_GEMM_FAMILY(PREFIX, CFG)                                   \
+    SGF_GEMM_ENTRY(PREFIX##_nn, CFG, false, false, true)               \
+    SGF_GEMM_ENTRY(PREFIX##_nt, CFG, false, true, true)                \
+    SGF_GEMM_ENTRY(PREFIX##_tn, CFG, true, false, true)                \
+    SGF_GEMM_ENTRY(PREFIX##_tt, CFG, true, true, true)                 \
+    SGF_GEMM_ENTRY(PREFIX##_nn_u, CFG, false, false, false)            \
+    SGF_GEMM_ENTRY(PREFIX##_nt_u, CFG, false, true, false)             \
+    SGF_GEMM_ENTRY(PREFIX##_tn_u, CFG, true, false, false)             \
+    SGF_GEMM_ENTRY(PREFIX##_tt_u, CFG, true, true, false)
+
+SGF_GEMM_FAMILY(sgemm_fast_128x128, sgf::CfgBig)
+SGF_GEMM_FAMILY(sgemm_fast_64x64, sgf::CfgSmall)
+
+extern "C" __global__ void __launch_bounds__(256)
+    sgemm_splitk_reduce(int M, int N, int splits, const float* __restrict__ W,
+                        float* __restrict__ C, long long ldc) {
+    const long long MN = (long long)M * N;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
+         idx += stride) {
+        float s = 0.f;
+        for (int z = 0; z < splits; ++z) s += W[(long long)z * MN + idx];
+        const long long i = idx / N, j = idx - i * N;
+        C[i * ldc + j] = s;
+    }
+}
+
+// M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA=false) or A[k*lda] (TA=true).
+#define SGF_GEMV_M1(NAME, TA, TB)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(SGF_PARAMS) {                     \
+        (void)M;                                                                             \
+        (void)ldc;                                                                           \
+        const long long sa = TA ? lda : 1;                                                   \
+        if (TB)                                                                              \
+            sgf::gemv_rows(N, K, B, ldb, A, sa, C, 1);                                       \
+        else                                                                                 \
+            sgf::gemv_cols(N, K, B, ldb, A, sa, C, 1);                                       \
+    }
+// N == 1: C[m][0] = sum_k op(A)[m][k] * b[k], b[k] = B[k*ldb] (TB=false) or B[k] (TB=true).
+#define SGF_GEMV_N1(NAME, TA, TB)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(SGF_PARAMS) {                     \
+        (void)N;                                                                             \
+        const long long sb = TB ? 1 : ldb;                                                   \
+        if (TA)                                                                              \
+            sgf::gemv_cols(M, K, A, lda, B, sb, C, ldc);                                     \
+        else                                                                                 \
+            sgf::gemv_rows(M, K, A, lda, B, sb, C, ldc);                                     \
+    }
+
+SGF_GEMV_M1(sgemv_m1_nn, false, false)
+SGF_GEMV_M1(sgemv_m1_nt, false, true)
+SGF_GEMV_M1(sgemv_m1_tn, true, false)
+SGF_GEMV_M1(sgemv_m1_tt, true, true)
+SGF_GEMV_N1(sgemv_n1_nn, false, false)
+SGF_GEMV_N1(sgemv_n1_nt, false, true)
+SGF_GEMV_N1(sgemv_n1_tn, true, false)
+SGF_GEMV_N1(sgemv_n1_tt, true, true)

@@ -1,0 +1,289 @@
+//! GPU tests: every kernel against an f64 reference on fresh random inputs, with the device
+//! output poisoned with NaN before each launch. Run on a machine with a CUDA GPU:
+//! `cargo test -- --include-ignored`.
+//!
+//! `GPU_DOT_TEST_MAX_DIM` caps the square sizes (for slow runs under compute-sanitizer); the
+//! sizes left out are printed.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{assert_close, random, reference, rel_err, tolerance};
+use gpu_dot::{
+    device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
+    Kernel, Layout, Route,
+};
+use ndarray::{s, Array2, ArrayView2};
+
+const NEEDS_GPU: &str = "needs a CUDA GPU";
+
+fn on(kernel: Kernel) -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .kernel(kernel)
+        .poison_output(true)
+}
+
+fn max_dim() -> usize {
+    std::env::var("GPU_DOT_TEST_MAX_DIM").map_or(usize::MAX, |v| v.parse().expect("an integer"))
+}
+
+/// Multiplies on the GPU with `kernel` and checks against the f64 reference `r`.
+#[track_caller]
+fn check_kernel(
+    kernel: Kernel,
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    r: &Array2<f64>,
+    what: &str,
+) -> Route {
+    let p = a
+        .gpu_dot_with(&b, &on(kernel))
+        .unwrap_or_else(|e| panic!("{what} {kernel}: {e}"));
+    assert!(p.route.is_gpu(), "{what}: ran {:?}", p.route);
+    let err = rel_err(&p.c, r);
+    let tol = tolerance(a.ncols());
+    assert!(
+        err <= tol,
+        "{what} {kernel}: relative error {err:.3e} above {tol:.3e}"
+    );
+    p.route
+}
+
+fn expect_device() {
+    if let DeviceStatus::Unavailable(reason) = device_status() {
+        panic!("these tests need a CUDA GPU: {reason}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_is_ready_and_described() {
+    let DeviceStatus::Ready(info) = device_status() else {
+        panic!("{NEEDS_GPU}: {}", device_status());
+    };
+    assert!(!info.name.is_empty());
+    assert!(info.compute_capability >= (5, 0));
+    assert!(info.multiprocessors > 0 && info.total_memory > 0);
+    println!(
+        "{}; context created in {:.1} ms",
+        device_status(),
+        info.context_ms
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_kernel_on_square_sizes() {
+    expect_device();
+    let cap = max_dim();
+    let mut skipped = Vec::new();
+    for size in [1, 7, 15, 16, 17, 31, 33, 127, 1000, 1023, 4097] {
+        if size > cap {
+            skipped.push(size);
+            continue;
+        }
+        let a = random(size, size);
+        let b = random(size, size);
+        let r = reference(&a, &b);
+        for kernel in Kernel::ALL {
+            check_kernel(kernel, a.view(), b.view(), &r, &format!("{size}³"));
+        }
+    }
+    println!("sizes above GPU_DOT_TEST_MAX_DIM={cap} left out: {skipped:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_kernel_on_rectangular_shapes() {
+    expect_device();
+    let shapes = [
+        (1, 300, 257),
+        (1, 1, 1),
+        (257, 300, 1),
+        (1, 4097, 1),
+        (37, 129, 65),
+        (65, 3, 700),
+        (500, 1, 33),
+        (2, 1000, 3),
+        (1025, 17, 1),
+        (33, 2049, 31),
+        (16, 32, 48),
+    ];
+    for (m, k, n) in shapes {
+        let a = random(m, k);
+        let b = random(k, n);
+        let r = reference(&a, &b);
+        for kernel in Kernel::ALL {
+            check_kernel(kernel, a.view(), b.view(), &r, &format!("{m}×{k}×{n}"));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_kernel_in_every_layout() {
+    expect_device();
+    let (m, k, n) = (67, 45, 39);
+    let a = random(m, k);
+    let b = random(k, n);
+    let a_f = a.t().to_owned(); // k × m, C order: .t() is a in F order
+    let b_f = b.t().to_owned();
+    let big = random(3 * m, 3 * k);
+    let big_b = random(3 * k, 3 * n);
+    let a_sliced = big.slice(s![5..5 + m, 7..7 + k]).to_owned();
+    let a_views: Vec<(ArrayView2<f32>, Layout, &str)> = vec![
+        (a.view(), Layout::C, "C"),
+        (a_f.t(), Layout::F, "F"),
+        (big.slice(s![5..5 + m, 7..7 + k]), Layout::Copied, "sliced"),
+        (
+            big.slice(s![..2 * m;2, ..3 * k;3]),
+            Layout::Copied,
+            "stepped",
+        ),
+        (big.slice(s![m..2 * m;-1, ..k]), Layout::Copied, "negative"),
+    ];
+    let b_views: Vec<(ArrayView2<f32>, Layout, &str)> = vec![
+        (b.view(), Layout::C, "C"),
+        (b_f.t(), Layout::F, "F"),
+        (
+            big_b.slice(s![2..2 + k, 1..1 + n]),
+            Layout::Copied,
+            "sliced",
+        ),
+        (
+            big_b.slice(s![..;-3, ..;-3]),
+            Layout::Copied,
+            "negative stepped",
+        ),
+    ];
+    assert_eq!(a_sliced, a_views[2].0);
+    for (av, al, an) in &a_views {
+        for (bv, bl, bn) in &b_views {
+            let r = reference(av, bv);
+            for kernel in Kernel::ALL {
+                let route = check_kernel(kernel, av.view(), bv.view(), &r, &format!("{an} · {bn}"));
+                match route {
+                    Route::Gpu {
+                        a_layout, b_layout, ..
+                    } => assert_eq!((a_layout, b_layout), (*al, *bl)),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn zero_inner_dimension_gives_zeros() {
+    expect_device();
+    let a = random(5, 0);
+    let b = random(0, 6);
+    for kernel in Kernel::ALL {
+        let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
+        assert_eq!(p.c, Array2::<f32>::zeros((5, 6)));
+        assert!(matches!(p.route, Route::Empty));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nan_and_inf_propagate_like_the_cpu() {
+    expect_device();
+    let (m, k, n) = (45, 70, 38);
+    let mut a = random(m, k);
+    let mut b = random(k, n);
+    a[[3, 10]] = f32::NAN; // row 3 of C is NaN
+    a[[7, 0]] = f32::INFINITY; // row 7: ±Inf where b[0, j] != 0
+    b[[5, 9]] = f32::NEG_INFINITY; // column 9: ±Inf, NaN where it meets the Inf or NaN
+    a[[20, 5]] = 0.0; // Inf · 0 = NaN at (20, 9)
+    b[[0, 2]] = 0.0; // and at (7, 2)
+    let cpu = a.dot(&b);
+    for kernel in Kernel::ALL {
+        let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
+        for ((i, j), &x) in c.indexed_iter() {
+            let y = cpu[[i, j]];
+            if y.is_finite() {
+                assert!(
+                    (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                    "{kernel} ({i}, {j}): {x} vs {y}"
+                );
+            } else if y.is_nan() {
+                assert!(x.is_nan(), "{kernel} ({i}, {j}): {x}, the CPU gives NaN");
+            } else {
+                assert_eq!(x, y, "{kernel} ({i}, {j})");
+            }
+        }
+        assert!(c[[3, 0]].is_nan() && c[[20, 9]].is_nan() && c[[7, 2]].is_nan());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sixteen_threads_multiply_at_once() {
+    expect_device();
+    let handles: Vec<_> = (0..16)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..4 {
+                    let kernel = Kernel::ALL[(t + round) % Kernel::ALL.len()];
+                    let (m, k, n) = (50 + 13 * t + round, 70 + 7 * round, 40 + 11 * t);
+                    let a = random(m, k);
+                    let b = random(k, n);
+                    let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
+                    assert!(p.route.is_gpu());
+                    assert_close(&p.c, &a, &b, &format!("thread {t} round {round} {kernel}"));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a thread failed");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn each_family_is_compiled_once_per_process() {
+    expect_device();
+    let a = Arc::new(random(64, 48));
+    let b = random(48, 80);
+    for kernel in Kernel::ALL {
+        a.gpu_dot_with(&b, &on(kernel)).unwrap();
+    }
+    let after_first = nvrtc_compilations();
+    assert_eq!(after_first, 2, "two families, each compiled once");
+    for _ in 0..5 {
+        for kernel in Kernel::ALL {
+            let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
+            assert_close(&c, &*a, &b, "cached module");
+        }
+    }
+    assert_eq!(
+        nvrtc_compilations(),
+        after_first,
+        "a cached family was compiled again"
+    );
+    let loads = module_loads();
+    assert_eq!(loads.len(), 2);
+    for l in loads {
+        println!(
+            "first use of {}: NVRTC {:.1} ms, load {:.1} ms",
+            l.family, l.nvrtc_ms, l.load_ms
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn auto_sends_large_products_to_the_gpu() {
+    expect_device();
+    let a = random(300, 300);
+    let p = a.gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
+    assert!(p.route.is_gpu(), "{}", p.route);
+    assert_close(&p.c, &a, &a, "auto");
+    let c = a.gpu_dot(&a);
+    assert_close(&c, &a, &a, "gpu_dot");
+}
