@@ -10,10 +10,12 @@ use crate::error::GpuDotError;
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
 ///
-/// Measured on an H100 (see BENCHMARKS.md): below about 2·256³ flops the GPU path, with its
-/// host↔device copies and launch, is slower than ndarray's `dot` on the host's cores. Override it
-/// per call with [`DotOptions::min_gpu_flops`] or per process with `GPU_DOT_MIN_FLOPS`.
-pub const DEFAULT_MIN_GPU_FLOPS: u64 = 2 * 256 * 256 * 256;
+/// Measured on an H200 host with 16 cores (BENCHMARKS.md, the `crossover` example): the GPU
+/// path, host↔device copies and launch included, took 0.047 ms at 128³ against 0.033 ms for
+/// ndarray's `dot`, and won from 160³ (8.2 Mflop) on. With fewer host cores the crossover comes
+/// earlier. Override it per call with [`DotOptions::min_gpu_flops`] or per process with
+/// `GPU_DOT_MIN_FLOPS`.
+pub const DEFAULT_MIN_GPU_FLOPS: u64 = 8_000_000;
 
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";

@@ -62,13 +62,13 @@ pub(crate) fn layout_suffix(trans_a: bool, trans_b: bool) -> &'static str {
     LAYOUTS[(trans_a as usize) * 2 + trans_b as usize]
 }
 
-/// How a concrete kernel is launched: its family, entry prefix and square block edge.
+/// How a concrete kernel is launched: its family, entry prefix and block shape.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LaunchRule {
     pub(crate) family: Family,
     pub(crate) prefix: &'static str,
-    /// Threads per block along x and y; each block covers `tile × tile` outputs.
-    pub(crate) tile: u32,
+    /// Threads per block along x (columns of C) and y (rows); one output per thread.
+    pub(crate) block: (u32, u32),
 }
 
 impl LaunchRule {
@@ -77,17 +77,17 @@ impl LaunchRule {
             Kernel::Naive | Kernel::Auto => LaunchRule {
                 family: Family::Naive,
                 prefix: "sgemm_naive",
-                tile: 16,
+                block: (32, 8),
             },
             Kernel::Tiled16 => LaunchRule {
                 family: Family::Tiled,
                 prefix: "sgemm_tiled_16",
-                tile: 16,
+                block: (16, 16),
             },
             Kernel::Tiled32 => LaunchRule {
                 family: Family::Tiled,
                 prefix: "sgemm_tiled_32",
-                tile: 32,
+                block: (32, 32),
             },
         }
     }

@@ -108,14 +108,14 @@ pub(crate) fn launch(
     );
     let rule = LaunchRule::of(kernel);
     let func = gpu.function(rule.family, &rule.entry(a.trans, b.trans))?;
-    let tile = rule.tile as usize;
+    let (bx, by) = rule.block;
     let cfg = LaunchConfig {
         grid_dim: (
-            n.div_ceil(tile) as u32,
-            m.div_ceil(tile).min(MAX_GRID_Y) as u32,
+            n.div_ceil(bx as usize) as u32,
+            m.div_ceil(by as usize).min(MAX_GRID_Y) as u32,
             1,
         ),
-        block_dim: (rule.tile, rule.tile, 1),
+        block_dim: (bx, by, 1),
         shared_mem_bytes: 0,
     };
     let (mi, ni, ki) = (m as i32, n as i32, k as i32);
@@ -137,8 +137,8 @@ pub(crate) fn launch(
     // `a.trans`/`b.trans`; the buffers hold every element the kernel indexes (asserted above:
     // A covers m × k, B covers k × n, C covers m × n at `ldc`), and the kernels guard every
     // load and store by M, N and K; the grid covers all N columns in x, and the kernels loop
-    // over the rows of tiles past gridDim.y; block size tile² ≤ 1024 matches the kernels'
-    // `__launch_bounds__`; static shared memory only.
+    // over the rows of tiles past gridDim.y; the block shape is the one each kernel's comment
+    // names (≤ 1024 threads, matching its `__launch_bounds__`); static shared memory only.
     unsafe { builder.launch(cfg) }.map_err(GpuDotError::at("launching a kernel"))?;
     Ok(())
 }

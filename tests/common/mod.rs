@@ -83,12 +83,44 @@ pub fn rel_err<S: Data<Elem = f32>>(c: &ArrayBase<S, Ix2>, r: &Array2<f64>) -> f
     }
 }
 
-/// The error allowed for an f32 product with inner dimension `k`: a few ulps times √k.
-pub fn tolerance(k: usize) -> f64 {
-    4.0 * f32::EPSILON as f64 * (k.max(1) as f64).sqrt()
+/// Checks `c` against the f64 reference `r` of `a · b`: ‖c − r‖_F must stay within
+/// 4·ε·√k·‖|a|·|b|‖_F, the probabilistic rounding bound of an f32 sum of `k` products (it
+/// scales with |a|·|b|, not with the result, so cancellation in a single dot product does not
+/// make it fail, while a wrong index, a skipped step or an unwritten (NaN) element does).
+/// Returns the relative error ‖c − r‖_F / ‖r‖_F.
+#[track_caller]
+pub fn check<S, S1, S2>(
+    c: &ArrayBase<S, Ix2>,
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+    r: &Array2<f64>,
+    what: &str,
+) -> f64
+where
+    S: Data<Elem = f32>,
+    S1: Data<Elem = f32>,
+    S2: Data<Elem = f32>,
+{
+    assert_eq!(c.dim(), r.dim(), "{what}: result has the wrong shape");
+    let abs = a
+        .mapv(|x| f64::from(x).abs())
+        .dot(&b.mapv(|x| f64::from(x).abs()));
+    let (mut diff, mut scale) = (0.0f64, 0.0f64);
+    for ((&x, &y), &s) in c.iter().zip(r.iter()).zip(abs.iter()) {
+        diff += (x as f64 - y).powi(2);
+        scale += s * s;
+    }
+    let bound = 4.0 * f32::EPSILON as f64 * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
+    assert!(
+        diff.sqrt() <= bound,
+        "{what}: ‖C − ref‖ = {:.3e} above the bound {bound:.3e} (relative error {:.3e})",
+        diff.sqrt(),
+        rel_err(c, r)
+    );
+    rel_err(c, r)
 }
 
-/// Asserts `c` matches the f64 reference of `a · b` within [`tolerance`].
+/// Asserts `c` matches the f64 reference of `a · b` (see [`check`]).
 #[track_caller]
 pub fn assert_close<S, S1, S2>(
     c: &ArrayBase<S, Ix2>,
@@ -100,11 +132,5 @@ pub fn assert_close<S, S1, S2>(
     S1: Data<Elem = f32>,
     S2: Data<Elem = f32>,
 {
-    let r = reference(a, b);
-    let err = rel_err(c, &r);
-    let tol = tolerance(a.ncols());
-    assert!(
-        err <= tol,
-        "{what}: relative error {err:.3e} above {tol:.3e}"
-    );
+    check(c, a, b, &reference(a, b), what);
 }
