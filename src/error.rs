@@ -55,6 +55,12 @@ pub enum GpuDotError {
         /// The product's dimensions `(m, k, n)`.
         dims: (usize, usize, usize),
     },
+    /// cuBLAS, the reference behind the `cublas` feature, failed.
+    #[cfg(feature = "cublas")]
+    Cublas {
+        /// cuBLAS's status.
+        status: String,
+    },
     /// An environment variable holds a value the crate does not understand.
     InvalidEnv {
         /// The variable's name.
@@ -121,6 +127,8 @@ impl fmt::Display for GpuDotError {
                 "product {m} × {k} × {n} has a dimension above the kernels' limit of {}",
                 i32::MAX
             ),
+            #[cfg(feature = "cublas")]
+            GpuDotError::Cublas { status } => write!(f, "cuBLAS failed: {status}"),
             GpuDotError::InvalidEnv {
                 var,
                 value,

@@ -64,6 +64,8 @@ pub struct DeviceProblem {
     a: CudaSlice<f32>,
     b: CudaSlice<f32>,
     c: CudaSlice<f32>,
+    #[cfg(feature = "cublas")]
+    blas: Option<cudarc::cublas::CudaBlas>,
 }
 
 impl DeviceProblem {
@@ -92,6 +94,8 @@ impl DeviceProblem {
             a,
             b,
             c,
+            #[cfg(feature = "cublas")]
+            blas: None,
         })
     }
 
@@ -132,8 +136,15 @@ impl DeviceProblem {
 
     /// Runs `kernel` once on a NaN-poisoned output and returns the product.
     pub fn run(&mut self, kernel: Kernel) -> Result<Array2<f32>, GpuDotError> {
+        self.run_by(|p| p.launch(kernel))
+    }
+
+    fn run_by(
+        &mut self,
+        launch: impl FnOnce(&mut Self) -> Result<(), GpuDotError>,
+    ) -> Result<Array2<f32>, GpuDotError> {
         sgemm::poison(&self.stream, &mut self.c)?;
-        self.launch(kernel)?;
+        launch(self)?;
         let data = self
             .stream
             .clone_dtoh(&self.c)
@@ -181,8 +192,17 @@ impl DeviceProblem {
         warmup: usize,
         reps: usize,
     ) -> Result<Timing, GpuDotError> {
+        self.time_by(warmup, reps, |p| p.launch(kernel))
+    }
+
+    fn time_by(
+        &mut self,
+        warmup: usize,
+        reps: usize,
+        mut launch: impl FnMut(&mut Self) -> Result<(), GpuDotError>,
+    ) -> Result<Timing, GpuDotError> {
         for _ in 0..warmup {
-            self.launch(kernel)?;
+            launch(self)?;
         }
         let (start, end) = (self.event()?, self.event()?);
         let mut times = Vec::with_capacity(reps.max(1));
@@ -190,7 +210,7 @@ impl DeviceProblem {
             start
                 .record(&self.stream)
                 .map_err(GpuDotError::at("recording an event"))?;
-            self.launch(kernel)?;
+            launch(self)?;
             end.record(&self.stream)
                 .map_err(GpuDotError::at("recording an event"))?;
             end.synchronize()
@@ -208,5 +228,63 @@ impl DeviceProblem {
             min_ms: times[0],
             gflops: crate::flops(m, k, n) as f64 / (median_ms * 1e6),
         })
+    }
+}
+
+/// cuBLAS as a reference (feature `cublas`): same operands, same output buffer. The crate's
+/// products never come from cuBLAS.
+#[cfg(feature = "cublas")]
+impl DeviceProblem {
+    /// Runs cuBLAS SGEMM (FP32 math, no TF32) once on a NaN-poisoned output.
+    pub fn run_cublas(&mut self) -> Result<Array2<f32>, GpuDotError> {
+        self.run_by(|p| p.launch_cublas())
+    }
+
+    /// Times cuBLAS SGEMM as [`time`](Self::time) times a kernel.
+    pub fn time_cublas(&mut self, warmup: usize, reps: usize) -> Result<Timing, GpuDotError> {
+        self.time_by(warmup, reps, |p| p.launch_cublas())
+    }
+
+    fn launch_cublas(&mut self) -> Result<(), GpuDotError> {
+        use cudarc::cublas::{sys, CudaBlas, Gemm, GemmConfig};
+        let failed = |e: cudarc::cublas::result::CublasError| GpuDotError::Cublas {
+            status: format!("{e:?}"),
+        };
+        if self.blas.is_none() {
+            // SAFETY: only tries to open the shared library.
+            if !unsafe { sys::is_culib_present() } {
+                return Err(GpuDotError::Cublas {
+                    status: "libcublas not found".into(),
+                });
+            }
+            let blas = CudaBlas::new(self.stream.clone()).map_err(failed)?;
+            // SAFETY: the handle is valid; CUBLAS_PEDANTIC_MATH keeps FP32 arithmetic (no TF32).
+            unsafe {
+                sys::cublasSetMathMode(*blas.handle(), sys::cublasMath_t::CUBLAS_PEDANTIC_MATH)
+            }
+            .result()
+            .map_err(failed)?;
+            self.blas = Some(blas);
+        }
+        let blas = self.blas.as_ref().expect("set above");
+        let (m, k, n) = self.dims;
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's (m, n, k) are our (n, m, k).
+        let cfg = GemmConfig {
+            transa: sys::cublasOperation_t::CUBLAS_OP_N,
+            transb: sys::cublasOperation_t::CUBLAS_OP_N,
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            alpha: 1.0f32,
+            lda: n as i32,
+            ldb: k as i32,
+            beta: 0.0f32,
+            ldc: n as i32,
+        };
+        // SAFETY: B is k × n with ld n, A is m × k with ld k, C is m × n with ld n, all
+        // row-major and fully allocated (DeviceProblem::new); the dimensions fit in i32
+        // (checked when the problem's kernels launch, and by `check_dims` here).
+        sgemm::check_dims(m, k, n)?;
+        unsafe { blas.gemm(cfg, &self.b, &self.a, &mut self.c) }.map_err(failed)
     }
 }
