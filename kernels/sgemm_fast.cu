@@ -17,7 +17,7 @@
 // sgemm_fast_128x128_{nn,nt,tn,tt}[_u]            block 256, smem 67584 (> 48 KB: host MUST set
 //      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 67584 on each function before launch)
 //      grid = (ceil(M/128) * ceil(N/128), 1, 1)   [tile index on gridDim.x, grouped order inside]
-// sgemm_fast_64x64_{nn,nt,tn,tt}[_u]              block 128, smem 34816 (<= 48 KB, no attribute
+// sgemm_fast_64x64_{nn,nt,tn,tt}[_u]              block 64, smem 34816 (<= 48 KB, no attribute
 //      needed), grid = (ceil(M/64) * ceil(N/64), 1, 1)
 // ..._splitk variants of both (e.g. sgemm_fast_128x128_nn_splitk, sgemm_fast_64x64_nt_u_splitk):
 //      same block / smem, 10th argument `int k_per_split` (> 0, multiple of 16),
@@ -105,7 +105,7 @@ struct Cfg {
     static_assert(TM % 4 == 0 && TN % 4 == 0, "4x4 sub-blocks");
 };
 typedef Cfg<128, 128, 2, 4, 8, 8, 4, 2> CfgBig;   // 256 threads, 8x8 per thread, 67584 B smem
-typedef Cfg<64, 64, 2, 2, 8, 4, 4, 4> CfgSmall;   // 128 threads, 8x4 per thread, 34816 B smem
+typedef Cfg<64, 64, 1, 2, 8, 8, 4, 6> CfgSmall;   // 64 threads, 8x8 per thread, 34816 B smem
 
 // ---------------------------------------------------------------------------------------------
 // Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a smem
@@ -405,31 +405,36 @@ SGF_DEV void gemv_rows(int R, int K, const float* __restrict__ X, long long ldx,
     if (r >= R) return;
     const float* x = X + r * ldx;
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    const bool vec = (sv == 1) && (((reinterpret_cast<unsigned long long>(x) |
-                                     reinterpret_cast<unsigned long long>(v)) & 15ull) == 0);
-    if (vec) {
+    const bool xvec = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
+    const bool vvec = (sv == 1) && (reinterpret_cast<unsigned long long>(v) & 15ull) == 0;
+    if (xvec) {
         const int K4 = K >> 2;
         const f4* x4 = reinterpret_cast<const f4*>(x);
-        const f4* v4 = reinterpret_cast<const f4*>(v);
         int i = lane;
-        for (; i + 96 < K4; i += 128) {
-            const f4 a0 = x4[i], a1 = x4[i + 32], a2 = x4[i + 64], a3 = x4[i + 96];
-            const f4 b0 = v4[i], b1 = v4[i + 32], b2 = v4[i + 64], b3 = v4[i + 96];
-            s0 = __fmaf_rn(a0.x, b0.x, s0); s0 = __fmaf_rn(a0.y, b0.y, s0);
-            s0 = __fmaf_rn(a0.z, b0.z, s0); s0 = __fmaf_rn(a0.w, b0.w, s0);
-            s1 = __fmaf_rn(a1.x, b1.x, s1); s1 = __fmaf_rn(a1.y, b1.y, s1);
-            s1 = __fmaf_rn(a1.z, b1.z, s1); s1 = __fmaf_rn(a1.w, b1.w, s1);
-            s2 = __fmaf_rn(a2.x, b2.x, s2); s2 = __fmaf_rn(a2.y, b2.y, s2);
-            s2 = __fmaf_rn(a2.z, b2.z, s2); s2 = __fmaf_rn(a2.w, b2.w, s2);
-            s3 = __fmaf_rn(a3.x, b3.x, s3); s3 = __fmaf_rn(a3.y, b3.y, s3);
-            s3 = __fmaf_rn(a3.z, b3.z, s3); s3 = __fmaf_rn(a3.w, b3.w, s3);
+        if (vvec) {
+            const f4* v4 = reinterpret_cast<const f4*>(v);
+            for (; i + 96 < K4; i += 128) {
+                const f4 a0 = x4[i], a1 = x4[i + 32], a2 = x4[i + 64], a3 = x4[i + 96];
+                const f4 b0 = v4[i], b1 = v4[i + 32], b2 = v4[i + 64], b3 = v4[i + 96];
+                s0 = __fmaf_rn(a0.x, b0.x, s0); s0 = __fmaf_rn(a0.y, b0.y, s0);
+                s0 = __fmaf_rn(a0.z, b0.z, s0); s0 = __fmaf_rn(a0.w, b0.w, s0);
+                s1 = __fmaf_rn(a1.x, b1.x, s1); s1 = __fmaf_rn(a1.y, b1.y, s1);
+                s1 = __fmaf_rn(a1.z, b1.z, s1); s1 = __fmaf_rn(a1.w, b1.w, s1);
+                s2 = __fmaf_rn(a2.x, b2.x, s2); s2 = __fmaf_rn(a2.y, b2.y, s2);
+                s2 = __fmaf_rn(a2.z, b2.z, s2); s2 = __fmaf_rn(a2.w, b2.w, s2);
+                s3 = __fmaf_rn(a3.x, b3.x, s3); s3 = __fmaf_rn(a3.y, b3.y, s3);
+                s3 = __fmaf_rn(a3.z, b3.z, s3); s3 = __fmaf_rn(a3.w, b3.w, s3);
+            }
         }
         for (; i < K4; i += 32) {
-            const f4 a0 = x4[i], b0 = v4[i];
-            s0 = __fmaf_rn(a0.x, b0.x, s0); s0 = __fmaf_rn(a0.y, b0.y, s0);
-            s0 = __fmaf_rn(a0.z, b0.z, s0); s0 = __fmaf_rn(a0.w, b0.w, s0);
+            const f4 a0 = x4[i];
+            const float* vb = v + (long long)(4 * i) * sv;
+            s0 = __fmaf_rn(a0.x, vb[0], s0);
+            s1 = __fmaf_rn(a0.y, vb[sv], s1);
+            s2 = __fmaf_rn(a0.z, vb[2 * sv], s2);
+            s3 = __fmaf_rn(a0.w, vb[3 * sv], s3);
         }
-        for (int k = 4 * K4 + lane; k < K; k += 32) s1 = __fmaf_rn(x[k], v[k], s1);
+        for (int k = 4 * K4 + lane; k < K; k += 32) s1 = __fmaf_rn(x[k], v[k * sv], s1);
     } else {
         int k = lane;
         for (; k + 96 < K; k += 128) {
@@ -465,21 +470,23 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
         if (vec) {
             float t[4] = {0.f, 0.f, 0.f, 0.f};
             int k = ty;
-            for (; k + 192 < K; k += 256) {
-                const f4 a0 = *reinterpret_cast<const f4*>(xc + (long long)k * ldx);
-                const f4 a1 = *reinterpret_cast<const f4*>(xc + (long long)(k + 64) * ldx);
-                const f4 a2 = *reinterpret_cast<const f4*>(xc + (long long)(k + 128) * ldx);
-                const f4 a3 = *reinterpret_cast<const f4*>(xc + (long long)(k + 192) * ldx);
-                const float b0 = v[k * sv], b1 = v[(k + 64) * sv], b2 = v[(k + 128) * sv],
-                            b3 = v[(k + 192) * sv];
-                s[0] = __fmaf_rn(a0.x, b0, s[0]); s[1] = __fmaf_rn(a0.y, b0, s[1]);
-                s[2] = __fmaf_rn(a0.z, b0, s[2]); s[3] = __fmaf_rn(a0.w, b0, s[3]);
-                t[0] = __fmaf_rn(a1.x, b1, t[0]); t[1] = __fmaf_rn(a1.y, b1, t[1]);
-                t[2] = __fmaf_rn(a1.z, b1, t[2]); t[3] = __fmaf_rn(a1.w, b1, t[3]);
-                s[0] = __fmaf_rn(a2.x, b2, s[0]); s[1] = __fmaf_rn(a2.y, b2, s[1]);
-                s[2] = __fmaf_rn(a2.z, b2, s[2]); s[3] = __fmaf_rn(a2.w, b2, s[3]);
-                t[0] = __fmaf_rn(a3.x, b3, t[0]); t[1] = __fmaf_rn(a3.y, b3, t[1]);
-                t[2] = __fmaf_rn(a3.z, b3, t[2]); t[3] = __fmaf_rn(a3.w, b3, t[3]);
+            for (; k + 448 < K; k += 512) {
+                f4 a[8];
+                float b[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    a[u] = *reinterpret_cast<const f4*>(xc + (long long)(k + 64 * u) * ldx);
+                    b[u] = v[(k + 64 * u) * sv];
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u += 2) {
+                    s[0] = __fmaf_rn(a[u].x, b[u], s[0]); s[1] = __fmaf_rn(a[u].y, b[u], s[1]);
+                    s[2] = __fmaf_rn(a[u].z, b[u], s[2]); s[3] = __fmaf_rn(a[u].w, b[u], s[3]);
+                    t[0] = __fmaf_rn(a[u + 1].x, b[u + 1], t[0]);
+                    t[1] = __fmaf_rn(a[u + 1].y, b[u + 1], t[1]);
+                    t[2] = __fmaf_rn(a[u + 1].z, b[u + 1], t[2]);
+                    t[3] = __fmaf_rn(a[u + 1].w, b[u + 1], t[3]);
+                }
             }
             for (; k < K; k += 64) {
                 const f4 a0 = *reinterpret_cast<const f4*>(xc + (long long)k * ldx);

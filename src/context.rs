@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use once_cell::sync::{Lazy, OnceCell};
@@ -230,6 +231,13 @@ impl Gpu {
             let f = module
                 .load_function(&entry)
                 .map_err(GpuDotError::at("looking up a kernel entry point"))?;
+            if let Some(bytes) = Family::shared_bytes(&entry) {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+                .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
+            }
             functions.insert(entry, f);
         }
         Ok(LoadedModule {

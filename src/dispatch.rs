@@ -6,6 +6,7 @@ use ndarray::{Array2, ArrayBase, Data, Ix2};
 
 use crate::context;
 use crate::error::GpuDotError;
+use crate::fast::Plan;
 use crate::layout::{self, Layout};
 use crate::options::{Backend, DotOptions, Kernel};
 use crate::sgemm;
@@ -24,8 +25,10 @@ pub struct Product {
 pub enum Route {
     /// On the GPU.
     Gpu {
-        /// The kernel that ran.
+        /// The kernel asked for (`Auto` when the crate chose).
         kernel: Kernel,
+        /// The register-blocked family's plan, for `Reg64`, `Reg128` and `Auto`.
+        plan: Option<Plan>,
         /// How the left operand was read.
         a_layout: Layout,
         /// How the right operand was read.
@@ -65,12 +68,17 @@ impl fmt::Display for Route {
         match self {
             Route::Gpu {
                 kernel,
+                plan,
                 a_layout,
                 b_layout,
-            } => write!(
-                f,
-                "GPU, kernel {kernel} (operands read as {a_layout:?} and {b_layout:?} order)"
-            ),
+            } => {
+                match plan {
+                    Some(plan) if *kernel == Kernel::Auto => write!(f, "GPU, kernel auto: {plan}")?,
+                    Some(plan) => write!(f, "GPU, kernel {kernel}: {plan}")?,
+                    None => write!(f, "GPU, kernel {kernel}")?,
+                }
+                write!(f, " (operands read as {a_layout:?} and {b_layout:?} order)")
+            }
             Route::Cpu(CpuReason::Requested) => write!(f, "CPU, as requested"),
             Route::Cpu(CpuReason::BelowThreshold { flops, threshold }) => write!(
                 f,
@@ -155,14 +163,22 @@ where
     let ((m, k), n) = (a.dim(), b.ncols());
     sgemm::check_dims(m, k, n)?;
     let gpu = context::gpu()?;
-    let kernel = opts.kernel.resolve(m, k, n);
     let (oa, ob) = (layout::operand(a), layout::operand(b));
-    let data = sgemm::gemm_host(gpu, kernel, (m, k, n), &oa, &ob, opts.poison_output)?;
+    let (data, ran) = sgemm::gemm_host(
+        gpu,
+        opts.kernel,
+        opts.autotune,
+        (m, k, n),
+        &oa,
+        &ob,
+        opts.poison_output,
+    )?;
     let c = Array2::from_shape_vec((m, n), data).expect("the kernel returns m·n elements");
     Ok(Product {
         c,
         route: Route::Gpu {
-            kernel,
+            kernel: ran.kernel,
+            plan: ran.plan,
             a_layout: oa.layout,
             b_layout: ob.layout,
         },

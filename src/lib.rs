@@ -58,11 +58,13 @@
 mod context;
 mod dispatch;
 mod error;
+mod fast;
 mod layout;
 mod options;
 pub mod profile;
 mod registry;
 mod sgemm;
+mod tuner;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
@@ -71,11 +73,14 @@ pub use context::{
 };
 pub use dispatch::{flops, CpuReason, Product, Route};
 pub use error::GpuDotError;
+pub use fast::Plan;
 pub use layout::{layout_of, Layout};
 pub use options::{
-    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, ENV_BACKEND, ENV_DEVICE, ENV_KERNEL,
-    ENV_MIN_FLOPS,
+    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
+    ENV_KERNEL, ENV_MIN_FLOPS,
 };
+pub use registry::TileConfig;
+pub use tuner::tuned_plans;
 
 /// Matrix multiplication of 2-D `f32` arrays on the GPU, with ndarray's `dot` as fallback.
 pub trait GpuDot {

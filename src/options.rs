@@ -19,10 +19,13 @@ pub const DEFAULT_MIN_GPU_FLOPS: u64 = 8_000_000;
 
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
-/// Environment variable choosing the kernel: `auto`, `naive`, `tiled16` or `tiled32`.
+/// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
+/// or `reg128`.
 pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
 /// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`] (a non-negative integer).
 pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
+/// Environment variable turning the autotuner off (`0`, `off`, `false`) or on (`1`, `on`, `true`).
+pub const ENV_AUTOTUNE: &str = "GPU_DOT_AUTOTUNE";
 /// Environment variable choosing the CUDA device by ordinal (default 0).
 pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
 
@@ -41,7 +44,8 @@ pub enum Backend {
 /// Which CUDA kernel computes a GPU product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Kernel {
-    /// The fastest kernel the crate has for the shape (today [`Kernel::Tiled32`]).
+    /// The register-blocked family with the plan measured fastest for the shape class (tile
+    /// configuration, split-K, or GEMV for one row or column); see [`DotOptions::autotune`].
     #[default]
     Auto,
     /// One thread per output element, operands read from global memory.
@@ -50,19 +54,22 @@ pub enum Kernel {
     Tiled16,
     /// Shared-memory tiles of 32 × 32.
     Tiled32,
+    /// Register-blocked 64 × 64 tiles: each thread computes a block of outputs from
+    /// vectorised shared-memory reads, with a cp.async pipeline over K.
+    Reg64,
+    /// Register-blocked 128 × 128 tiles, 256 threads, 8 × 8 outputs per thread.
+    Reg128,
 }
 
 impl Kernel {
     /// Every concrete kernel, slowest first.
-    pub const ALL: [Kernel; 3] = [Kernel::Naive, Kernel::Tiled16, Kernel::Tiled32];
-
-    /// The concrete kernel `Auto` stands for at this shape.
-    pub fn resolve(self, _m: usize, _k: usize, _n: usize) -> Kernel {
-        match self {
-            Kernel::Auto => Kernel::Tiled32,
-            k => k,
-        }
-    }
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Naive,
+        Kernel::Tiled16,
+        Kernel::Tiled32,
+        Kernel::Reg64,
+        Kernel::Reg128,
+    ];
 
     /// The kernel's short name, as `GPU_DOT_KERNEL` spells it.
     pub fn name(self) -> &'static str {
@@ -71,6 +78,8 @@ impl Kernel {
             Kernel::Naive => "naive",
             Kernel::Tiled16 => "tiled16",
             Kernel::Tiled32 => "tiled32",
+            Kernel::Reg64 => "reg64",
+            Kernel::Reg128 => "reg128",
         }
     }
 }
@@ -111,6 +120,8 @@ impl FromStr for Kernel {
             "naive" => Ok(Kernel::Naive),
             "tiled16" | "tiled_16" => Ok(Kernel::Tiled16),
             "tiled32" | "tiled_32" => Ok(Kernel::Tiled32),
+            "reg64" => Ok(Kernel::Reg64),
+            "reg128" => Ok(Kernel::Reg128),
             _ => Err(()),
         }
     }
@@ -129,6 +140,11 @@ pub struct DotOptions {
     /// Fill the device output with NaN before the kernel runs, so that an element the kernel
     /// fails to write shows up as NaN. For testing kernels; costs one memset.
     pub poison_output: bool,
+    /// Under [`Kernel::Auto`], measure the candidate plans the first time a shape class (the
+    /// powers of two bracketing m, k and n) is seen, and keep the fastest for the process.
+    /// Off, `Auto` runs a fixed plan chosen from the shape and the device's multiprocessor
+    /// count.
+    pub autotune: bool,
 }
 
 impl DotOptions {
@@ -139,6 +155,7 @@ impl DotOptions {
             kernel: Kernel::Auto,
             min_gpu_flops: DEFAULT_MIN_GPU_FLOPS,
             poison_output: false,
+            autotune: true,
         }
     }
 
@@ -164,7 +181,7 @@ impl DotOptions {
             opts.kernel = v.parse().map_err(|_| GpuDotError::InvalidEnv {
                 var: ENV_KERNEL,
                 value: v.clone(),
-                expected: "auto, naive, tiled16 or tiled32",
+                expected: "auto, naive, tiled16, tiled32, reg64 or reg128",
             })?;
         }
         if let Some(v) = lookup(ENV_MIN_FLOPS) {
@@ -173,6 +190,19 @@ impl DotOptions {
                 value: v.clone(),
                 expected: "a non-negative integer",
             })?;
+        }
+        if let Some(v) = lookup(ENV_AUTOTUNE) {
+            opts.autotune = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "true" | "yes" => true,
+                "0" | "off" | "false" | "no" => false,
+                _ => {
+                    return Err(GpuDotError::InvalidEnv {
+                        var: ENV_AUTOTUNE,
+                        value: v.clone(),
+                        expected: "0, 1, on, off, true or false",
+                    })
+                }
+            };
         }
         Ok(opts)
     }
@@ -192,6 +222,12 @@ impl DotOptions {
     /// These options with another CPU/GPU threshold.
     pub fn min_gpu_flops(mut self, flops: u64) -> Self {
         self.min_gpu_flops = flops;
+        self
+    }
+
+    /// These options with autotuning on or off.
+    pub fn autotune(mut self, on: bool) -> Self {
+        self.autotune = on;
         self
     }
 

@@ -110,7 +110,7 @@ impl DeviceProblem {
     }
 
     fn launch(&mut self, kernel: Kernel) -> Result<(), GpuDotError> {
-        let (m, k, n) = self.dims;
+        let (_, k, n) = self.dims;
         let a = DeviceOperand {
             buf: &self.a,
             trans: false,
@@ -121,17 +121,18 @@ impl DeviceProblem {
             trans: false,
             ld: n,
         };
-        let kernel = kernel.resolve(m, k, n);
-        sgemm::launch(
+        crate::tuner::run(
             self.gpu,
             &self.stream,
             kernel,
+            true,
             self.dims,
             &a,
             &b,
             &mut self.c,
             n,
         )
+        .map(|_| ())
     }
 
     /// Runs `kernel` once on a NaN-poisoned output and returns the product.

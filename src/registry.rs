@@ -13,11 +13,13 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 pub(crate) enum Family {
     Naive,
     Tiled,
+    /// Register-blocked, pipelined SGEMM (two tile configurations, split-K) and GEMV.
+    Fast,
 }
 
 impl Family {
-    pub(crate) const COUNT: usize = 2;
-    pub(crate) const ALL: [Family; Family::COUNT] = [Family::Naive, Family::Tiled];
+    pub(crate) const COUNT: usize = 3;
+    pub(crate) const ALL: [Family; Family::COUNT] = [Family::Naive, Family::Tiled, Family::Fast];
 
     pub(crate) fn index(self) -> usize {
         self as usize
@@ -27,6 +29,7 @@ impl Family {
         match self {
             Family::Naive => "naive",
             Family::Tiled => "tiled",
+            Family::Fast => "sgemm_fast",
         }
     }
 
@@ -34,6 +37,7 @@ impl Family {
         match self {
             Family::Naive => include_str!("../kernels/naive.cu"),
             Family::Tiled => include_str!("../kernels/tiled.cu"),
+            Family::Fast => include_str!("../kernels/sgemm_fast.cu"),
         }
     }
 
@@ -44,18 +48,94 @@ impl Family {
 
     /// Every entry point the module holds.
     pub(crate) fn entries(self) -> Vec<String> {
-        let prefixes: &[&str] = match self {
-            Family::Naive => &["sgemm_naive"],
-            Family::Tiled => &["sgemm_tiled_16", "sgemm_tiled_32"],
+        let per_layout = |prefix: &str, suffixes: &[&str]| -> Vec<String> {
+            LAYOUTS
+                .iter()
+                .flat_map(|l| suffixes.iter().map(move |s| format!("{prefix}_{l}{s}")))
+                .collect()
         };
-        prefixes
-            .iter()
-            .flat_map(|p| LAYOUTS.iter().map(move |l| format!("{p}_{l}")))
-            .collect()
+        match self {
+            Family::Naive => per_layout("sgemm_naive", &[""]),
+            Family::Tiled => [
+                per_layout("sgemm_tiled_16", &[""]),
+                per_layout("sgemm_tiled_32", &[""]),
+            ]
+            .concat(),
+            Family::Fast => {
+                let mut e = Vec::new();
+                for config in [TileConfig::Big, TileConfig::Small] {
+                    let prefix = format!("sgemm_fast_{}", config.name_in_source());
+                    e.extend(per_layout(&prefix, &["", "_u", "_splitk", "_u_splitk"]));
+                }
+                e.extend(per_layout("sgemv_m1", &[""]));
+                e.extend(per_layout("sgemv_n1", &[""]));
+                e.push("sgemm_splitk_reduce".into());
+                e
+            }
+        }
+    }
+
+    /// Dynamic shared memory an entry point needs raised above the default 48 KiB limit.
+    pub(crate) fn shared_bytes(entry: &str) -> Option<u32> {
+        [TileConfig::Big, TileConfig::Small]
+            .into_iter()
+            .find_map(|c| {
+                let prefix = format!("sgemm_fast_{}_", c.name_in_source());
+                (entry.starts_with(&prefix) && c.smem_bytes() > 48 * 1024).then(|| c.smem_bytes())
+            })
     }
 }
 
 const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
+
+/// A tile configuration of the register-blocked kernels (`kernels/sgemm_fast.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TileConfig {
+    /// 128 × 128 output tiles, 256 threads, an 8 × 8 block of outputs per thread.
+    Big,
+    /// 64 × 64 output tiles, 128 threads, for shapes that make few big tiles.
+    Small,
+}
+
+impl TileConfig {
+    /// Output rows and columns one block computes.
+    pub fn tile(self) -> (usize, usize) {
+        match self {
+            TileConfig::Big => (128, 128),
+            TileConfig::Small => (64, 64),
+        }
+    }
+
+    /// The kernel name the crate gives it (`Kernel::Reg128`, `Kernel::Reg64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TileConfig::Big => "reg128",
+            TileConfig::Small => "reg64",
+        }
+    }
+
+    pub(crate) fn name_in_source(self) -> &'static str {
+        match self {
+            TileConfig::Big => "128x128",
+            TileConfig::Small => "64x64",
+        }
+    }
+
+    pub(crate) fn threads(self) -> u32 {
+        match self {
+            TileConfig::Big => 256,
+            TileConfig::Small => 128,
+        }
+    }
+
+    /// Dynamic shared memory per block: the pipeline's stages of both operand tiles.
+    pub(crate) fn smem_bytes(self) -> u32 {
+        match self {
+            TileConfig::Big => 67_584,
+            TileConfig::Small => 34_816,
+        }
+    }
+}
 
 /// The suffix naming an operand layout pair.
 pub(crate) fn layout_suffix(trans_a: bool, trans_b: bool) -> &'static str {
@@ -72,9 +152,11 @@ pub(crate) struct LaunchRule {
 }
 
 impl LaunchRule {
-    pub(crate) fn of(kernel: Kernel) -> LaunchRule {
-        match kernel {
-            Kernel::Naive | Kernel::Auto => LaunchRule {
+    /// The rule of a one-output-per-thread kernel; `None` for the register-blocked kernels
+    /// and `Auto`, which `fast::launch` runs by plan.
+    pub(crate) fn of(kernel: Kernel) -> Option<LaunchRule> {
+        Some(match kernel {
+            Kernel::Naive => LaunchRule {
                 family: Family::Naive,
                 prefix: "sgemm_naive",
                 block: (32, 8),
@@ -89,7 +171,8 @@ impl LaunchRule {
                 prefix: "sgemm_tiled_32",
                 block: (32, 32),
             },
-        }
+            Kernel::Auto | Kernel::Reg64 | Kernel::Reg128 => return None,
+        })
     }
 
     pub(crate) fn entry(&self, trans_a: bool, trans_b: bool) -> String {
@@ -103,8 +186,8 @@ mod tests {
 
     #[test]
     fn every_entry_named_by_a_launch_rule_exists_in_its_source() {
-        for kernel in Kernel::ALL {
-            let rule = LaunchRule::of(kernel);
+        for kernel in [Kernel::Naive, Kernel::Tiled16, Kernel::Tiled32] {
+            let rule = LaunchRule::of(kernel).unwrap();
             let entries = rule.family.entries();
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                 let entry = rule.entry(ta, tb);
@@ -122,11 +205,11 @@ mod tests {
                 "{} still includes a header",
                 family.name()
             );
-            assert!(
-                src.contains("#define SGEMM_PARAMS"),
-                "{} lacks common.cuh",
-                family.name()
-            );
+            for entry in family.entries() {
+                // Each entry is declared by name or assembled by a macro from its prefix.
+                let stem = entry.split('_').take(2).collect::<Vec<_>>().join("_");
+                assert!(src.contains(&stem), "{} lacks {entry}", family.name());
+            }
         }
     }
 }

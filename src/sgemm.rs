@@ -82,6 +82,28 @@ pub(crate) fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError
     Ok(())
 }
 
+/// Checks what every launcher relies on: dimensions at least 1 and within `int`, and buffers
+/// that hold every element the kernel may index.
+pub(crate) fn check_launch(
+    (m, k, n): (usize, usize, usize),
+    a: &DeviceOperand,
+    b: &DeviceOperand,
+    c: &CudaSlice<f32>,
+    ldc: usize,
+) -> Result<(), GpuDotError> {
+    check_dims(m, k, n)?;
+    assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
+    assert!(
+        a.covers(m, k) && b.covers(k, n),
+        "operand buffers too small"
+    );
+    assert!(
+        n <= ldc && (m - 1) * ldc + n <= c.len(),
+        "output buffer too small"
+    );
+    Ok(())
+}
+
 /// Enqueues `C (m × n, row-major, leading dimension ldc) = op(A) · op(B)` on `stream`.
 ///
 /// `kernel` must be concrete (not `Auto`); `m`, `k`, `n` at least 1.
@@ -96,17 +118,8 @@ pub(crate) fn launch(
     c: &mut CudaSlice<f32>,
     ldc: usize,
 ) -> Result<(), GpuDotError> {
-    check_dims(m, k, n)?;
-    assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
-    assert!(
-        a.covers(m, k) && b.covers(k, n),
-        "operand buffers too small"
-    );
-    assert!(
-        n <= ldc && (m - 1) * ldc + n <= c.len(),
-        "output buffer too small"
-    );
-    let rule = LaunchRule::of(kernel);
+    check_launch((m, k, n), a, b, c, ldc)?;
+    let rule = LaunchRule::of(kernel).expect("a one-output-per-thread kernel");
     let func = gpu.function(rule.family, &rule.entry(a.trans, b.trans))?;
     let (bx, by) = rule.block;
     let cfg = LaunchConfig {
@@ -147,11 +160,12 @@ pub(crate) fn launch(
 pub(crate) fn gemm_host(
     gpu: &Gpu,
     kernel: Kernel,
+    autotune: bool,
     (m, k, n): (usize, usize, usize),
     a: &Operand,
     b: &Operand,
     poison_output: bool,
-) -> Result<Vec<f32>, GpuDotError> {
+) -> Result<(Vec<f32>, crate::tuner::Ran), GpuDotError> {
     check_dims(m, k, n)?;
     let stream = gpu.stream()?;
     let da = upload(&stream, &a.data)?;
@@ -170,12 +184,22 @@ pub(crate) fn gemm_host(
         trans: b.trans,
         ld: b.ld,
     };
-    launch(gpu, &stream, kernel, (m, k, n), &da, &db, &mut dc, n)?;
+    let ran = crate::tuner::run(
+        gpu,
+        &stream,
+        kernel,
+        autotune,
+        (m, k, n),
+        &da,
+        &db,
+        &mut dc,
+        n,
+    )?;
     let out = stream
         .clone_dtoh(&dc)
         .map_err(GpuDotError::at("copying the product to the host"))?;
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for the product"))?;
-    Ok(out)
+    Ok((out, ran))
 }

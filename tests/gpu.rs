@@ -18,6 +18,16 @@ use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
 
 const NEEDS_GPU: &str = "needs a CUDA GPU";
 
+/// Every concrete kernel, and `Auto` (the autotuned register-blocked plans).
+const KERNELS: [Kernel; 6] = [
+    Kernel::Naive,
+    Kernel::Tiled16,
+    Kernel::Tiled32,
+    Kernel::Reg64,
+    Kernel::Reg128,
+    Kernel::Auto,
+];
+
 fn on(kernel: Kernel) -> DotOptions {
     DotOptions::builtin()
         .backend(Backend::Gpu)
@@ -82,7 +92,7 @@ fn every_kernel_on_square_sizes() {
         let a = random(size, size);
         let b = random(size, size);
         let r = reference(&a, &b);
-        for kernel in Kernel::ALL {
+        for kernel in KERNELS {
             check_kernel(kernel, a.view(), b.view(), &r, &format!("{size}³"));
         }
     }
@@ -110,7 +120,7 @@ fn every_kernel_on_rectangular_shapes() {
         let a = random(m, k);
         let b = random(k, n);
         let r = reference(&a, &b);
-        for kernel in Kernel::ALL {
+        for kernel in KERNELS {
             check_kernel(kernel, a.view(), b.view(), &r, &format!("{m}×{k}×{n}"));
         }
     }
@@ -161,7 +171,7 @@ fn every_kernel_in_every_layout() {
     for (av, al, an) in &a_views {
         for (bv, bl, bn) in &b_views {
             let r = reference(av, bv);
-            for kernel in Kernel::ALL {
+            for kernel in KERNELS {
                 let route = check_kernel(kernel, av.view(), bv.view(), &r, &format!("{an} · {bn}"));
                 match route {
                     Route::Gpu {
@@ -180,7 +190,7 @@ fn zero_inner_dimension_gives_zeros() {
     expect_device();
     let a = random(5, 0);
     let b = random(0, 6);
-    for kernel in Kernel::ALL {
+    for kernel in KERNELS {
         let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
         assert_eq!(p.c, Array2::<f32>::zeros((5, 6)));
         assert!(matches!(p.route, Route::Empty));
@@ -200,7 +210,7 @@ fn nan_and_inf_propagate_like_the_cpu() {
     a[[20, 5]] = 0.0; // Inf · 0 = NaN at (20, 9)
     b[[0, 2]] = 0.0; // and at (7, 2)
     let cpu = a.dot(&b);
-    for kernel in Kernel::ALL {
+    for kernel in KERNELS {
         let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
         for ((i, j), &x) in c.indexed_iter() {
             let y = cpu[[i, j]];
@@ -249,13 +259,13 @@ fn each_family_is_compiled_once_per_process() {
     expect_device();
     let a = Arc::new(random(64, 48));
     let b = random(48, 80);
-    for kernel in Kernel::ALL {
+    for kernel in KERNELS {
         a.gpu_dot_with(&b, &on(kernel)).unwrap();
     }
     let after_first = nvrtc_compilations();
-    assert_eq!(after_first, 2, "two families, each compiled once");
+    assert_eq!(after_first, 3, "three families, each compiled once");
     for _ in 0..5 {
-        for kernel in Kernel::ALL {
+        for kernel in KERNELS {
             let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
             assert_close(&c, &*a, &b, "cached module");
         }
@@ -266,7 +276,7 @@ fn each_family_is_compiled_once_per_process() {
         "a cached family was compiled again"
     );
     let loads = module_loads();
-    assert_eq!(loads.len(), 2);
+    assert_eq!(loads.len(), 3);
     for l in loads {
         println!(
             "first use of {}: NVRTC {:.1} ms, load {:.1} ms",
@@ -285,4 +295,69 @@ fn auto_sends_large_products_to_the_gpu() {
     assert_close(&p.c, &a, &a, "auto");
     let c = a.gpu_dot(&a);
     assert_close(&c, &a, &a, "gpu_dot");
+}
+
+/// The shapes the speed goals are set on, with the Auto plans (autotuned and fixed), and
+/// shapes that exercise split-K, the GEMV kernels, the unaligned entries and edge tiles.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn auto_plans_on_the_shape_suite() {
+    expect_device();
+    let cap = max_dim();
+    let shapes = [
+        (256, 256, 256),
+        (512, 512, 512),
+        (1000, 1000, 1000),
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (8192, 8192, 64),
+        (64, 8192, 8192),
+        (8192, 64, 8192),
+        (1, 4096, 4096),
+        (4096, 4096, 1),
+        (33, 5000, 47),
+        (130, 20000, 129),
+        (129, 131, 127),
+        (255, 17, 513),
+        (2, 3, 2),
+        (3, 1, 5),
+    ];
+    let mut skipped = Vec::new();
+    for (m, k, n) in shapes {
+        if m.max(k).max(n) > cap {
+            skipped.push((m, k, n));
+            continue;
+        }
+        let a = random(m, k);
+        let b = random(k, n);
+        let r = reference(&a, &b);
+        for autotune in [true, false] {
+            let opts = on(Kernel::Auto).autotune(autotune);
+            let p = a.gpu_dot_with(&b, &opts).unwrap();
+            assert!(p.route.is_gpu(), "{}", p.route);
+            check(
+                &p.c,
+                &a,
+                &b,
+                &r,
+                &format!("{m}×{k}×{n} {} (autotune {autotune})", p.route),
+            );
+        }
+        for kernel in [Kernel::Reg64, Kernel::Reg128] {
+            check_kernel(kernel, a.view(), b.view(), &r, &format!("{m}×{k}×{n}"));
+        }
+        // Transposed operands with leading dimensions not divisible by 4 take the unaligned
+        // entries.
+        let at = a.t().as_standard_layout().into_owned();
+        let bt = b.t().as_standard_layout().into_owned();
+        check_kernel(
+            Kernel::Auto,
+            at.t(),
+            bt.t(),
+            &r,
+            &format!("{m}×{k}×{n} transposed"),
+        );
+    }
+    println!("plans chosen: {:?}", gpu_dot::tuned_plans());
+    println!("shapes above GPU_DOT_TEST_MAX_DIM={cap} left out: {skipped:?}");
 }

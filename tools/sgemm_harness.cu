@@ -3,7 +3,8 @@
 // Build (on the GPU machine):  nvcc -O3 -arch=sm_90 -o h tools/sgemm_harness.cu -lcublas
 // Run:  ./h                 built-in suite (correctness + timing vs cuBLAS)
 //       ./h --quick         correctness only, small odd shapes, all TA/TB, aligned + unaligned
-//       ./h M,K,N[,xy][,u] ...   given shapes; xy in {nn,nt,tn,tt} (TA,TB), 'u' = unaligned
+//       ./h M,K,N[,xy][,u][,fV] ...   given shapes; xy in {nn,nt,tn,tt} (TA,TB), 'u' = unaligned
+//                            fV forces a kernel: f0 128x128, f1 64x64, f2 64x64 split-K, f5 128x128 split-K
 //                            (lda/ldb = row length + 1, A and B base pointers offset by 1 float)
 // Output: one row per case: M K N op variant ms TFLOP/s cublas_TFLOP/s ratio rel_err cublas_err
 // Exit status non-zero if any check fails (rel_err > max(1e-5, 4*cublas_err), NaN left in C,
@@ -168,7 +169,7 @@ static Plan plan_for(int M, int N, int K, int ta, int tb, const float* A, long l
     const long long t128 = cdiv(M, 128) * cdiv(N, 128);
     if (t128 >= 240) { p.kind = 0; p.name = "128x128_" + sfx; return p; }
     const long long t64 = cdiv(M, 64) * cdiv(N, 64);
-    const long long target = 4 * NUM_SMS_TARGET;
+    const long long target = 6 * NUM_SMS_TARGET;
     int splits = 1;
     if (t64 < target && K >= 512) {
         long long s = std::min<long long>(cdiv(target, t64), K / 256);
@@ -220,12 +221,12 @@ static void launch(const Plan& p, int M, int N, int K, int ta, int tb, const flo
         }
         case 1: {
             dim3 g((unsigned)(cdiv(M, 64) * cdiv(N, 64)));
-            small_fn[al][ta][tb]<<<g, 128, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
+            small_fn[al][ta][tb]<<<g, 64, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
             break;
         }
         case 2: {
             dim3 g((unsigned)(cdiv(M, 64) * cdiv(N, 64)), 1, p.splits);
-            small_split_fn[al][ta][tb]<<<g, 128, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
+            small_split_fn[al][ta][tb]<<<g, 64, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
                                                                            W, N, p.kps);
             CK(cudaGetLastError());
             const long long mn = (long long)M * N;
@@ -443,6 +444,7 @@ int main(int argc, char** argv) {
         c.M = atoi(f[0].c_str()); c.K = atoi(f[1].c_str()); c.N = atoi(f[2].c_str());
         for (size_t j = 3; j < f.size(); ++j) {
             if (f[j] == "u") c.unaligned = true;
+            else if (f[j].size() == 2 && f[j][0] == 'f') c.force = f[j][1] - '0';
             else if (f[j].size() == 2) { c.ta = f[j][0] == 't'; c.tb = f[j][1] == 't'; }
         }
         if (c.M < 1 || c.K < 1 || c.N < 1) { fprintf(stderr, "bad shape '%s'\n", argv[i]); return 2; }
