@@ -1,37 +1,105 @@
-//! The kernel ladder: every kernel's device-side throughput at a few sizes, its speed-up over
-//! the naive kernel and its error against an f64 reference.
+//! The kernel ladder: every kernel's device-side throughput over a suite of shapes, against
+//! cuBLAS SGEMM (FP32) measured in the same run when built with `--features cublas`, with each
+//! result's error against an f64 reference.
 //!
-//!     cargo run --release --example ladder -- [--sizes 1024,4096] [--json PATH]
+//!     cargo run --release --features cublas --example ladder -- \
+//!         [--quick] [--json PATH] [--plot PATH.svg]
+//!
+//! Prints the table the crate's history is told in (GFLOP/s per kernel at 1024³ and 4096³,
+//! speed-up over naive, fraction of cuBLAS), then the whole suite, and writes one JSON record
+//! per kernel and shape and an SVG plot of GFLOP/s against size.
 
-use gpu_dot::profile::{relative_error, DeviceProblem};
+use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, Timing};
 use gpu_dot::{device_status, DeviceStatus, Kernel};
 
-struct Row {
-    kernel: Kernel,
-    size: usize,
+const SUITE: [(usize, usize, usize); 14] = [
+    (256, 256, 256),
+    (512, 512, 512),
+    (1000, 1000, 1000),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (4097, 4097, 4097),
+    (8192, 8192, 8192),
+    (4096, 1024, 8192),
+    (8192, 8192, 64),
+    (64, 8192, 8192),
+    (8192, 64, 8192),
+    (1, 4096, 4096),
+    (4096, 4096, 1),
+];
+
+const KERNELS: [Kernel; 6] = [
+    Kernel::Naive,
+    Kernel::Tiled16,
+    Kernel::Tiled32,
+    Kernel::Reg64,
+    Kernel::Reg128,
+    Kernel::Auto,
+];
+
+#[derive(Clone)]
+struct Record {
+    name: String,
+    dims: (usize, usize, usize),
     ms: f64,
     gflops: f64,
     rel_err: f64,
 }
 
+fn reps_for(first_ms: f64) -> usize {
+    ((300.0 / first_ms.max(1e-3)) as usize).clamp(5, 50)
+}
+
+fn measure(
+    problem: &mut DeviceProblem,
+    reference: &ndarray::Array2<f64>,
+    name: &str,
+    dims: (usize, usize, usize),
+    run: &mut dyn FnMut(&mut DeviceProblem) -> ndarray::Array2<f32>,
+    time: &mut dyn FnMut(&mut DeviceProblem, usize) -> Timing,
+) -> Record {
+    let c = run(problem);
+    let rel_err = relative_error_to(c.view(), reference);
+    let probe = time(problem, 1);
+    let t = time(problem, reps_for(probe.median_ms));
+    Record {
+        name: name.to_string(),
+        dims,
+        ms: t.median_ms,
+        gflops: t.gflops,
+        rel_err,
+    }
+}
+
+fn civil_date() -> String {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 fn main() {
-    let mut sizes = vec![1024, 4096];
-    let mut json_path = None;
+    let (mut json_path, mut plot_path, mut quick) = (None, None, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--sizes" => {
-                sizes = args
-                    .next()
-                    .expect("--sizes takes a list")
-                    .split(',')
-                    .map(|s| s.trim().parse().expect("sizes are integers"))
-                    .collect()
-            }
             "--json" => json_path = Some(args.next().expect("--json takes a path")),
-            other => {
-                panic!("unknown argument {other}; usage: ladder [--sizes 1024,4096] [--json PATH]")
-            }
+            "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
+            "--quick" => quick = true,
+            other => panic!(
+                "unknown argument {other}; usage: ladder [--quick] [--json PATH] [--plot PATH]"
+            ),
         }
     }
     let info = match device_status() {
@@ -42,81 +110,180 @@ fn main() {
         }
     };
     println!("device: {}", device_status());
-
-    let mut rows = Vec::new();
-    for &size in &sizes {
-        let mut problem =
-            DeviceProblem::new(size, size, size, size as u64).expect("device problem");
-        for kernel in Kernel::ALL {
-            let c = problem.run(kernel).expect("kernel runs");
-            let rel_err = relative_error(c.view(), problem.a(), problem.b());
-            let reps = if size >= 4096 { 5 } else { 20 };
-            let t = problem.time(kernel, 2, reps).expect("kernel timing");
-            println!(
-                "{size:>6}³ {:<8} {:9.3} ms {:9.1} GFLOP/s  rel err {rel_err:.2e}",
-                kernel.name(),
-                t.median_ms,
-                t.gflops
-            );
-            rows.push(Row {
-                kernel,
-                size,
-                ms: t.median_ms,
-                gflops: t.gflops,
-                rel_err,
-            });
-        }
+    if !cfg!(feature = "cublas") {
+        println!("built without --features cublas: no cuBLAS reference column");
     }
-
-    let find = |kernel: Kernel, size: usize| {
-        rows.iter()
-            .find(|r| r.kernel == kernel && r.size == size)
-            .expect("measured")
+    let suite: Vec<_> = if quick {
+        vec![(1024, 1024, 1024), (4096, 4096, 4096)]
+    } else {
+        SUITE.to_vec()
     };
-    println!();
-    print!("| kernel |");
-    for s in &sizes {
-        print!(" GFLOP/s {s}³ | vs naive |");
-    }
-    println!();
-    print!("|---|");
-    for _ in &sizes {
-        print!("---|---|");
-    }
-    println!();
-    for kernel in Kernel::ALL {
-        print!("| {} |", kernel.name());
-        for &s in &sizes {
-            let r = find(kernel, s);
-            print!(
-                " {:.0} | {:.2}× |",
-                r.gflops,
-                r.gflops / find(Kernel::Naive, s).gflops
+
+    let mut records: Vec<Record> = Vec::new();
+    for (i, &(m, k, n)) in suite.iter().enumerate() {
+        let mut problem = DeviceProblem::new(m, k, n, 1000 + i as u64).expect("device problem");
+        let reference = reference_f64(problem.a(), problem.b());
+        #[cfg(feature = "cublas")]
+        {
+            let r = measure(
+                &mut problem,
+                &reference,
+                "cublas",
+                (m, k, n),
+                &mut |p| p.run_cublas().expect("cuBLAS runs"),
+                &mut |p, reps| p.time_cublas(1, reps).expect("cuBLAS timing"),
+            );
+            records.push(r);
+        }
+        for kernel in KERNELS {
+            let r = measure(
+                &mut problem,
+                &reference,
+                kernel.name(),
+                (m, k, n),
+                &mut |p| p.run(kernel).expect("kernel runs"),
+                &mut |p, reps| p.time(kernel, 1, reps).expect("kernel timing"),
+            );
+            records.push(r);
+        }
+        for r in records.iter().filter(|r| r.dims == (m, k, n)) {
+            println!(
+                "{m:>5}×{k:>5}×{n:>5} {:<8} {:10.3} ms {:9.1} GFLOP/s  rel err {:.2e}",
+                r.name, r.ms, r.gflops, r.rel_err
             );
         }
-        println!();
     }
 
+    let find = |name: &str, dims| records.iter().find(|r| r.name == name && r.dims == dims);
+    let cublas = |dims| find("cublas", dims);
+
+    println!("\n| kernel | GFLOP/s 1024³ | GFLOP/s 4096³ | vs naive 4096³ | vs cuBLAS 1024³ | vs cuBLAS 4096³ |");
+    println!("|---|---|---|---|---|---|");
+    let (d1, d4) = ((1024, 1024, 1024), (4096, 4096, 4096));
+    let naive4 = find("naive", d4).map_or(f64::NAN, |r| r.gflops);
+    let ratio = |name: &str, d| match (find(name, d), cublas(d)) {
+        (Some(r), Some(c)) => format!("{:.2}×", r.gflops / c.gflops),
+        _ => "–".into(),
+    };
+    for name in KERNELS.iter().map(|k| k.name()).chain(["cublas"]) {
+        let (Some(r1), Some(r4)) = (find(name, d1), find(name, d4)) else {
+            continue;
+        };
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.2}× | {} | {} |",
+            r1.gflops,
+            r4.gflops,
+            r4.gflops / naive4,
+            ratio(name, d1),
+            ratio(name, d4)
+        );
+    }
+
+    println!("\n| m×k×n | auto GFLOP/s | cuBLAS GFLOP/s | auto / cuBLAS | auto rel err | cuBLAS rel err |");
+    println!("|---|---|---|---|---|---|");
+    let mut log_sum = 0.0;
+    let mut counted = 0;
+    for &dims in &suite {
+        let (m, k, n) = dims;
+        let auto = find("auto", dims).expect("measured");
+        match cublas(dims) {
+            Some(c) => {
+                let q = auto.gflops / c.gflops;
+                log_sum += q.ln();
+                counted += 1;
+                println!(
+                    "| {m}×{k}×{n} | {:.0} | {:.0} | {q:.2}× | {:.2e} | {:.2e} |",
+                    auto.gflops, c.gflops, auto.rel_err, c.rel_err
+                );
+            }
+            None => println!(
+                "| {m}×{k}×{n} | {:.0} | – | – | {:.2e} | – |",
+                auto.gflops, auto.rel_err
+            ),
+        }
+    }
+    if counted > 0 {
+        println!(
+            "\ngeometric mean of auto / cuBLAS over {counted} shapes: {:.3}×",
+            (log_sum / counted as f64).exp()
+        );
+    }
+
+    let date = civil_date();
     if let Some(path) = json_path {
-        let records: Vec<_> = rows
+        let json: Vec<_> = records
             .iter()
+            .filter(|r| r.name != "cublas")
             .map(|r| {
+                let c = cublas(r.dims);
                 serde_json::json!({
-                    "kernel": r.kernel.name(),
-                    "m": r.size, "k": r.size, "n": r.size,
+                    "kernel": r.name,
+                    "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
                     "ms": r.ms,
                     "gflops": r.gflops,
-                    "speedup_over_naive": r.gflops / find(Kernel::Naive, r.size).gflops,
+                    "cublas_gflops": c.map(|c| c.gflops),
+                    "ratio_to_cublas": c.map(|c| r.gflops / c.gflops),
                     "rel_err": r.rel_err,
+                    "cublas_rel_err": c.map(|c| c.rel_err),
                 })
             })
             .collect();
-        let doc = serde_json::json!({
-            "device": info.name,
-            "compute_capability": format!("{}.{}", info.compute_capability.0, info.compute_capability.1),
-            "records": records,
-        });
+        let doc = serde_json::json!({ "device": info.name, "date": date, "records": json });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).expect("write the JSON");
-        println!("\nwrote {path}");
+        println!("wrote {path}");
     }
+    if let Some(path) = plot_path {
+        plot(&path, &records, &format!("{} · {date}", info.name)).expect("write the plot");
+        println!("wrote {path}");
+    }
+}
+
+/// GFLOP/s against size for the square shapes, one line per kernel and cuBLAS.
+fn plot(path: &str, records: &[Record], title: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let squares: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.dims.0 == r.dims.1 && r.dims.1 == r.dims.2)
+        .collect();
+    let max = squares.iter().map(|r| r.gflops).fold(1.0, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("SGEMM GFLOP/s, {title}"), ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((200f64..10000f64).log_scale(), 0f64..max)?;
+    chart
+        .configure_mesh()
+        .x_desc("m = k = n")
+        .y_desc("GFLOP/s")
+        .draw()?;
+    let names: Vec<&str> = KERNELS.iter().map(|k| k.name()).chain(["cublas"]).collect();
+    for (i, name) in names.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let pts: Vec<(f64, f64)> = squares
+            .iter()
+            .filter(|r| r.name == *name)
+            .map(|r| (r.dims.0 as f64, r.gflops))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
+    Ok(())
 }

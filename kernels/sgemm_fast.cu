@@ -104,8 +104,25 @@ struct Cfg {
     static_assert(LM * LN == 32, "lanes");
     static_assert(TM % 4 == 0 && TN % 4 == 0, "4x4 sub-blocks");
 };
-typedef Cfg<128, 128, 2, 4, 8, 8, 4, 2> CfgBig;   // 256 threads, 8x8 per thread, 67584 B smem
-typedef Cfg<64, 64, 1, 2, 8, 8, 4, 6> CfgSmall;   // 64 threads, 8x8 per thread, 34816 B smem
+// (SGF_BIG_VARIANT / SGF_SMALL_VARIANT / SGF_GROUP_M exist only for tuning experiments;
+//  leave them undefined: the launch table above describes the defaults)
+#if defined(SGF_BIG_VARIANT) && SGF_BIG_VARIANT == 1
+#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 3, 2>
+#else
+#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 4, 2>  // 256 threads, 8x8 per thread, 67584 B smem
+#endif
+#if defined(SGF_SMALL_VARIANT) && SGF_SMALL_VARIANT == 1
+#define SGF_SMALL_CFG Cfg<64, 64, 2, 2, 8, 4, 4, 4>
+#elif defined(SGF_SMALL_VARIANT) && SGF_SMALL_VARIANT == 2
+#define SGF_SMALL_CFG Cfg<64, 64, 2, 2, 4, 8, 4, 4>
+#else
+#define SGF_SMALL_CFG Cfg<64, 64, 1, 2, 8, 8, 4, 6>  // 64 threads, 8x8 per thread, 34816 B smem
+#endif
+#ifndef SGF_GROUP_M
+#define SGF_GROUP_M 8
+#endif
+typedef SGF_BIG_CFG CfgBig;
+typedef SGF_SMALL_CFG CfgSmall;
 
 // ---------------------------------------------------------------------------------------------
 // Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a smem
@@ -230,7 +247,7 @@ SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long lo
     const int tid = threadIdx.x;
 
     // ---- grouped tile order (GROUP_M tile-rows share B panels in L2) ----
-    constexpr int GROUP_M = 8;
+    constexpr int GROUP_M = SGF_GROUP_M;
     const long long tiles_m = (M - 1) / BM + 1;
     const long long tiles_n = (N - 1) / BN + 1;
     const long long id = blockIdx.x;
@@ -407,7 +424,7 @@ SGF_DEV void gemv_rows(int R, int K, const float* __restrict__ X, long long ldx,
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
     const bool xvec = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
     const bool vvec = (sv == 1) && (reinterpret_cast<unsigned long long>(v) & 15ull) == 0;
-    if (xvec) {
+    if (xvec && vvec) {
         const int K4 = K >> 2;
         const f4* x4 = reinterpret_cast<const f4*>(x);
         int i = lane;

@@ -30,7 +30,16 @@ pub fn random_matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
 
 /// ‖c − a·b‖_F / ‖a·b‖_F with the reference product computed in f64 on the CPU.
 pub fn relative_error(c: ArrayView2<f32>, a: ArrayView2<f32>, b: ArrayView2<f32>) -> f64 {
-    let reference = a.mapv(f64::from).dot(&b.mapv(f64::from));
+    relative_error_to(c, &reference_f64(a, b))
+}
+
+/// `a · b` computed in f64 on the CPU.
+pub fn reference_f64(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f64> {
+    a.mapv(f64::from).dot(&b.mapv(f64::from))
+}
+
+/// ‖c − reference‖_F / ‖reference‖_F (NaN when `c` holds a NaN).
+pub fn relative_error_to(c: ArrayView2<f32>, reference: &Array2<f64>) -> f64 {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &r) in c.iter().zip(reference.iter()) {
         diff += (x as f64 - r).powi(2);

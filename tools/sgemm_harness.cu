@@ -169,10 +169,12 @@ static Plan plan_for(int M, int N, int K, int ta, int tb, const float* A, long l
     const long long t128 = cdiv(M, 128) * cdiv(N, 128);
     if (t128 >= 240) { p.kind = 0; p.name = "128x128_" + sfx; return p; }
     const long long t64 = cdiv(M, 64) * cdiv(N, 64);
-    const long long target = 6 * NUM_SMS_TARGET;
+    // 64x64 kernel: 6 resident blocks per SM. Split K only when the tiles cannot fill the GPU,
+    // and never beyond one wave of resident blocks.
+    const long long slots = 6 * NUM_SMS_TARGET;
     int splits = 1;
-    if (t64 < target && K >= 512) {
-        long long s = std::min<long long>(cdiv(target, t64), K / 256);
+    if (t64 < 200 && K >= 512) {
+        long long s = std::min<long long>(slots / t64, K / 256);
         splits = (int)std::max<long long>(1, std::min<long long>(s, 64));
     }
     if (splits > 1) {
@@ -216,17 +218,17 @@ static void launch(const Plan& p, int M, int N, int K, int ta, int tb, const flo
     switch (p.kind) {
         case 0: {
             dim3 g((unsigned)(cdiv(M, 128) * cdiv(N, 128)));
-            big_fn[al][ta][tb]<<<g, 256, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
+            big_fn[al][ta][tb]<<<g, sgf::CfgBig::NT, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
             break;
         }
         case 1: {
             dim3 g((unsigned)(cdiv(M, 64) * cdiv(N, 64)));
-            small_fn[al][ta][tb]<<<g, 64, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
+            small_fn[al][ta][tb]<<<g, sgf::CfgSmall::NT, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
             break;
         }
         case 2: {
             dim3 g((unsigned)(cdiv(M, 64) * cdiv(N, 64)), 1, p.splits);
-            small_split_fn[al][ta][tb]<<<g, 64, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
+            small_split_fn[al][ta][tb]<<<g, sgf::CfgSmall::NT, sgf::CfgSmall::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
                                                                            W, N, p.kps);
             CK(cudaGetLastError());
             const long long mn = (long long)M * N;
@@ -236,7 +238,7 @@ static void launch(const Plan& p, int M, int N, int K, int ta, int tb, const flo
         }
         case 5: {
             dim3 g((unsigned)(cdiv(M, 128) * cdiv(N, 128)), 1, p.splits);
-            big_split_fn[al][ta][tb]<<<g, 256, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
+            big_split_fn[al][ta][tb]<<<g, sgf::CfgBig::NT, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
                                                                        W, N, p.kps);
             CK(cudaGetLastError());
             const long long mn = (long long)M * N;
