@@ -14,8 +14,8 @@
 // ---------------------------------------------------------------------------------------------
 // LAUNCH TABLE  (block = blockDim.x, 1-D blocks; smem = dynamic shared memory bytes)
 // ---------------------------------------------------------------------------------------------
-// sgemm_fast_128x128_{nn,nt,tn,tt}[_u]            block 256, smem 67584 (> 48 KB: host MUST set
-//      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 67584 on each function before launch)
+// sgemm_fast_128x128_{nn,nt,tn,tt}[_u]            block 256, smem 50688 (> 48 KB: host MUST set
+//      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 50688 on each function before launch)
 //      grid = (ceil(M/128) * ceil(N/128), 1, 1)   [tile index on gridDim.x, grouped order inside]
 // sgemm_fast_64x64_{nn,nt,tn,tt}[_u]              block 64, smem 34816 (<= 48 KB, no attribute
 //      needed), grid = (ceil(M/64) * ceil(N/64), 1, 1)
@@ -107,9 +107,9 @@ struct Cfg {
 // (SGF_BIG_VARIANT / SGF_SMALL_VARIANT / SGF_GROUP_M exist only for tuning experiments;
 //  leave them undefined: the launch table above describes the defaults)
 #if defined(SGF_BIG_VARIANT) && SGF_BIG_VARIANT == 1
-#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 3, 2>
+#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 4, 2>
 #else
-#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 4, 2>  // 256 threads, 8x8 per thread, 67584 B smem
+#define SGF_BIG_CFG Cfg<128, 128, 2, 4, 8, 8, 3, 2>  // 256 threads, 8x8 per thread, 50688 B smem
 #endif
 #if defined(SGF_SMALL_VARIANT) && SGF_SMALL_VARIANT == 1
 #define SGF_SMALL_CFG Cfg<64, 64, 2, 2, 8, 4, 4, 4>

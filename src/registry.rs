@@ -93,7 +93,8 @@ const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
 pub enum TileConfig {
     /// 128 × 128 output tiles, 256 threads, an 8 × 8 block of outputs per thread.
     Big,
-    /// 64 × 64 output tiles, 128 threads, for shapes that make few big tiles.
+    /// 64 × 64 output tiles, 64 threads, an 8 × 8 block of outputs per thread, for shapes
+    /// that make few big tiles.
     Small,
 }
 
@@ -124,14 +125,14 @@ impl TileConfig {
     pub(crate) fn threads(self) -> u32 {
         match self {
             TileConfig::Big => 256,
-            TileConfig::Small => 128,
+            TileConfig::Small => 64,
         }
     }
 
     /// Dynamic shared memory per block: the pipeline's stages of both operand tiles.
     pub(crate) fn smem_bytes(self) -> u32 {
         match self {
-            TileConfig::Big => 67_584,
+            TileConfig::Big => 50_688,
             TileConfig::Small => 34_816,
         }
     }
