@@ -202,7 +202,10 @@ fn auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason() {
     let p = a.gpu_dot_with(&b, &opts).unwrap();
     assert_close(&p.c, &a, &b, "auto");
     match (device_status(), &p.route) {
-        (DeviceStatus::Ready(_), Route::Gpu { kernel, .. }) => assert_ne!(*kernel, Kernel::Auto),
+        (DeviceStatus::Ready(_), Route::Gpu { kernel, plan, .. }) => {
+            assert_eq!(*kernel, Kernel::Auto);
+            assert!(plan.is_some(), "Auto reports the plan it ran");
+        }
         (DeviceStatus::Unavailable(reason), Route::Cpu(CpuReason::GpuUnavailable(e))) => {
             assert!(matches!(e, GpuDotError::NoDevice { reason: r } if *r == reason));
         }
