@@ -1,10 +1,9 @@
 // The naive SGEMM: one thread per element of C, reading its row of op(A) and column of op(B)
 // straight from global memory. The baseline every other kernel is measured against.
 //
-// Launch: block (32, 8), so that a warp walks 32 consecutive columns of one row (one read of
-// op(A) shared by the warp, 128 contiguous bytes of a row-major op(B)); grid (ceil(N / 32),
-// min(ceil(M / 8), 65535)). Rows past the grid are covered by a grid-stride loop over
-// blockIdx.y.
+// Launch: block (16, 16); grid (ceil(N / 16), min(ceil(M / 16), 65535)). Rows past the grid
+// are covered by a grid-stride loop over blockIdx.y. (Blocks of 32 × 8 and 32 × 32, a warp
+// per row, ran faster at 1024³ but a third slower at 4096³ on an H200: BENCHMARKS.md.)
 #include "common.cuh"
 
 template <bool TA, bool TB>
@@ -13,7 +12,6 @@ __device__ __forceinline__ void sgemm_naive(SGEMM_PARAMS) {
     if (col >= N) return;
     for (int row = blockIdx.y * blockDim.y + threadIdx.y; row < M; row += gridDim.y * blockDim.y) {
         float acc = 0.0f;
-#pragma unroll 4
         for (int k = 0; k < K; ++k) {
             acc += A[elem_offset<TA>(row, k, lda)] * B[elem_offset<TB>(k, col, ldb)];
         }

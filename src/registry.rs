@@ -160,7 +160,7 @@ impl LaunchRule {
             Kernel::Naive => LaunchRule {
                 family: Family::Naive,
                 prefix: "sgemm_naive",
-                block: (32, 8),
+                block: (16, 16),
             },
             Kernel::Tiled16 => LaunchRule {
                 family: Family::Tiled,
