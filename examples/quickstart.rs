@@ -49,7 +49,7 @@ fn main() {
     let gflops = |ms: f64| gpu_dot::flops(m, k, n) as f64 / (ms * 1e6);
     println!("first call:      {first_ms:9.2} ms (includes context creation and kernel compilation on a GPU)");
     println!(
-        "gpu_dot:         {gpu_dot_ms:9.2} ms  {:8.1} GFLOP/s (host to host)",
+        "gpu_dot:         {gpu_dot_ms:9.2} ms  {:8.1} GFLOP/s (second call)",
         gflops(gpu_dot_ms)
     );
     println!(
@@ -57,6 +57,9 @@ fn main() {
         gflops(dot_ms)
     );
     println!("relative difference from ndarray's dot: {rel:.2e}");
+    if let gpu_dot::DeviceStatus::Ready(info) = device_status() {
+        println!("CUDA context: {:.1} ms (once per process)", info.context_ms);
+    }
     for load in gpu_dot::module_loads() {
         println!(
             "kernel module {}: NVRTC {:.1} ms, load {:.1} ms (once per process)",

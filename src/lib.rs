@@ -39,7 +39,8 @@
 //! | variable | values | default |
 //! |---|---|---|
 //! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
-//! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32` | `auto` |
+//! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
+//! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer | [`DEFAULT_MIN_GPU_FLOPS`] |
 //! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
 //!
@@ -49,7 +50,12 @@
 //! |---|---|
 //! | [`Kernel::Naive`] | one thread per output element, reading global memory |
 //! | [`Kernel::Tiled16`] | 16 × 16 shared-memory tiles, boundary-checked |
-//! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked (the `Auto` choice) |
+//! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked |
+//! | [`Kernel::Reg64`], [`Kernel::Reg128`] | register-blocked tiles with a cp.async pipeline |
+//! | [`Kernel::Auto`] | the register-blocked [`Plan`] measured fastest for the shape class |
+//!
+//! The `cublas` feature adds cuBLAS SGEMM to [`profile`] as a reference for benches and the
+//! ladder example; products never come from cuBLAS.
 //!
 //! [ndarray]: https://docs.rs/ndarray
 
