@@ -88,6 +88,10 @@ pub use options::{
 pub use registry::TileConfig;
 pub use tuner::tuned_plans;
 
+/// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
+/// changes whenever a kernel does, so compiled code can be identified across processes.
+pub const KERNELS_HASH: &str = env!("GPU_DOT_KERNELS_HASH");
+
 /// Matrix multiplication of 2-D `f32` arrays on the GPU, with ndarray's `dot` as fallback.
 pub trait GpuDot {
     /// Matrix product `self · rhs`: an `m × k` matrix times a `k × n` matrix gives an `m × n`
