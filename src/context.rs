@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use once_cell::sync::{Lazy, OnceCell};
 
@@ -265,6 +265,44 @@ impl Gpu {
             gpu: self,
             stream: Some(stream),
         })
+    }
+}
+
+/// A pair of timing events measuring device time of work enqueued on a stream.
+pub(crate) struct Stopwatch {
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl Stopwatch {
+    pub(crate) fn new(gpu: &Gpu) -> Result<Stopwatch, GpuDotError> {
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(GpuDotError::at("creating an event"))
+        };
+        Ok(Stopwatch {
+            start: event()?,
+            end: event()?,
+        })
+    }
+
+    /// Milliseconds of device time taken by what `enqueue` puts on `stream`.
+    pub(crate) fn time(
+        &self,
+        stream: &CudaStream,
+        enqueue: impl FnOnce() -> Result<(), GpuDotError>,
+    ) -> Result<f32, GpuDotError> {
+        let record = GpuDotError::at("recording an event");
+        self.start.record(stream).map_err(&record)?;
+        enqueue()?;
+        self.end.record(stream).map_err(&record)?;
+        self.end
+            .synchronize()
+            .map_err(GpuDotError::at("waiting for an event"))?;
+        self.start
+            .elapsed_ms(&self.end)
+            .map_err(GpuDotError::at("reading an event"))
     }
 }
 

@@ -142,8 +142,6 @@ pub(crate) fn launch(
 ) -> Result<(), GpuDotError> {
     sgemm::check_launch((m, k, n), a, b, c, ldc)?;
     let suffix = layout_suffix(a.trans, b.trans);
-    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-    let (lda, ldb) = (a.ld as i64, b.ld as i64);
     match plan {
         Plan::GemvRow | Plan::GemvCol => {
             let (entry, blocks) = match plan {
@@ -174,17 +172,9 @@ pub(crate) fn launch(
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let ldc = ldc as i64;
+            let scalars = sgemm::Scalars::new((m, k, n), a, b, ldc);
             let mut builder = stream.launch_builder(&func);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(a.buf)
-                .arg(&lda)
-                .arg(b.buf)
-                .arg(&ldb);
-            builder.arg(&mut *c).arg(&ldc);
+            sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, c);
             // SAFETY: arguments in the order and types of `SGF_PARAMS` (int M, N, K; const
             // float* A; long long lda; const float* B; long long ldb; float* C; long long
             // ldc); the entry's layout suffix matches a.trans/b.trans; m == 1 (row GEMV) or
@@ -210,17 +200,9 @@ pub(crate) fn launch(
                     block_dim: block,
                     shared_mem_bytes: smem,
                 };
-                let ldc = ldc as i64;
+                let scalars = sgemm::Scalars::new((m, k, n), a, b, ldc);
                 let mut builder = stream.launch_builder(&func);
-                builder
-                    .arg(&mi)
-                    .arg(&ni)
-                    .arg(&ki)
-                    .arg(a.buf)
-                    .arg(&lda)
-                    .arg(b.buf)
-                    .arg(&ldb);
-                builder.arg(&mut *c).arg(&ldc);
+                sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, c);
                 // SAFETY: arguments in the order and types of `SGF_PARAMS`; the entry's layout
                 // suffix matches a.trans/b.trans, and the 128-bit-load entry is chosen only
                 // when both operands are 16-byte aligned with leading dimensions divisible by
@@ -244,17 +226,12 @@ pub(crate) fn launch(
                 block_dim: block,
                 shared_mem_bytes: smem,
             };
-            let (ldw, kps) = (n as i64, k_per_split as i32);
+            // The partial products go to the workspace with leading dimension n.
+            let scalars = sgemm::Scalars::new((m, k, n), a, b, n);
+            let kps = k_per_split as i32;
             let mut builder = stream.launch_builder(&func);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(a.buf)
-                .arg(&lda)
-                .arg(b.buf)
-                .arg(&ldb);
-            builder.arg(&mut work).arg(&ldw).arg(&kps);
+            sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, &mut work);
+            builder.arg(&kps);
             // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
             // multiple of 16; gridDim.z = ceil(K / k_per_split) ≤ MAX_SPLITS, so every split
             // has a K range and writes its whole m × n partial product to the workspace at
@@ -268,7 +245,7 @@ pub(crate) fn launch(
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let (parts_i, ldc) = (parts as i32, ldc as i64);
+            let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, ldc as i64);
             let mut builder = stream.launch_builder(&reduce);
             builder
                 .arg(&mi)

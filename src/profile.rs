@@ -5,11 +5,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ndarray::{Array2, ArrayView2};
 
-use crate::context::{self, Gpu};
+use crate::context::{self, Gpu, Stopwatch};
 use crate::error::GpuDotError;
 use crate::options::Kernel;
 use crate::sgemm::{self, DeviceOperand};
@@ -171,28 +170,10 @@ impl DeviceProblem {
         kernel: Kernel,
         iters: u64,
     ) -> Result<std::time::Duration, GpuDotError> {
-        let (start, end) = (self.event()?, self.event()?);
-        start
-            .record(&self.stream)
-            .map_err(GpuDotError::at("recording an event"))?;
-        for _ in 0..iters {
-            self.launch(kernel)?;
-        }
-        end.record(&self.stream)
-            .map_err(GpuDotError::at("recording an event"))?;
-        end.synchronize()
-            .map_err(GpuDotError::at("waiting for an event"))?;
-        let ms = start
-            .elapsed_ms(&end)
-            .map_err(GpuDotError::at("reading an event"))?;
+        let watch = Stopwatch::new(self.gpu)?;
+        let stream = self.stream.clone();
+        let ms = watch.time(&stream, || (0..iters).try_for_each(|_| self.launch(kernel)))?;
         Ok(std::time::Duration::from_secs_f64(ms as f64 / 1e3))
-    }
-
-    fn event(&self) -> Result<cudarc::driver::CudaEvent, GpuDotError> {
-        self.gpu
-            .ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(GpuDotError::at("creating an event"))
     }
 
     /// Times `kernel`: `warmup` untimed launches, then `reps` launches each between two events.
@@ -214,21 +195,11 @@ impl DeviceProblem {
         for _ in 0..warmup {
             launch(self)?;
         }
-        let (start, end) = (self.event()?, self.event()?);
+        let watch = Stopwatch::new(self.gpu)?;
+        let stream = self.stream.clone();
         let mut times = Vec::with_capacity(reps.max(1));
         for _ in 0..reps.max(1) {
-            start
-                .record(&self.stream)
-                .map_err(GpuDotError::at("recording an event"))?;
-            launch(self)?;
-            end.record(&self.stream)
-                .map_err(GpuDotError::at("recording an event"))?;
-            end.synchronize()
-                .map_err(GpuDotError::at("waiting for an event"))?;
-            let ms = start
-                .elapsed_ms(&end)
-                .map_err(GpuDotError::at("reading an event"))?;
-            times.push(ms as f64);
+            times.push(watch.time(&stream, || launch(self))? as f64);
         }
         times.sort_by(f64::total_cmp);
         let median_ms = times[times.len() / 2];

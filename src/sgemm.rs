@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::context::Gpu;
 use crate::error::GpuDotError;
@@ -82,6 +82,56 @@ pub(crate) fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError
     Ok(())
 }
 
+/// The scalar arguments of the SGEMM signature, alive while a launch builder points at them.
+pub(crate) struct Scalars {
+    m: i32,
+    n: i32,
+    k: i32,
+    lda: i64,
+    ldb: i64,
+    ldc: i64,
+}
+
+impl Scalars {
+    /// `(m, k, n)` must have passed [`check_dims`].
+    pub(crate) fn new(
+        (m, k, n): (usize, usize, usize),
+        a: &DeviceOperand,
+        b: &DeviceOperand,
+        ldc: usize,
+    ) -> Scalars {
+        Scalars {
+            m: m as i32,
+            n: n as i32,
+            k: k as i32,
+            lda: a.ld as i64,
+            ldb: b.ld as i64,
+            ldc: ldc as i64,
+        }
+    }
+}
+
+/// Pushes the nine SGEMM arguments `(M, N, K, A, lda, B, ldb, C, ldc)` in order
+/// (`SGEMM_PARAMS` in kernels/common.cuh, `SGF_PARAMS` in kernels/sgemm_fast.cu).
+pub(crate) fn push_args<'a>(
+    builder: &mut LaunchArgs<'a>,
+    s: &'a Scalars,
+    a: &'a CudaSlice<f32>,
+    b: &'a CudaSlice<f32>,
+    c: &'a mut CudaSlice<f32>,
+) {
+    builder
+        .arg(&s.m)
+        .arg(&s.n)
+        .arg(&s.k)
+        .arg(a)
+        .arg(&s.lda)
+        .arg(b)
+        .arg(&s.ldb)
+        .arg(c)
+        .arg(&s.ldc);
+}
+
 /// Checks what every launcher relies on: dimensions at least 1 and within `int`, and buffers
 /// that hold every element the kernel may index.
 pub(crate) fn check_launch(
@@ -131,19 +181,9 @@ pub(crate) fn launch(
         block_dim: (bx, by, 1),
         shared_mem_bytes: 0,
     };
-    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-    let (lda, ldb, ldc) = (a.ld as i64, b.ld as i64, ldc as i64);
+    let scalars = Scalars::new((m, k, n), a, b, ldc);
     let mut builder = stream.launch_builder(&func);
-    builder
-        .arg(&mi)
-        .arg(&ni)
-        .arg(&ki)
-        .arg(a.buf)
-        .arg(&lda)
-        .arg(b.buf)
-        .arg(&ldb)
-        .arg(&mut *c)
-        .arg(&ldc);
+    push_args(&mut builder, &scalars, a.buf, b.buf, c);
     // SAFETY: the arguments match the kernels' signature `(int M, int N, int K, const float*
     // A, long long lda, const float* B, long long ldb, float* C, long long ldc)` in order and
     // type (`SGEMM_PARAMS` in kernels/common.cuh); the entry's layout suffix matches

@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use once_cell::sync::Lazy;
 
-use crate::context::Gpu;
+use crate::context::{Gpu, Stopwatch};
 use crate::error::GpuDotError;
 use crate::fast::{self, Plan};
 use crate::options::Kernel;
@@ -123,27 +122,14 @@ fn tune(
     c: &mut CudaSlice<f32>,
     ldc: usize,
 ) -> Result<Plan, GpuDotError> {
-    let event = || {
-        gpu.ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(GpuDotError::at("creating an event"))
-    };
-    let (start, end) = (event()?, event()?);
+    let watch = Stopwatch::new(gpu)?;
     let mut best: Option<(f32, Plan)> = None;
     for &plan in candidates {
         let mut fastest = f32::INFINITY;
         for _ in 0..2 {
-            start
-                .record(stream)
-                .map_err(GpuDotError::at("recording an event"))?;
-            fast::launch(gpu, stream, plan, dims, a, b, c, ldc)?;
-            end.record(stream)
-                .map_err(GpuDotError::at("recording an event"))?;
-            end.synchronize()
-                .map_err(GpuDotError::at("waiting for an event"))?;
-            let ms = start
-                .elapsed_ms(&end)
-                .map_err(GpuDotError::at("reading an event"))?;
+            let ms = watch.time(stream, || {
+                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc)
+            })?;
             fastest = fastest.min(ms);
         }
         if best.is_none_or(|(t, _)| fastest < t) {
