@@ -47,7 +47,7 @@ fn main() {
     }
     let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
     let gflops = |ms: f64| gpu_dot::flops(m, k, n) as f64 / (ms * 1e6);
-    println!("first call:      {first_ms:9.2} ms (includes context creation and kernel compilation on a GPU)");
+    println!("first call:      {first_ms:9.2} ms (on a GPU: context creation, kernels compiled or read from the disk cache)");
     println!(
         "gpu_dot:         {gpu_dot_ms:9.2} ms  {:8.1} GFLOP/s (second call)",
         gflops(gpu_dot_ms)
@@ -61,10 +61,24 @@ fn main() {
         println!("CUDA context: {:.1} ms (once per process)", info.context_ms);
     }
     for load in gpu_dot::module_loads() {
-        println!(
-            "kernel module {}: NVRTC {:.1} ms, load {:.1} ms (once per process)",
-            load.family, load.nvrtc_ms, load.load_ms
-        );
+        if load.cached {
+            println!(
+                "kernel module {}: from the disk cache, read and load {:.1} ms (no NVRTC)",
+                load.family, load.load_ms
+            );
+        } else {
+            println!(
+                "kernel module {}: NVRTC {:.1} ms, load {:.1} ms (once per process)",
+                load.family, load.nvrtc_ms, load.load_ms
+            );
+        }
+    }
+    match gpu_dot::kernel_cache_dir() {
+        Some(dir) => println!("kernel cache: {}", dir.display()),
+        None => println!(
+            "kernel cache: off ({} is off, or no home folder was found)",
+            gpu_dot::ENV_CACHE_DIR
+        ),
     }
     let tolerance = 1e-5 * (k.max(1) as f64).sqrt();
     if rel > tolerance {

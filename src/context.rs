@@ -1,8 +1,9 @@
 //! The process-wide CUDA context: made on first GPU use, shared by every thread.
 //!
 //! It holds the cudarc context, a pool of streams, the device's properties and the module
-//! cache: each kernel family is compiled by NVRTC for the device's own architecture the first
-//! time it is needed, and never again in the process.
+//! cache: each kernel family is compiled by NVRTC to a CUBIN for the device's own architecture
+//! the first time it is needed, and never again in the process; the on-disk cache
+//! (`src/cache.rs`) lets a later process load the CUBIN instead of compiling it again.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,9 +13,10 @@ use std::time::Instant;
 
 use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::nvrtc::Ptx;
 use once_cell::sync::{Lazy, OnceCell};
 
+use crate::cache;
 use crate::error::GpuDotError;
 use crate::options::ENV_DEVICE;
 use crate::registry::Family;
@@ -79,9 +81,13 @@ pub fn device_status() -> DeviceStatus {
 pub struct ModuleLoad {
     /// The family, e.g. "tiled".
     pub family: &'static str,
-    /// Milliseconds NVRTC took to compile it.
+    /// Whether it was read from the on-disk kernel cache
+    /// ([`kernel_cache_dir`](crate::kernel_cache_dir)) instead of compiled by NVRTC.
+    pub cached: bool,
+    /// Milliseconds NVRTC took to compile it; 0 when it came from the cache.
     pub nvrtc_ms: f64,
-    /// Milliseconds the driver took to load it and look up its entry points.
+    /// Milliseconds the driver took to load it and look up its entry points, plus, when it
+    /// came from the cache, the time to read and check the cache file.
     pub load_ms: f64,
 }
 
@@ -206,49 +212,68 @@ impl Gpu {
             })
     }
 
+    /// Loads `family`'s module: from the on-disk cache when it holds a CUBIN the driver
+    /// accepts, else compiled by NVRTC (and the CUBIN written to the cache).
     fn load(&self, family: Family) -> Result<LoadedModule, GpuDotError> {
-        let start = Instant::now();
-        let opts = CompileOptions {
-            options: vec![
-                format!("--gpu-architecture={}", self.arch),
-                "--std=c++17".into(),
-            ],
-            name: Some(format!("{}.cu", family.name())),
-            ..Default::default()
+        let options = vec![
+            format!("--gpu-architecture={}", self.arch),
+            "--std=c++17".to_string(),
+        ];
+        let link = |cubin: Vec<u8>| -> Result<LoadedModule, GpuDotError> {
+            let module = self
+                .ctx
+                .load_module(Ptx::from_binary(cubin))
+                .map_err(GpuDotError::at("loading a compiled module"))?;
+            let mut functions = HashMap::new();
+            for entry in family.entries() {
+                let f = module
+                    .load_function(&entry)
+                    .map_err(GpuDotError::at("looking up a kernel entry point"))?;
+                if let Some(bytes) = Family::shared_bytes(&entry) {
+                    f.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        bytes as i32,
+                    )
+                    .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
+                }
+                functions.insert(entry, f);
+            }
+            Ok(LoadedModule {
+                _module: module,
+                functions,
+                cost: ModuleLoad {
+                    family: family.name(),
+                    cached: false,
+                    nvrtc_ms: 0.0,
+                    load_ms: 0.0,
+                },
+            })
         };
-        let ptx = compile_ptx_with_opts(family.source(), opts)
-            .map_err(|e| GpuDotError::compile(family.name(), e))?;
-        COMPILATIONS.fetch_add(1, Ordering::SeqCst);
-        let nvrtc_ms = start.elapsed().as_secs_f64() * 1e3;
+        let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
+
+        let source = family.source();
+        let entry = cache::Entry::for_module(family.name(), &source, &options, &self.arch);
+        let start = Instant::now();
+        // An entry the driver refuses is compiled again below, and overwritten.
+        if let Some(Ok(mut loaded)) = entry.as_ref().and_then(|e| e.read()).map(link) {
+            loaded.cost.cached = true;
+            loaded.cost.load_ms = ms(start);
+            return Ok(loaded);
+        }
 
         let start = Instant::now();
-        let module = self
-            .ctx
-            .load_module(ptx)
-            .map_err(GpuDotError::at("loading a compiled module"))?;
-        let mut functions = HashMap::new();
-        for entry in family.entries() {
-            let f = module
-                .load_function(&entry)
-                .map_err(GpuDotError::at("looking up a kernel entry point"))?;
-            if let Some(bytes) = Family::shared_bytes(&entry) {
-                f.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    bytes as i32,
-                )
-                .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
-            }
-            functions.insert(entry, f);
+        let cubin = cache::compile(family.name(), &source, &options)?;
+        COMPILATIONS.fetch_add(1, Ordering::SeqCst);
+        let nvrtc_ms = ms(start);
+        let start = Instant::now();
+        let mut loaded = link(cubin.clone())?;
+        loaded.cost.nvrtc_ms = nvrtc_ms;
+        loaded.cost.load_ms = ms(start);
+        if let Some(entry) = entry {
+            // A cache that cannot be written only means compiling again next time.
+            let _ = entry.write(&cubin);
         }
-        Ok(LoadedModule {
-            _module: module,
-            functions,
-            cost: ModuleLoad {
-                family: family.name(),
-                nvrtc_ms,
-                load_ms: start.elapsed().as_secs_f64() * 1e3,
-            },
-        })
+        Ok(loaded)
     }
 
     /// A stream for one product, returned to the pool when the guard drops.

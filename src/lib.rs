@@ -20,7 +20,8 @@
 //!   ndarray's own `dot`: below that, copying to the GPU costs more than it saves.
 //! - Larger products run on the GPU when one is usable. The first GPU product of the process
 //!   creates a CUDA context (through the driver library, loaded at run time) and compiles the
-//!   kernels with NVRTC for the device found; compiled modules are cached for the process.
+//!   kernels with NVRTC for the device found; compiled modules are kept for the process, and
+//!   on disk for later processes (see [Kernel cache](#kernel-cache)).
 //! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
 //!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
 //!   product took.
@@ -43,6 +44,19 @@
 //! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer | [`DEFAULT_MIN_GPU_FLOPS`] |
 //! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
+//! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
+//!
+//! # Kernel cache
+//!
+//! NVRTC compiles each kernel family to a CUBIN for the device's architecture, and the CUBIN is
+//! kept on disk, so that a later process loads it without compiling (see
+//! [`ModuleLoad::cached`]). Entries are keyed by the kernel sources ([`KERNELS_HASH`]), the
+//! family, the compile options, the architecture and the driver and NVRTC versions, and carry a
+//! checksum: anything that does not match is compiled again and rewritten, and a folder that
+//! cannot be written only costs the compilation. The folder is [`ENV_CACHE_DIR`] when set
+//! (`off`, `0`, `none` or empty turn the cache off), else `$XDG_CACHE_HOME/gpu-dot` or
+//! `~/.cache/gpu-dot` on Linux, `~/Library/Caches/gpu-dot` on macOS, `%LOCALAPPDATA%\gpu-dot`
+//! on Windows; [`kernel_cache_dir`] says which is in force.
 //!
 //! # Kernels
 //!
@@ -61,6 +75,7 @@
 
 #![warn(missing_docs)]
 
+mod cache;
 mod context;
 mod dispatch;
 mod error;
@@ -74,6 +89,7 @@ mod tuner;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
+pub use cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use context::{
     device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus, ModuleLoad,
 };

@@ -1,0 +1,212 @@
+//! The on-disk kernel cache across processes: the test binary runs itself as child processes
+//! that share one fresh `GPU_DOT_CACHE_DIR`. Needs a CUDA GPU:
+//! `cargo test --test cache -- --include-ignored`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::{assert_close, random};
+use gpu_dot::{
+    device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
+    ENV_CACHE_DIR,
+};
+
+/// Set in a child process: do one product and report.
+const CHILD: &str = "GPU_DOT_TEST_CACHE_CHILD";
+/// The first word of the line a child reports on.
+const REPORT: &str = "gpu-dot-cache-child:";
+const NAME: &str = "a_second_process_loads_the_kernels_from_the_disk_cache";
+
+/// What one child process saw.
+#[derive(Debug)]
+struct ChildReport {
+    compilations: usize,
+    /// `(family, cached, nvrtc_ms)` of each module loaded.
+    loads: Vec<(String, bool, f64)>,
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_second_process_loads_the_kernels_from_the_disk_cache() {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        return;
+    }
+    let dir = TempDir::new();
+
+    let first = run_child(&dir.0, "first");
+    assert!(first.compilations >= 1, "first process compiled nothing");
+    assert!(
+        first.loads.iter().all(|l| !l.1),
+        "a module came from an empty cache: {first:?}"
+    );
+    let files = cache_files(&dir.0);
+    assert!(
+        !files.is_empty(),
+        "the first process wrote nothing into {}",
+        dir.0.display()
+    );
+
+    let second = run_child(&dir.0, "second");
+    assert_eq!(second.compilations, 0, "the second process compiled");
+    assert!(
+        !second.loads.is_empty(),
+        "the second process loaded no module"
+    );
+    for (family, cached, nvrtc_ms) in &second.loads {
+        assert!(
+            *cached,
+            "{family} was not loaded from the cache: {second:?}"
+        );
+        assert_eq!(
+            *nvrtc_ms, 0.0,
+            "{family}: NVRTC time reported for a cached module"
+        );
+    }
+
+    for file in &files {
+        let mut bytes = std::fs::read(file).unwrap();
+        let len = bytes.len();
+        for i in [len / 2, len - 1] {
+            bytes[i] ^= 0x5a;
+        }
+        std::fs::write(file, &bytes).unwrap();
+    }
+    let third = run_child(&dir.0, "after corruption");
+    assert_eq!(
+        third.compilations, first.compilations,
+        "corrupted entries were not all compiled again: {third:?}"
+    );
+    assert!(
+        third.loads.iter().all(|l| !l.1),
+        "a corrupted entry was loaded: {third:?}"
+    );
+
+    let fourth = run_child(&dir.0, "after rewriting");
+    assert_eq!(
+        fourth.compilations, 0,
+        "the rewritten entries were not used"
+    );
+    assert!(fourth.loads.iter().all(|l| l.1), "{fourth:?}");
+}
+
+/// One GPU product, checked, then the report line.
+fn child() {
+    assert!(
+        matches!(device_status(), DeviceStatus::Ready(_)),
+        "{}",
+        device_status()
+    );
+    let (m, k, n) = (256, 256, 256);
+    let a = random(m, k);
+    let b = random(k, n);
+    let start = Instant::now();
+    let product = a
+        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
+        .expect("a GPU product");
+    let first_ms = start.elapsed().as_secs_f64() * 1e3;
+    assert!(product.route.is_gpu(), "{}", product.route);
+    let expected = a.dot(&b);
+    let max_diff = product
+        .c
+        .iter()
+        .zip(expected.iter())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(max_diff <= 1e-3, "differs from ndarray's dot by {max_diff}");
+    assert_close(&product.c, &a, &b, "product in a child process");
+
+    let context_ms = match device_status() {
+        DeviceStatus::Ready(info) => info.context_ms,
+        DeviceStatus::Unavailable(_) => f64::NAN,
+    };
+    let loads: Vec<String> = module_loads()
+        .iter()
+        .map(|l| format!("{}:{}:{}:{}", l.family, l.cached, l.nvrtc_ms, l.load_ms))
+        .collect();
+    println!(
+        "{REPORT} compilations={} loads={} first_ms={first_ms:.2} context_ms={context_ms:.2}",
+        nvrtc_compilations(),
+        loads.join(",")
+    );
+}
+
+/// Runs the test binary as a child with the cache in `dir`, and parses its report.
+fn run_child(dir: &Path, label: &str) -> ChildReport {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--include-ignored"])
+        .env(CHILD, "1")
+        .env(ENV_CACHE_DIR, dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{label} child failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(REPORT))
+        .unwrap_or_else(|| panic!("{label} child printed no report\nstdout:\n{stdout}"));
+    println!("{label} process: {}", line.trim());
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    let loads = field("loads")
+        .split(',')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let parts: Vec<&str> = l.split(':').collect();
+            assert_eq!(parts.len(), 4, "bad module load {l:?}");
+            (
+                parts[0].to_string(),
+                parts[1].parse().expect("true or false"),
+                parts[2].parse().expect("milliseconds"),
+            )
+        })
+        .collect();
+    ChildReport {
+        compilations: field("compilations").parse().expect("a count"),
+        loads,
+    }
+}
+
+/// The cache entries in `dir` (temporary files of unfinished writes left out).
+fn cache_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A fresh folder under the system's temporary folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("gpu-dot-cache-test-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
