@@ -28,6 +28,9 @@
 // sgemm_splitk_reduce(int M, int N, int splits, const float* W, float* C, long long ldc)
 //      block 256, smem 0, any grid (grid-stride), e.g. grid = min(ceil(M*N/256), 8192).
 //      C[i*ldc+j] = sum_{z=0..splits-1} W[z*M*N + i*N + j], summed in increasing z (deterministic).
+// sgemm_axpby(int M, int N, float alpha, const float* T, long long ldt, float beta, float* C,
+//      long long ldc): C = alpha*T + beta*C (beta == 0: C not read; T null: alpha*T is 0).
+//      block 256, smem 0, any grid (grid-stride).
 // sgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0
 //      TB=false ('n' second letter): grid = ceil(N/16)    TB=true: grid = ceil(N/8)
 // sgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0
@@ -580,6 +583,24 @@ extern "C" __global__ void __launch_bounds__(256)
         for (int z = 0; z < splits; ++z) s += W[(long long)z * MN + idx];
         const long long i = idx / N, j = idx - i * N;
         C[i * ldc + j] = s;
+    }
+}
+
+// C = alpha * T + beta * C over an M x N block (both row-major), the `C = alpha*A*B + beta*C`
+// epilogue of the general form. beta == 0 never reads C (NaN or Inf there is overwritten, as
+// BLAS does); T == nullptr means alpha * A * B is zero (alpha == 0 or K == 0): C = beta * C.
+// block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256)
+    sgemm_axpby(int M, int N, float alpha, const float* __restrict__ T, long long ldt,
+                float beta, float* __restrict__ C, long long ldc) {
+    const long long MN = (long long)M * N;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
+         idx += stride) {
+        const long long i = idx / N, j = idx - i * N;
+        const float t = T ? alpha * T[i * ldt + j] : 0.f;
+        float* c = C + i * ldc + j;
+        *c = beta == 0.f ? t : fmaf(beta, *c, t);
     }
 }
 

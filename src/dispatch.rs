@@ -7,8 +7,9 @@ use ndarray::{Array2, ArrayBase, Data, Ix2};
 use crate::context;
 use crate::error::GpuDotError;
 use crate::fast::Plan;
-use crate::layout::{self, Layout};
+use crate::layout::Layout;
 use crate::options::{Backend, DotOptions, Kernel};
+use crate::pipeline::{self, Done, Dst, Src};
 use crate::sgemm;
 
 /// A product and how it was computed.
@@ -33,6 +34,8 @@ pub enum Route {
         a_layout: Layout,
         /// How the right operand was read.
         b_layout: Layout,
+        /// Row panels the product ran in (more than one: copies overlapped the kernels).
+        panels: usize,
     },
     /// On the CPU, by ndarray's `dot`.
     Cpu(CpuReason),
@@ -71,13 +74,18 @@ impl fmt::Display for Route {
                 plan,
                 a_layout,
                 b_layout,
+                panels,
             } => {
                 match plan {
                     Some(plan) if *kernel == Kernel::Auto => write!(f, "GPU, kernel auto: {plan}")?,
                     Some(plan) => write!(f, "GPU, kernel {kernel}: {plan}")?,
                     None => write!(f, "GPU, kernel {kernel}")?,
                 }
-                write!(f, " (operands read as {a_layout:?} and {b_layout:?} order)")
+                write!(f, " (operands read as {a_layout:?} and {b_layout:?} order")?;
+                match panels {
+                    1 => write!(f, ")"),
+                    p => write!(f, "; {p} row panels)"),
+                }
             }
             Route::Cpu(CpuReason::Requested) => write!(f, "CPU, as requested"),
             Route::Cpu(CpuReason::BelowThreshold { flops, threshold }) => write!(
@@ -163,24 +171,61 @@ where
     let ((m, k), n) = (a.dim(), b.ncols());
     sgemm::check_dims(m, k, n)?;
     let gpu = context::gpu()?;
-    let (oa, ob) = (layout::operand(a), layout::operand(b));
-    let (data, ran) = sgemm::gemm_host(
+    let mut c = zeroed((m, n))?;
+    let done = pipeline::gemm(
         gpu,
-        opts.kernel,
-        opts.autotune,
-        (m, k, n),
-        &oa,
-        &ob,
-        opts.poison_output,
-    )?;
-    let c = Array2::from_shape_vec((m, n), data).expect("the kernel returns m·n elements");
+        opts,
+        1.0,
+        &Src::Host(a.view()),
+        &Src::Host(b.view()),
+        0.0,
+        &mut Dst::Host(c.view_mut()),
+    )
+    .map_err(|f| f.error)?;
     Ok(Product {
         c,
-        route: Route::Gpu {
-            kernel: ran.kernel,
-            plan: ran.plan,
-            a_layout: oa.layout,
-            b_layout: ob.layout,
-        },
+        route: gpu_route(opts, done),
     })
+}
+
+/// The route report of a finished GPU product.
+pub(crate) fn gpu_route(opts: &DotOptions, done: Done) -> Route {
+    Route::Gpu {
+        kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
+        plan: done.ran.and_then(|r| r.plan),
+        a_layout: done.a_layout,
+        b_layout: done.b_layout,
+        panels: done.panels,
+    }
+}
+
+/// A zeroed `rows × cols` host array, or [`GpuDotError::HostOutOfMemory`] when the allocation
+/// fails (instead of aborting the process). Zeroed pages come from the allocator lazily, so
+/// this costs nothing until the pages are written.
+pub(crate) fn zeroed((rows, cols): (usize, usize)) -> Result<Array2<f32>, GpuDotError> {
+    let len = rows.checked_mul(cols).ok_or(GpuDotError::TooLarge {
+        dims: (rows, 0, cols),
+    })?;
+    let bytes = len
+        .checked_mul(std::mem::size_of::<f32>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(GpuDotError::TooLarge {
+            dims: (rows, 0, cols),
+        })?;
+    let data = if len == 0 {
+        Vec::new()
+    } else {
+        let layout = std::alloc::Layout::array::<f32>(len).expect("size checked above");
+        // SAFETY: `layout` has a non-zero size (len > 0); the pointer is checked for null
+        // before use.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+        if ptr.is_null() {
+            return Err(GpuDotError::HostOutOfMemory { bytes });
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with the layout of `[f32; len]`
+        // (which is what Vec<f32> with capacity `len` uses), and all `len` floats are
+        // initialised (zero bits are 0.0).
+        unsafe { Vec::from_raw_parts(ptr, len, len) }
+    };
+    Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
 }

@@ -50,6 +50,19 @@ pub enum GpuDotError {
         /// Bytes asked for in the allocation that failed.
         bytes: usize,
     },
+    /// The output of a general product ([`try_general_mat_mul`](crate::try_general_mat_mul))
+    /// does not have the shape `m × n` of the product.
+    OutputShape {
+        /// The product's shape.
+        expected: (usize, usize),
+        /// The output's shape.
+        found: (usize, usize),
+    },
+    /// Host memory for the result (or page-locked staging memory) could not be allocated.
+    HostOutOfMemory {
+        /// Bytes asked for in the allocation that failed.
+        bytes: usize,
+    },
     /// A dimension does not fit the kernels' 32-bit dimension arguments.
     TooLarge {
         /// The product's dimensions `(m, k, n)`.
@@ -121,6 +134,14 @@ impl fmt::Display for GpuDotError {
             }
             GpuDotError::OutOfMemory { bytes } => {
                 write!(f, "out of device memory allocating {bytes} bytes")
+            }
+            GpuDotError::OutputShape { expected, found } => write!(
+                f,
+                "the output is {} × {}, but the product is {} × {}",
+                found.0, found.1, expected.0, expected.1
+            ),
+            GpuDotError::HostOutOfMemory { bytes } => {
+                write!(f, "out of host memory allocating {bytes} bytes")
             }
             GpuDotError::TooLarge { dims: (m, k, n) } => write!(
                 f,

@@ -5,7 +5,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaViewMut, DevicePtr, DeviceSlice, LaunchConfig, PushKernelArg,
+};
 
 use crate::context::Gpu;
 use crate::error::GpuDotError;
@@ -137,8 +139,9 @@ pub(crate) fn launch(
     (m, k, n): (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
-    c: &mut CudaSlice<f32>,
+    c: &mut CudaViewMut<'_, f32>,
     ldc: usize,
+    scratch: &mut Option<CudaSlice<f32>>,
 ) -> Result<(), GpuDotError> {
     sgemm::check_launch((m, k, n), a, b, c, ldc)?;
     let suffix = layout_suffix(a.trans, b.trans);
@@ -174,7 +177,7 @@ pub(crate) fn launch(
             };
             let scalars = sgemm::Scalars::new((m, k, n), a, b, ldc);
             let mut builder = stream.launch_builder(&func);
-            sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, c);
+            sgemm::push_args(&mut builder, &scalars, &a.buf, &b.buf, c);
             // SAFETY: arguments in the order and types of `SGF_PARAMS` (int M, N, K; const
             // float* A; long long lda; const float* B; long long ldb; float* C; long long
             // ldc); the entry's layout suffix matches a.trans/b.trans; m == 1 (row GEMV) or
@@ -202,7 +205,7 @@ pub(crate) fn launch(
                 };
                 let scalars = sgemm::Scalars::new((m, k, n), a, b, ldc);
                 let mut builder = stream.launch_builder(&func);
-                sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, c);
+                sgemm::push_args(&mut builder, &scalars, &a.buf, &b.buf, c);
                 // SAFETY: arguments in the order and types of `SGF_PARAMS`; the entry's layout
                 // suffix matches a.trans/b.trans, and the 128-bit-load entry is chosen only
                 // when both operands are 16-byte aligned with leading dimensions divisible by
@@ -219,7 +222,8 @@ pub(crate) fn launch(
                 .div_ceil(splits as usize)
                 .next_multiple_of(SPLIT_K_GRANULE);
             let parts = k.div_ceil(k_per_split);
-            let mut work = sgemm::alloc(stream, parts * m * n)?;
+            let work = sgemm::scratch(stream, scratch, parts * m * n)?;
+            let mut work = work.slice_mut(..parts * m * n);
             let func = gpu.function(Family::Fast, &format!("{base}_splitk"))?;
             let cfg = LaunchConfig {
                 grid_dim: (grid_tiles, 1, parts as u32),
@@ -230,7 +234,7 @@ pub(crate) fn launch(
             let scalars = sgemm::Scalars::new((m, k, n), a, b, n);
             let kps = k_per_split as i32;
             let mut builder = stream.launch_builder(&func);
-            sgemm::push_args(&mut builder, &scalars, a.buf, b.buf, &mut work);
+            sgemm::push_args(&mut builder, &scalars, &a.buf, &b.buf, &mut work);
             builder.arg(&kps);
             // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
             // multiple of 16; gridDim.z = ceil(K / k_per_split) ≤ MAX_SPLITS, so every split
@@ -246,13 +250,14 @@ pub(crate) fn launch(
                 shared_mem_bytes: 0,
             };
             let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, ldc as i64);
+            let work = work.as_view();
             let mut builder = stream.launch_builder(&reduce);
             builder
                 .arg(&mi)
                 .arg(&ni)
                 .arg(&parts_i)
                 .arg(&work)
-                .arg(&mut *c)
+                .arg(c)
                 .arg(&ldc);
             // SAFETY: arguments match `sgemm_splitk_reduce(int M, int N, int splits, const
             // float* W, float* C, long long ldc)`; W holds splits·m·n floats written by the

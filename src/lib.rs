@@ -81,10 +81,13 @@ mod dispatch;
 mod error;
 mod fast;
 mod layout;
+mod matrix;
 mod options;
+mod pipeline;
 pub mod profile;
 mod registry;
 mod sgemm;
+mod staging;
 mod tuner;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
@@ -97,10 +100,15 @@ pub use dispatch::{flops, CpuReason, Product, Route};
 pub use error::GpuDotError;
 pub use fast::Plan;
 pub use layout::{layout_of, Layout};
+pub use matrix::{
+    general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, AsOutput, GpuMatrix,
+    GpuView, Operand, Output,
+};
 pub use options::{
     Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
     ENV_KERNEL, ENV_MIN_FLOPS,
 };
+pub use pipeline::{retained_memory, trim};
 pub use registry::TileConfig;
 pub use tuner::tuned_plans;
 
@@ -211,4 +219,21 @@ fn dot_shape_error(m: usize, k: usize, k2: usize, n: usize) -> ! {
         _ => panic!("ndarray: shape {m} × {n} overflows isize"),
     }
     panic!("ndarray: inputs {m} × {k} and {k2} × {n} are not compatible for matrix multiplication");
+}
+
+/// Panics as ndarray's `general_mat_mul` does for incompatible shapes.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) -> ! {
+    panic!(
+        "ndarray: inputs {} × {}, {} × {}, and output {} × {} are not compatible for matrix multiplication",
+        a.0, a.1, b.0, b.1, c.0, c.1
+    );
+}
+
+/// Helpers exposed for the fuzz targets; not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::staging::{pack, unpack};
 }

@@ -145,6 +145,12 @@ pub struct DotOptions {
     /// Off, `Auto` runs a fixed plan chosen from the shape and the device's multiprocessor
     /// count.
     pub autotune: bool,
+    /// Rows of A (and C) per panel when operands or the result cross the PCIe/NVLink link:
+    /// each panel is copied, multiplied and copied back while the next one is on its way.
+    /// `None` chooses from the shape (one panel for small products, panels of 128-row
+    /// multiples of at most 32 MiB for large ones); `Some(rows)` forces that height (at least
+    /// 1; `Some(m)` or more means one panel).
+    pub panel_rows: Option<usize>,
 }
 
 impl DotOptions {
@@ -156,6 +162,7 @@ impl DotOptions {
             min_gpu_flops: DEFAULT_MIN_GPU_FLOPS,
             poison_output: false,
             autotune: true,
+            panel_rows: None,
         }
     }
 
@@ -228,6 +235,12 @@ impl DotOptions {
     /// These options with autotuning on or off.
     pub fn autotune(mut self, on: bool) -> Self {
         self.autotune = on;
+        self
+    }
+
+    /// These options with a fixed panel height (`None`: chosen from the shape).
+    pub fn panel_rows(mut self, rows: Option<usize>) -> Self {
+        self.panel_rows = rows;
         self
     }
 

@@ -72,6 +72,8 @@ pub struct DeviceProblem {
     a: CudaSlice<f32>,
     b: CudaSlice<f32>,
     c: CudaSlice<f32>,
+    /// The split-K workspace, kept across launches.
+    scratch: Option<CudaSlice<f32>>,
     #[cfg(feature = "cublas")]
     blas: Option<cudarc::cublas::CudaBlas>,
 }
@@ -102,6 +104,7 @@ impl DeviceProblem {
             a,
             b,
             c,
+            scratch: None,
             #[cfg(feature = "cublas")]
             blas: None,
         })
@@ -120,12 +123,12 @@ impl DeviceProblem {
     fn launch(&mut self, kernel: Kernel) -> Result<(), GpuDotError> {
         let (_, k, n) = self.dims;
         let a = DeviceOperand {
-            buf: &self.a,
+            buf: self.a.as_view(),
             trans: false,
             ld: k,
         };
         let b = DeviceOperand {
-            buf: &self.b,
+            buf: self.b.as_view(),
             trans: false,
             ld: n,
         };
@@ -137,8 +140,9 @@ impl DeviceProblem {
             self.dims,
             &a,
             &b,
-            &mut self.c,
+            &mut self.c.as_view_mut(),
             n,
+            &mut self.scratch,
         )
         .map(|_| ())
     }

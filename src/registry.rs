@@ -70,6 +70,7 @@ impl Family {
                 e.extend(per_layout("sgemv_m1", &[""]));
                 e.extend(per_layout("sgemv_n1", &[""]));
                 e.push("sgemm_splitk_reduce".into());
+                e.push("sgemm_axpby".into());
                 e
             }
         }

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 
 use crate::context::Gpu;
 use crate::error::GpuDotError;
-use crate::layout::Operand;
 use crate::options::Kernel;
 use crate::registry::LaunchRule;
 
@@ -16,7 +17,7 @@ const MAX_GRID_Y: usize = 65_535;
 
 /// A matrix on the device, as a kernel reads it.
 pub(crate) struct DeviceOperand<'a> {
-    pub(crate) buf: &'a CudaSlice<f32>,
+    pub(crate) buf: CudaView<'a, f32>,
     /// Column-major (element (r, c) at `c * ld + r`) instead of row-major.
     pub(crate) trans: bool,
     pub(crate) ld: usize,
@@ -47,6 +48,33 @@ pub(crate) fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<f3
         .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))
 }
 
+/// A device buffer of at least `len` floats kept in `slot` across calls: grown (never
+/// shrunk) when too small, so steady-state calls allocate nothing.
+pub(crate) fn scratch<'s>(
+    stream: &Arc<CudaStream>,
+    slot: &'s mut Option<CudaSlice<f32>>,
+    len: usize,
+) -> Result<&'s mut CudaSlice<f32>, GpuDotError> {
+    if slot.as_ref().is_none_or(|b| b.len() < len) {
+        // Free the old buffer before allocating the larger one.
+        *slot = None;
+        *slot = Some(alloc(stream, grow_to(len))?);
+    }
+    Ok(slot.as_mut().expect("filled above"))
+}
+
+/// The size a buffer asked to hold `len` floats is grown to: the next power of two up to
+/// 1 Mi floats, then the next multiple of 1 Mi floats (so repeated growth is geometric while
+/// small and wastes at most 4 MiB when large).
+pub(crate) fn grow_to(len: usize) -> usize {
+    const MI: usize = 1 << 20;
+    if len <= MI {
+        len.next_power_of_two()
+    } else {
+        len.div_ceil(MI) * MI
+    }
+}
+
 /// Copies `data` into a new device buffer.
 pub(crate) fn upload(
     stream: &Arc<CudaStream>,
@@ -60,11 +88,10 @@ pub(crate) fn upload(
 }
 
 /// Fills `buf` with NaN (every byte 0xFF is a quiet NaN).
-pub(crate) fn poison(
+pub(crate) fn poison<D: cudarc::driver::DevicePtrMut<f32>>(
     stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<f32>,
+    buf: &mut D,
 ) -> Result<(), GpuDotError> {
-    use cudarc::driver::DevicePtrMut;
     let bytes = buf.len() * std::mem::size_of::<f32>();
     let (ptr, _record) = buf.device_ptr_mut(stream);
     // SAFETY: `ptr` is valid for `bytes` bytes (the whole slice) on `stream`; `_record` keeps
@@ -113,12 +140,12 @@ impl Scalars {
 
 /// Pushes the nine SGEMM arguments `(M, N, K, A, lda, B, ldb, C, ldc)` in order
 /// (`SGEMM_PARAMS` in kernels/common.cuh, `SGF_PARAMS` in kernels/sgemm_fast.cu).
-pub(crate) fn push_args<'a>(
+pub(crate) fn push_args<'a, 'x: 'a, 'y: 'a, 'z: 'a>(
     builder: &mut LaunchArgs<'a>,
     s: &'a Scalars,
-    a: &'a CudaSlice<f32>,
-    b: &'a CudaSlice<f32>,
-    c: &'a mut CudaSlice<f32>,
+    a: &'a CudaView<'x, f32>,
+    b: &'a CudaView<'y, f32>,
+    c: &'a mut CudaViewMut<'z, f32>,
 ) {
     builder
         .arg(&s.m)
@@ -138,7 +165,7 @@ pub(crate) fn check_launch(
     (m, k, n): (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
-    c: &CudaSlice<f32>,
+    c: &CudaViewMut<'_, f32>,
     ldc: usize,
 ) -> Result<(), GpuDotError> {
     check_dims(m, k, n)?;
@@ -165,7 +192,7 @@ pub(crate) fn launch(
     (m, k, n): (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
-    c: &mut CudaSlice<f32>,
+    c: &mut CudaViewMut<'_, f32>,
     ldc: usize,
 ) -> Result<(), GpuDotError> {
     check_launch((m, k, n), a, b, c, ldc)?;
@@ -183,7 +210,7 @@ pub(crate) fn launch(
     };
     let scalars = Scalars::new((m, k, n), a, b, ldc);
     let mut builder = stream.launch_builder(&func);
-    push_args(&mut builder, &scalars, a.buf, b.buf, c);
+    push_args(&mut builder, &scalars, &a.buf, &b.buf, c);
     // SAFETY: the arguments match the kernels' signature `(int M, int N, int K, const float*
     // A, long long lda, const float* B, long long ldb, float* C, long long ldc)` in order and
     // type (`SGEMM_PARAMS` in kernels/common.cuh); the entry's layout suffix matches
@@ -194,52 +221,4 @@ pub(crate) fn launch(
     // names (≤ 1024 threads, matching its `__launch_bounds__`); static shared memory only.
     unsafe { builder.launch(cfg) }.map_err(GpuDotError::at("launching a kernel"))?;
     Ok(())
-}
-
-/// Computes `a · b` on the GPU from host operands and returns `C` in row-major order.
-pub(crate) fn gemm_host(
-    gpu: &Gpu,
-    kernel: Kernel,
-    autotune: bool,
-    (m, k, n): (usize, usize, usize),
-    a: &Operand,
-    b: &Operand,
-    poison_output: bool,
-) -> Result<(Vec<f32>, crate::tuner::Ran), GpuDotError> {
-    check_dims(m, k, n)?;
-    let stream = gpu.stream()?;
-    let da = upload(&stream, &a.data)?;
-    let db = upload(&stream, &b.data)?;
-    let mut dc = alloc(&stream, m * n)?;
-    if poison_output {
-        poison(&stream, &mut dc)?;
-    }
-    let da = DeviceOperand {
-        buf: &da,
-        trans: a.trans,
-        ld: a.ld,
-    };
-    let db = DeviceOperand {
-        buf: &db,
-        trans: b.trans,
-        ld: b.ld,
-    };
-    let ran = crate::tuner::run(
-        gpu,
-        &stream,
-        kernel,
-        autotune,
-        (m, k, n),
-        &da,
-        &db,
-        &mut dc,
-        n,
-    )?;
-    let out = stream
-        .clone_dtoh(&dc)
-        .map_err(GpuDotError::at("copying the product to the host"))?;
-    stream
-        .synchronize()
-        .map_err(GpuDotError::at("waiting for the product"))?;
-    Ok((out, ran))
 }

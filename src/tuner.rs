@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
 use once_cell::sync::Lazy;
 
 use crate::context::{Gpu, Stopwatch};
@@ -57,8 +57,9 @@ pub(crate) fn run(
     dims: (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
-    c: &mut CudaSlice<f32>,
+    c: &mut CudaViewMut<'_, f32>,
     ldc: usize,
+    scratch: &mut Option<CudaSlice<f32>>,
 ) -> Result<Ran, GpuDotError> {
     let (m, k, n) = dims;
     let tile = |config| Plan::Tile { config, splits: 1 };
@@ -87,7 +88,7 @@ pub(crate) fn run(
                 match known {
                     Some(plan) => plan,
                     None => {
-                        let plan = tune(gpu, stream, &candidates, dims, a, b, c, ldc)?;
+                        let plan = tune(gpu, stream, &candidates, dims, a, b, c, ldc, scratch)?;
                         TUNED
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -102,7 +103,7 @@ pub(crate) fn run(
             }
         }
     };
-    fast::launch(gpu, stream, plan, dims, a, b, c, ldc)?;
+    fast::launch(gpu, stream, plan, dims, a, b, c, ldc, scratch)?;
     Ok(Ran {
         kernel,
         plan: Some(plan),
@@ -119,8 +120,9 @@ fn tune(
     dims: (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
-    c: &mut CudaSlice<f32>,
+    c: &mut CudaViewMut<'_, f32>,
     ldc: usize,
+    scratch: &mut Option<CudaSlice<f32>>,
 ) -> Result<Plan, GpuDotError> {
     let watch = Stopwatch::new(gpu)?;
     let mut best: Option<(f32, Plan)> = None;
@@ -128,7 +130,7 @@ fn tune(
         let mut fastest = f32::INFINITY;
         for _ in 0..2 {
             let ms = watch.time(stream, || {
-                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc)
+                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc, &mut *scratch)
             })?;
             fastest = fastest.min(ms);
         }

@@ -1,0 +1,374 @@
+//! The host↔device paths: chunked and unchunked products through the pinned staging buffers,
+//! device-resident matrices and chains, and the general form `C = alpha·A·B + beta·C`.
+//! GPU tests are ignored on machines without one; run them with `--include-ignored`.
+
+mod common;
+
+use common::{check, random, reference};
+use gpu_dot::{
+    general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, Backend, DotOptions,
+    GpuDot, GpuDotError, GpuMatrix, Kernel, Layout, Route,
+};
+use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
+
+const NEEDS_GPU: &str = "needs a CUDA GPU";
+
+fn gpu() -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .poison_output(true)
+}
+
+/// Checks `c` against `alpha·a·b + beta·c0` in f64: the product's rounding bound (as
+/// `common::check`) scaled by |alpha|, plus a few ulps of the other terms.
+#[track_caller]
+fn check_general(
+    c: ArrayView2<f32>,
+    alpha: f32,
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    beta: f32,
+    c0: ArrayView2<f32>,
+    what: &str,
+) {
+    let r = reference(&a, &b);
+    let abs = a
+        .mapv(|x| f64::from(x).abs())
+        .dot(&b.mapv(|x| f64::from(x).abs()));
+    let (mut diff, mut scale, mut rest) = (0.0f64, 0.0f64, 0.0f64);
+    for (((&x, &p), &s), &old) in c.iter().zip(r.iter()).zip(abs.iter()).zip(c0.iter()) {
+        let old = if beta == 0.0 { 0.0 } else { f64::from(old) };
+        let want = f64::from(alpha) * p + f64::from(beta) * old;
+        diff += (f64::from(x) - want).powi(2);
+        scale += s * s;
+        rest += want * want + (f64::from(beta) * old).powi(2);
+    }
+    let eps = f32::EPSILON as f64;
+    let bound =
+        f64::from(alpha.abs()) * 4.0 * eps * (a.ncols().max(1) as f64).sqrt() * scale.sqrt()
+            + 4.0 * eps * rest.sqrt()
+            + f64::MIN_POSITIVE;
+    assert!(
+        diff.sqrt() <= bound,
+        "{what}: ‖C − ref‖ = {:.3e} above {bound:.3e}",
+        diff.sqrt()
+    );
+}
+
+fn panels(route: &Route) -> usize {
+    match route {
+        Route::Gpu { panels, .. } => *panels,
+        other => panic!("expected a GPU route, got {other:?}"),
+    }
+}
+
+// ---- CPU (run everywhere) ----------------------------------------------------------------
+
+#[test]
+fn general_form_on_the_cpu_matches_the_reference() {
+    let (a, b) = (random(37, 29), random(29, 41));
+    for (alpha, beta) in [(1.0, 0.0), (0.5, -2.0), (0.0, 3.0), (-1.5, 1.0)] {
+        let c0 = random(41, 37).reversed_axes(); // F order
+        let mut c = c0.clone();
+        let route = general_mat_mul_with(
+            alpha,
+            &a,
+            &b,
+            beta,
+            &mut c,
+            &DotOptions::builtin().backend(Backend::Cpu),
+        )
+        .unwrap();
+        assert!(matches!(route, Route::Cpu(_)));
+        check_general(c.view(), alpha, a.view(), b.view(), beta, c0.view(), "cpu");
+    }
+}
+
+#[test]
+fn general_form_with_beta_zero_never_reads_c() {
+    let (a, b) = (random(8, 5), random(5, 6));
+    let mut c = Array2::<f32>::from_elem((8, 6), f32::NAN);
+    general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+    assert!(c.iter().all(|x| x.is_finite()));
+    check(&c, &a, &b, &reference(&a, &b), "beta = 0");
+}
+
+#[test]
+fn general_form_shape_errors_match_ndarray() {
+    let (a, b) = (Array2::<f32>::ones((2, 3)), Array2::<f32>::ones((3, 4)));
+    let mut wrong = Array2::<f32>::zeros((2, 5));
+    let ours = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        general_mat_mul(1.0, &a, &b, 0.0, &mut wrong.clone())
+    }))
+    .expect_err("a panic");
+    let theirs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut wrong.clone())
+    }))
+    .expect_err("a panic");
+    assert_eq!(
+        ours.downcast_ref::<String>(),
+        theirs.downcast_ref::<String>()
+    );
+    match try_general_mat_mul(1.0, &a, &b, 0.0, &mut wrong) {
+        Err(GpuDotError::OutputShape { expected, found }) => {
+            assert_eq!((expected, found), ((2, 4), (2, 5)))
+        }
+        other => panic!("{other:?}"),
+    }
+    match try_general_mat_mul(1.0, &a, &a, 0.0, &mut wrong) {
+        Err(GpuDotError::ShapeMismatch { m, k, k2, n }) => assert_eq!((m, k, k2, n), (2, 3, 2, 3)),
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---- GPU -----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn chunked_and_unchunked_products_agree_with_the_reference() {
+    let _ = NEEDS_GPU;
+    let (m, k, n) = (1000, 300, 700);
+    let a = random(m, k);
+    let at = random(k, m);
+    let b = random(k, n);
+    let bt = random(n, k);
+    let a_big = random(m + 7, 2 * k);
+    let a_views = [
+        (a.view(), Layout::C),
+        (at.t(), Layout::F),
+        (a_big.slice(s![3..m + 3;1, ..;2]), Layout::Copied),
+    ];
+    let b_views = [(b.view(), Layout::C), (bt.t(), Layout::F)];
+    for (av, al) in &a_views {
+        for (bv, bl) in &b_views {
+            let r = reference(av, bv);
+            for (rows, want_panels) in [(Some(m), 1), (Some(128), 8), (Some(300), 4), (Some(1), m)]
+            {
+                let p = av
+                    .gpu_dot_with(bv, &gpu().panel_rows(rows))
+                    .unwrap_or_else(|e| panic!("{al:?}·{bl:?} {rows:?}: {e}"));
+                assert_eq!(panels(&p.route), want_panels, "{al:?}·{bl:?} {rows:?}");
+                match p.route {
+                    Route::Gpu {
+                        a_layout, b_layout, ..
+                    } => assert_eq!((a_layout, b_layout), (*al, *bl)),
+                    _ => unreachable!(),
+                }
+                check(
+                    &p.c,
+                    av,
+                    bv,
+                    &r,
+                    &format!("{al:?}·{bl:?} panels of {rows:?}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn large_products_are_chunked_by_default_with_every_kernel() {
+    let (a, b) = (random(2048, 1024), random(1024, 1536));
+    let r = reference(&a, &b);
+    for kernel in [Kernel::Auto, Kernel::Reg128, Kernel::Tiled32] {
+        let p = a.gpu_dot_with(&b, &gpu().kernel(kernel)).unwrap();
+        assert!(panels(&p.route) > 1, "{kernel}: {}", p.route);
+        check(&p.c, &a, &b, &r, &format!("{kernel}, {}", p.route));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matrices_round_trip_through_the_device_exactly() {
+    for (r, c) in [(1, 1), (3, 1000), (777, 333), (3000, 3000)] {
+        let host = random(r, c);
+        let dev = GpuMatrix::from_array(&host).unwrap();
+        assert_eq!(dev.dim(), (r, c));
+        assert_eq!(dev.to_array().unwrap(), host);
+        // From F order and from a stepped, reversed view.
+        let f = host.t().as_standard_layout().reversed_axes().to_owned();
+        assert_eq!(GpuMatrix::from_array(&f).unwrap().to_array().unwrap(), host);
+        let mut dev = dev;
+        let other = random(r, c);
+        dev.assign(&other.slice(s![.., ..])).unwrap();
+        assert_eq!(dev.to_array().unwrap(), other);
+    }
+    let v = random(40, 60);
+    let stepped = v.slice(s![..;-2, ..;3]);
+    assert_eq!(
+        GpuMatrix::from_array(&stepped).unwrap().to_array().unwrap(),
+        stepped
+    );
+    let z = GpuMatrix::zeros((5, 7)).unwrap().to_array().unwrap();
+    assert!(z.iter().all(|&x| x == 0.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_resident_chains_match_the_host_result() {
+    let x = random(300, 500);
+    let (w1h, w2h) = (random(500, 400), random(400, 50));
+    let (w1, w2) = (
+        GpuMatrix::from_array(&w1h).unwrap(),
+        GpuMatrix::from_array(&w2h).unwrap(),
+    );
+    // x·w1 on the device, then ·w2 without leaving it.
+    let h = GpuMatrix::product(&x, &w1).unwrap();
+    assert_eq!(h.dim(), (300, 400));
+    check(
+        &h.to_array().unwrap(),
+        &x,
+        &w1h,
+        &reference(&x, &w1h),
+        "x·w1",
+    );
+    let hh = h.to_array().unwrap();
+    let y = h.dot(&w2).unwrap().to_array().unwrap();
+    check(&y, &hh, &w2h, &reference(&hh, &w2h), "(x·w1)·w2");
+
+    // Transposed device views and host views on either side.
+    let xt = x.t().to_owned(); // 500 × 300
+    let ht = GpuMatrix::product(&w1.t(), &xt)
+        .unwrap()
+        .to_array()
+        .unwrap();
+    check(&ht, &w1h.t(), &xt, &reference(&w1h.t(), &xt), "w1ᵀ·xᵀ");
+    let dev_x = GpuMatrix::from_array(&x).unwrap();
+    for (what, got) in [
+        ("device·device", dev_x.dot(&w1).unwrap()),
+        ("device·host", dev_x.dot(&w1h).unwrap()),
+        ("device·hostᵀ", dev_x.dot(&w1h.t().to_owned().t()).unwrap()),
+        ("view·view", dev_x.view().dot(&w1.view()).unwrap()),
+    ] {
+        check(
+            &got.to_array().unwrap(),
+            &x,
+            &w1h,
+            &reference(&x, &w1h),
+            what,
+        );
+    }
+    let g = GpuMatrix::product(&w2.t(), &w1.t()).unwrap(); // 50 × 500
+    check(
+        &g.to_array().unwrap(),
+        &w2h.t(),
+        &w1h.t(),
+        &reference(&w2h.t(), &w1h.t()),
+        "w2ᵀ·w1ᵀ",
+    );
+    assert!(matches!(
+        GpuMatrix::product(&w1, &w1),
+        Err(GpuDotError::ShapeMismatch { .. })
+    ));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn general_form_with_alpha_and_beta_on_host_and_device_outputs() {
+    let (m, k, n) = (333, 257, 190);
+    let (a, b) = (random(m, k), random(k, n));
+    for (alpha, beta) in [
+        (1.0f32, 0.0f32),
+        (0.5, 0.0),
+        (1.0, 1.0),
+        (-2.0, 0.5),
+        (0.0, -1.5),
+    ] {
+        for rows in [None, Some(64)] {
+            let opts = gpu().panel_rows(rows);
+            let what = format!("alpha {alpha} beta {beta} panels {rows:?}");
+            // Host output in C order, F order and a stepped view.
+            let c0 = random(m, n);
+            let mut c = c0.clone();
+            let route = general_mat_mul_with(alpha, &a, &b, beta, &mut c, &opts).unwrap();
+            assert!(route.is_gpu(), "{what}: {route}");
+            check_general(c.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
+
+            let mut cf = Array2::<f32>::zeros((m, n).f());
+            cf.assign(&c0);
+            general_mat_mul_with(alpha, &a, &b, beta, &mut cf, &opts).unwrap();
+            check_general(cf.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
+
+            let mut big = Array2::<f32>::from_elem((2 * m, n + 3), 7.0);
+            big.slice_mut(s![..;-2, 1..n + 1]).assign(&c0);
+            general_mat_mul_with(
+                alpha,
+                &a,
+                &b.t().to_owned().t(),
+                beta,
+                &mut big.slice_mut(s![..;-2, 1..n + 1]),
+                &opts,
+            )
+            .unwrap();
+            check_general(
+                big.slice(s![..;-2, 1..n + 1]),
+                alpha,
+                a.view(),
+                b.view(),
+                beta,
+                c0.view(),
+                &what,
+            );
+            assert!(big.slice(s![..;-2, 0]).iter().all(|&x| x == 7.0));
+            assert!(big.slice(s![1..;2, ..]).iter().all(|&x| x == 7.0));
+
+            // Device output, device and host operands.
+            let mut dc = GpuMatrix::from_array(&c0).unwrap();
+            let da = GpuMatrix::from_array(&a).unwrap();
+            general_mat_mul_with(alpha, &da, &b, beta, &mut dc, &opts).unwrap();
+            let got = dc.to_array().unwrap();
+            check_general(
+                got.view(),
+                alpha,
+                a.view(),
+                b.view(),
+                beta,
+                c0.view(),
+                &what,
+            );
+        }
+    }
+    // beta = 0 never reads C: NaN there is overwritten.
+    let mut c = Array2::<f32>::from_elem((m, n), f32::NAN);
+    general_mat_mul_with(2.0, &a, &b, 0.0, &mut c, &gpu()).unwrap();
+    check_general(
+        c.view(),
+        2.0,
+        a.view(),
+        b.view(),
+        0.0,
+        c.view(),
+        "NaN C, beta 0",
+    );
+    let mut dc = GpuMatrix::from_array(&Array2::<f32>::from_elem((m, n), f32::NAN)).unwrap();
+    general_mat_mul_with(1.0, &a, &b, 0.0, &mut dc, &gpu()).unwrap();
+    let got = dc.to_array().unwrap();
+    check(&got, &a, &b, &reference(&a, &b), "NaN device C, beta 0");
+    // k = 0: C = beta·C.
+    let (a0, b0) = (Array2::<f32>::zeros((m, 0)), Array2::<f32>::zeros((0, n)));
+    let c0 = random(m, n);
+    let mut c = c0.clone();
+    general_mat_mul_with(1.0, &a0, &b0, 0.5, &mut c, &gpu()).unwrap();
+    assert_eq!(c, c0.mapv(|x| 0.5 * x));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sgd_updates_of_device_weights_match_the_cpu() {
+    // The training step the `mlp` example runs: W ← W − lr·Xᵀ·G, with W on the device.
+    let (x, g) = (random(256, 64), random(256, 32));
+    let w0 = random(64, 32);
+    let mut w = GpuMatrix::from_array(&w0).unwrap();
+    let mut w_cpu = w0.clone();
+    for _ in 0..5 {
+        try_general_mat_mul(-0.01, &x.t(), &g, 1.0, &mut w).unwrap();
+        ndarray::linalg::general_mat_mul(-0.01, &x.t(), &g, 1.0, &mut w_cpu);
+    }
+    let got = w.to_array().unwrap();
+    let err = (&got - &w_cpu)
+        .mapv(f32::abs)
+        .fold(0.0f32, |m, &x| m.max(x));
+    assert!(err < 1e-4, "max difference {err}");
+    let _ = x.as_operand();
+}
