@@ -1,0 +1,238 @@
+//! Host-to-host figures in one run: for squares from 16 to 4096 (8192 unless `--quick`) and a
+//! few rectangles, the time of `gpu_dot` with default settings, of ndarray's `dot`, of the GPU
+//! path forced (`Backend::Gpu`), and of PyTorch's
+//! `(torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()` (TF32 off) run
+//! through `python3` in the same call; then the first-call costs of a fresh process (context
+//! creation, NVRTC, module load) and of a second one that finds the compiled kernels in the
+//! on-disk cache.
+//!
+//!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
+//!
+//! Prints a markdown table (the crossover and each point's ratio to the faster of ndarray and
+//! the GPU path) and writes the JSON records to PATH.
+
+use std::process::Command;
+use std::time::Instant;
+
+use gpu_dot::profile::random_matrix;
+use gpu_dot::{
+    device_status, module_loads, Backend, DeviceStatus, DotOptions, GpuDot, ENV_CACHE_DIR,
+};
+use serde_json::{json, Value};
+
+const CHILD: &str = "GPU_DOT_SWEEP_FIRST_CALL";
+
+/// Median wall time in ms of `f`, over as many runs as fit in about `budget_ms` (3 to 200).
+fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    f();
+    let once = start.elapsed().as_secs_f64() * 1e3;
+    let reps = ((budget_ms / once.max(1e-3)) as usize).clamp(3, 200);
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// The PyTorch line's median time for each shape, or `None` when python3 or torch is missing.
+fn torch_times(shapes: &[(usize, usize, usize)]) -> Option<Vec<f64>> {
+    const SCRIPT: &str = r#"
+import json, sys, time
+import numpy as np
+import torch
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+out = []
+for m, k, n in json.loads(sys.argv[1]):
+    a = np.random.rand(m, k).astype(np.float32)
+    b = np.random.rand(k, n).astype(np.float32)
+    f = lambda: (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
+    f(); torch.cuda.synchronize()
+    t0 = time.perf_counter(); f(); once = time.perf_counter() - t0
+    reps = int(min(200, max(3, 1.0 / max(once, 1e-6))))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); f(); ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    out.append(ts[len(ts) // 2])
+print(json.dumps(out))
+"#;
+    let arg = serde_json::to_string(shapes).expect("shapes serialize");
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &arg])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "PyTorch line skipped: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// In a child process: the first product's costs, printed as one JSON line.
+fn first_call_child() {
+    let start = Instant::now();
+    let status = device_status();
+    let context_ms = start.elapsed().as_secs_f64() * 1e3;
+    let DeviceStatus::Ready(_) = status else {
+        panic!("no device in the child: {status}");
+    };
+    let (a, b) = (random_matrix(512, 512, 1), random_matrix(512, 512, 2));
+    let start = Instant::now();
+    let p = a
+        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
+        .expect("the first product");
+    let product_ms = start.elapsed().as_secs_f64() * 1e3;
+    let loads = module_loads();
+    let record = json!({
+        "context_ms": context_ms,
+        "first_product_ms": product_ms,
+        "nvrtc_ms": loads.iter().map(|l| l.nvrtc_ms).sum::<f64>(),
+        "load_ms": loads.iter().map(|l| l.load_ms).sum::<f64>(),
+        "cached": loads.iter().all(|l| l.cached),
+        "route": p.route.to_string(),
+    });
+    println!("FIRST_CALL {record}");
+}
+
+fn first_call_records() -> Value {
+    let dir = std::env::temp_dir().join(format!("gpu-dot-sweep-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = || -> Value {
+        let out = Command::new(std::env::current_exe().expect("own path"))
+            .env(CHILD, "1")
+            .env(ENV_CACHE_DIR, &dir)
+            .output()
+            .expect("spawning the first-call child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("FIRST_CALL "))
+            .unwrap_or_else(|| panic!("child failed: {}", String::from_utf8_lossy(&out.stderr)));
+        serde_json::from_str(line).expect("the child's JSON")
+    };
+    let (cold, warm) = (run(), run());
+    let _ = std::fs::remove_dir_all(&dir);
+    json!({
+        "context_ms": cold["context_ms"],
+        "nvrtc_ms": cold["nvrtc_ms"],
+        "load_ms": cold["load_ms"],
+        "first_call_ms": cold["first_product_ms"],
+        "cached_context_ms": warm["context_ms"],
+        "cached_nvrtc_ms": warm["nvrtc_ms"],
+        "cached_load_ms": warm["load_ms"],
+        "cached_first_call_ms": warm["first_product_ms"],
+        "cached": warm["cached"],
+    })
+}
+
+fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        return first_call_child();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let no_torch = args.iter().any(|a| a == "--no-torch");
+    let json_path = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1).cloned());
+    let DeviceStatus::Ready(info) = device_status() else {
+        eprintln!("the sweep needs a CUDA GPU: {}", device_status());
+        std::process::exit(2);
+    };
+    println!("device: {}", device_status());
+
+    let first = first_call_records();
+    println!("first call: {first}");
+
+    let mut shapes: Vec<(usize, usize, usize)> = [
+        16, 32, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+    ]
+    .iter()
+    .map(|&s| (s, s, s))
+    .collect();
+    if !quick {
+        shapes.push((8192, 8192, 8192));
+    }
+    shapes.extend([
+        (1000, 3000, 500),
+        (4096, 4096, 64),
+        (64, 4096, 4096),
+        (8192, 1024, 1024),
+        (1, 4096, 4096),
+    ]);
+    let torch = if no_torch { None } else { torch_times(&shapes) };
+
+    let gpu = DotOptions::builtin().backend(Backend::Gpu);
+    let mut records = Vec::new();
+    println!("\n| m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | gpu_dot / best | route |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (i, &(m, k, n)) in shapes.iter().enumerate() {
+        let a = random_matrix(m, k, 1 + i as u64);
+        let b = random_matrix(k, n, 100 + i as u64);
+        // Warm-up: tunes the shape class and grows the staging buffers.
+        let route = a
+            .gpu_dot_with(&b, &DotOptions::default())
+            .expect("gpu_dot")
+            .route;
+        a.gpu_dot_with(&b, &gpu).expect("the GPU path");
+        let budget = 600.0;
+        let ndarray_ms = if gpu_dot::flops(m, k, n) > 300_000_000_000 {
+            median_ms(1.0, || drop(a.dot(&b))) // 8192³ on the CPU: a few seconds a run
+        } else {
+            median_ms(budget, || drop(a.dot(&b)))
+        };
+        let gpu_path_ms = median_ms(budget, || drop(a.gpu_dot_with(&b, &gpu).expect("GPU path")));
+        let gpu_dot_ms = median_ms(budget, || drop(a.gpu_dot(&b)));
+        let torch_ms = torch.as_ref().map(|t| t[i]);
+        let best = ndarray_ms.min(gpu_path_ms);
+        println!(
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {:.3} | {route} |",
+            torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
+            gpu_dot_ms / best
+        );
+        records.push(json!({
+            "m": m, "k": k, "n": n,
+            "gpu_dot_ms": gpu_dot_ms,
+            "ndarray_ms": ndarray_ms,
+            "gpu_path_ms": gpu_path_ms,
+            "torch_ms": torch_ms,
+            "route": route.to_string(),
+        }));
+    }
+
+    let crossover = shapes
+        .iter()
+        .zip(&records)
+        .filter(|((m, k, n), _)| m == k && k == n)
+        .find(|(_, r)| r["gpu_path_ms"].as_f64() < r["ndarray_ms"].as_f64())
+        .map(|((m, k, n), _)| gpu_dot::flops(*m, *k, *n));
+    match crossover {
+        Some(f) => println!("\nthe GPU path first wins at {f} flops"),
+        None => println!("\nthe GPU path never wins in this sweep"),
+    }
+    let doc = json!({
+        "device": info.name,
+        "threshold_flops": gpu_dot::DEFAULT_MIN_GPU_FLOPS,
+        "crossover_flops": crossover,
+        "first_call": first,
+        "shapes": records,
+    });
+    if let Some(path) = json_path {
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
+            .expect("writing the JSON");
+        println!("wrote {path}");
+    }
+}
