@@ -39,6 +39,11 @@ fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
     t[t.len() / 2]
 }
 
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
 /// The PyTorch line's median time for each shape, or `None` when python3 or torch is missing.
 fn torch_times(shapes: &[(usize, usize, usize)]) -> Option<Vec<f64>> {
     const SCRIPT: &str = r#"
@@ -177,8 +182,8 @@ fn main() {
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let mut records = Vec::new();
-    println!("\n| m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | gpu_dot / best | route |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("\n| m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | gpu_dot / best | route |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix(m, k, 1 + i as u64);
         let b = random_matrix(k, n, 100 + i as u64);
@@ -194,12 +199,30 @@ fn main() {
         } else {
             median_ms(budget, || drop(a.dot(&b)))
         };
-        let gpu_path_ms = median_ms(budget, || drop(a.gpu_dot_with(&b, &gpu).expect("GPU path")));
-        let gpu_dot_ms = median_ms(budget, || drop(a.gpu_dot(&b)));
+        // Interleaved, so that drift in the machine's state hits both alike.
+        let mut alternate = false;
+        let (mut path_t, mut dot_t) = (Vec::new(), Vec::new());
+        median_ms(2.0 * budget, || {
+            let start = Instant::now();
+            if alternate {
+                drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
+                path_t.push(start.elapsed().as_secs_f64() * 1e3);
+            } else {
+                drop(a.gpu_dot(&b));
+                dot_t.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            alternate = !alternate;
+        });
+        let (gpu_path_ms, gpu_dot_ms) = (median(path_t), median(dot_t));
+        // Into an existing array (no fresh pages to fault in).
+        let mut c = ndarray::Array2::<f32>::zeros((m, n));
+        let into_ms = median_ms(budget, || {
+            gpu_dot::general_mat_mul_with(1.0, &a, &b, 0.0, &mut c, &gpu).expect("into");
+        });
         let torch_ms = torch.as_ref().map(|t| t[i]);
         let best = ndarray_ms.min(gpu_path_ms);
         println!(
-            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {:.3} | {route} |",
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {:.3} | {route} |",
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
             gpu_dot_ms / best
         );
@@ -209,6 +232,7 @@ fn main() {
             "ndarray_ms": ndarray_ms,
             "gpu_path_ms": gpu_path_ms,
             "torch_ms": torch_ms,
+            "gpu_into_ms": into_ms,
             "route": route.to_string(),
         }));
     }

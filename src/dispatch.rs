@@ -222,6 +222,7 @@ pub(crate) fn zeroed((rows, cols): (usize, usize)) -> Result<Array2<f32>, GpuDot
         if ptr.is_null() {
             return Err(GpuDotError::HostOutOfMemory { bytes });
         }
+        advise_huge_pages(ptr.cast(), bytes);
         // SAFETY: `ptr` was allocated by the global allocator with the layout of `[f32; len]`
         // (which is what Vec<f32> with capacity `len` uses), and all `len` floats are
         // initialised (zero bits are 0.0).
@@ -229,3 +230,27 @@ pub(crate) fn zeroed((rows, cols): (usize, usize)) -> Result<Array2<f32>, GpuDot
     };
     Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
 }
+
+/// Asks the kernel to back a large fresh allocation with transparent huge pages: the result
+/// of a big product is written once, as a whole, and 2 MiB pages take 512 times fewer page
+/// faults than 4 KiB ones. Only a hint; ignored where unsupported.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    if bytes < 2 * HUGE {
+        return;
+    }
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize + bytes) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: [start, end) lies inside the allocation of `bytes` bytes at `ptr`, owned by
+        // the caller and not yet shared; MADV_HUGEPAGE changes how pages are backed, never
+        // their contents, and a failure (EINVAL where unsupported) is ignored.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_ptr: *mut u8, _bytes: usize) {}

@@ -29,14 +29,36 @@ use crate::sgemm::{self, DeviceOperand};
 use crate::staging::{self, PinnedBuf};
 use crate::tuner::{self, Ran};
 
+/// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr.
+static TRACE: Lazy<bool> =
+    Lazy::new(|| std::env::var_os("GPU_DOT_TRACE").is_some_and(|v| v != "0"));
+
+/// Host-side phase times of one product, in seconds.
+#[derive(Default)]
+struct Phases {
+    b: f64,
+    pack: f64,
+    unpack: f64,
+    sync: f64,
+}
+
+fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let out = f();
+    *acc += start.elapsed().as_secs_f64();
+    out
+}
+
 /// Panels are multiples of this many rows (the big kernel tile's height), so that device
 /// panel offsets keep 16-byte alignment and panels tile evenly.
 const PANEL_GRANULE: usize = 128;
 /// Products whose host operands and result move fewer bytes than this run as one panel: below
 /// it, the extra launches cost more than the overlap saves.
 const MIN_CHUNKED_BYTES: usize = 16 << 20;
-/// Panels aimed at per product when chunking.
-const TARGET_PANELS: usize = 8;
+/// Panels aimed at per product when chunking: enough to overlap, few enough that each panel
+/// fills the device (measured on an H200: 512-row panels of 4096³ ran their kernels at less
+/// than half the speed of the whole product).
+const TARGET_PANELS: usize = 4;
 /// Largest A-panel-plus-C-panel a lane stages, in floats (32 MiB).
 const MAX_PANEL_FLOATS: usize = 8 << 20;
 /// Smallest staging buffer, in floats (1 MiB), so that B's chunks are not tiny.
@@ -218,6 +240,8 @@ fn run(
     let crosses = matches!(a, Src::Host(_)) || matches!(c, Dst::Host(_));
     let rows = panel_rows(opts, (m, k, n), crosses);
     let Workspace { lanes, b: b_slot } = ws;
+    let started = std::time::Instant::now();
+    let mut ph = Phases::default();
 
     // B on the device.
     let b_op = if !multiply {
@@ -238,7 +262,7 @@ fn run(
                     pinned(gpu, &mut l0.pin_a, stage)?,
                     pinned(gpu, &mut l1.pin_a, stage)?,
                 ];
-                upload_rows(w, buf, &l0.stream, pins)?;
+                timed(&mut ph.b, || upload_rows(w, buf, &l0.stream, pins))?;
                 l1.stream
                     .join(&l0.stream)
                     .map_err(GpuDotError::at("ordering two streams"))?;
@@ -262,12 +286,18 @@ fn run(
     done.panels = panels.len();
     let needs_t = multiply && !(alpha == 1.0 && beta == 0.0);
     let c_on_device = matches!(c, Dst::Device { .. });
+    let c_in = beta != 0.0 && !c_on_device;
 
     for (i, &(r0, r1)) in panels.iter().enumerate() {
         let lane = &mut lanes[i % 2];
         let p = r1 - r0;
-        if i >= 2 {
-            finish(lane, c, panels[i - 2], n, touched)?;
+        // Panel i − 2's result leaves the lane's staging buffer before panel i's is copied
+        // into it: after panel i's kernel is enqueued, so that the host unpacks while the GPU
+        // works; before it when panel i's C input goes through the same buffer (beta ≠ 0).
+        if i >= 2 && c_in {
+            timed(&mut ph.unpack, || {
+                finish(lane, c, panels[i - 2], n, touched)
+            })?;
         }
         // Where this panel's C lives on the device, and its leading dimension.
         if let Dst::Host(cv) = c {
@@ -300,7 +330,9 @@ fn run(
                     let len = p * k;
                     let stage = len.max(MIN_STAGE_FLOATS);
                     let pin = pinned(gpu, &mut lane.pin_a, stage)?;
-                    staging::pack(block, pin.host_mut(len)?);
+                    timed(&mut ph.pack, || {
+                        pin.host_mut(len).map(|h| staging::pack(block, h))
+                    })?;
                     {
                         let dst = sgemm::scratch(&lane.stream, &mut lane.a, len)?;
                         let (ptr, _written) = dst.device_ptr_mut(&lane.stream);
@@ -376,6 +408,11 @@ fn run(
             )?;
         }
 
+        if i >= 2 && !c_in {
+            timed(&mut ph.unpack, || {
+                finish(lane, c, panels[i - 2], n, touched)
+            })?;
+        }
         if let Dst::Host(_) = c {
             let len = p * n;
             let pin = pinned(gpu, &mut lane.pin_c, len)?;
@@ -388,12 +425,24 @@ fn run(
     }
     let first_pending = panels.len().saturating_sub(2);
     for (i, &panel) in panels.iter().enumerate().skip(first_pending) {
-        finish(&mut lanes[i % 2], c, panel, n, touched)?;
+        timed(&mut ph.unpack, || {
+            finish(&mut lanes[i % 2], c, panel, n, touched)
+        })?;
     }
     for lane in lanes.iter() {
-        lane.stream
-            .synchronize()
+        timed(&mut ph.sync, || lane.stream.synchronize())
             .map_err(GpuDotError::at("waiting for the product"))?;
+    }
+    if *TRACE {
+        eprintln!(
+            "gpu-dot trace: {m}x{k}x{n} panels={} total={:.3}ms b={:.3}ms pack_a={:.3}ms unpack_c={:.3}ms sync={:.3}ms",
+            panels.len(),
+            started.elapsed().as_secs_f64() * 1e3,
+            ph.b * 1e3,
+            ph.pack * 1e3,
+            ph.unpack * 1e3,
+            ph.sync * 1e3
+        );
     }
     Ok(done)
 }
@@ -650,10 +699,15 @@ fn pinned<'s>(
 ) -> Result<&'s mut PinnedBuf, GpuDotError> {
     if slot.as_ref().is_none_or(|p| p.len() < len) {
         *slot = None;
-        *slot = Some(PinnedBuf::new(&gpu.ctx, sgemm::grow_to(len))?);
+        *slot = Some(PinnedBuf::new(
+            &gpu.ctx,
+            sgemm::grown(&PINNED_HIGH_WATER, len),
+        )?);
     }
     Ok(slot.as_mut().expect("filled above"))
 }
+
+static PINNED_HIGH_WATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 static IDLE: Lazy<Mutex<Vec<Workspace>>> = Lazy::new(|| Mutex::new(Vec::new()));
 
@@ -712,7 +766,7 @@ mod tests {
     fn small_products_are_one_panel_and_large_ones_about_eight() {
         let o = DotOptions::builtin();
         assert_eq!(panel_rows(&o, (256, 256, 256), true), 256);
-        assert_eq!(panel_rows(&o, (4096, 4096, 4096), true), 512);
+        assert_eq!(panel_rows(&o, (4096, 4096, 4096), true), 1024);
         assert_eq!(panel_rows(&o, (4096, 4096, 4096), false), 4096);
         // 32 MiB per lane at most.
         let rows = panel_rows(&o, (8192, 8192, 8192), true);

@@ -58,9 +58,25 @@ pub(crate) fn scratch<'s>(
     if slot.as_ref().is_none_or(|b| b.len() < len) {
         // Free the old buffer before allocating the larger one.
         *slot = None;
-        *slot = Some(alloc(stream, grow_to(len))?);
+        *slot = Some(alloc(stream, grown(&DEVICE_HIGH_WATER, len))?);
     }
     Ok(slot.as_mut().expect("filled above"))
+}
+
+static DEVICE_HIGH_WATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The size to grow a reusable buffer to for `len` floats: [`grow_to`], or the largest such
+/// buffer made so far (`high_water`) when that is at most 4× more. Reused buffers then settle
+/// at one size after a warm-up, instead of creeping up as each meets a larger product.
+pub(crate) fn grown(high_water: &std::sync::atomic::AtomicUsize, len: usize) -> usize {
+    use std::sync::atomic::Ordering;
+    let want = grow_to(len);
+    let hw = high_water.fetch_max(want, Ordering::Relaxed).max(want);
+    if hw <= want.saturating_mul(4) {
+        hw
+    } else {
+        want
+    }
 }
 
 /// The size a buffer asked to hold `len` floats is grown to: the next power of two up to
