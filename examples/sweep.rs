@@ -194,26 +194,33 @@ fn main() {
             .route;
         a.gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
-        let ndarray_ms = if gpu_dot::flops(m, k, n) > 300_000_000_000 {
-            median_ms(1.0, || drop(a.dot(&b))) // 8192³ on the CPU: a few seconds a run
-        } else {
-            median_ms(budget, || drop(a.dot(&b)))
-        };
-        // Interleaved, so that drift in the machine's state hits both alike.
-        let mut alternate = false;
-        let (mut path_t, mut dot_t) = (Vec::new(), Vec::new());
-        median_ms(2.0 * budget, || {
+        // Round-robin over the three, so that cache state and drift hit all alike.
+        let huge = gpu_dot::flops(m, k, n) > 300_000_000_000; // 8192³ on the CPU: seconds
+        let (mut nd_t, mut path_t, mut dot_t) = (Vec::new(), Vec::new(), Vec::new());
+        let mut turn = 0usize;
+        median_ms(3.0 * budget, || {
             let start = Instant::now();
-            if alternate {
-                drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
-                path_t.push(start.elapsed().as_secs_f64() * 1e3);
-            } else {
-                drop(a.gpu_dot(&b));
-                dot_t.push(start.elapsed().as_secs_f64() * 1e3);
+            match turn % 3 {
+                0 if !huge => {
+                    drop(a.dot(&b));
+                    nd_t.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+                0 => {}
+                1 => {
+                    drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
+                    path_t.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+                _ => {
+                    drop(a.gpu_dot(&b));
+                    dot_t.push(start.elapsed().as_secs_f64() * 1e3);
+                }
             }
-            alternate = !alternate;
+            turn += 1;
         });
-        let (gpu_path_ms, gpu_dot_ms) = (median(path_t), median(dot_t));
+        if nd_t.is_empty() {
+            nd_t.push(median_ms(1.0, || drop(a.dot(&b))));
+        }
+        let (ndarray_ms, gpu_path_ms, gpu_dot_ms) = (median(nd_t), median(path_t), median(dot_t));
         // Into an existing array (no fresh pages to fault in).
         let mut c = ndarray::Array2::<f32>::zeros((m, n));
         let into_ms = median_ms(budget, || {

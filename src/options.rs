@@ -10,12 +10,14 @@ use crate::error::GpuDotError;
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
 ///
-/// Measured on an H200 host with 16 cores (BENCHMARKS.md, the `crossover` example): the GPU
-/// path, host↔device copies and launch included, took 0.047 ms at 128³ against 0.033 ms for
-/// ndarray's `dot`, and won from 160³ (8.2 Mflop) on. With fewer host cores the crossover comes
-/// earlier. Override it per call with [`DotOptions::min_gpu_flops`] or per process with
-/// `GPU_DOT_MIN_FLOPS`.
-pub const DEFAULT_MIN_GPU_FLOPS: u64 = 8_000_000;
+/// Measured on an H200 host with 16 cores (BENCHMARKS.md, the `sweep` example, three runs):
+/// the GPU path, host↔device copies included, takes about 0.08 ms at 160³–192³, where
+/// ndarray's `dot` takes 0.06–0.10 ms; the first square size where the GPU won was 160³, 192³
+/// and 256³ in the three runs. The threshold sits in the middle of that band, at about 200³
+/// (16 Mflop); within it the two paths differ by less than run-to-run spread. With fewer host
+/// cores the crossover comes earlier. Override it per call with [`DotOptions::min_gpu_flops`]
+/// or per process with `GPU_DOT_MIN_FLOPS`.
+pub const DEFAULT_MIN_GPU_FLOPS: u64 = 16_000_000;
 
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
