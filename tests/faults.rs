@@ -1,0 +1,525 @@
+//! Faults: no driver library, no NVRTC, an absent device, NVRTC rejecting a source, device
+//! memory exhausted, requests the kernels cannot take, and products after each of them.
+//!
+//! On a machine with a CUDA GPU: `cargo test --release --test faults -- --include-ignored`.
+//!
+//! # How a library is made unloadable
+//!
+//! cudarc 0.19 (`dynamic-loading`) opens the driver and NVRTC by bare file name, trying each
+//! name of `cudarc::get_lib_name_candidates` in turn (`libcuda.so`, `libcuda.so.1`, …;
+//! `libnvrtc.so`, `libnvrtc.so.12`, …) through `dlopen`. For a name without a slash, glibc's
+//! `dlopen` looks in `DT_RPATH`, then `LD_LIBRARY_PATH`, then `DT_RUNPATH`, then the
+//! `ld.so.cache`, then `/lib` and `/usr/lib`; the first file found with the name is the one it
+//! loads, and if that file is not an ELF object `dlopen` fails with "invalid ELF header"
+//! without looking further (only ELF objects of another class or machine are passed over).
+//! So a child process whose `LD_LIBRARY_PATH` starts with a fresh folder holding a non-ELF
+//! file under every candidate name cannot load the library, even when the real one is in the
+//! loader cache. The test binaries carry no `DT_RPATH`.
+//! `ld_library_path_garbage_shadows_the_loader_cache` checks this behaviour of the loader on
+//! any glibc machine, with a library that is always in the cache (`libresolv.so.2`).
+//!
+//! The child processes run the test binary itself (`--exact NAME`) with a marker variable;
+//! the `CUDA_VISIBLE_DEVICES=` case is `without_a_visible_device_auto_falls_back_and_gpu_errors`
+//! in `tests/cpu.rs`. The child tests are ignored without a GPU: on a machine with no driver
+//! they would check nothing the CPU tests do not.
+//!
+//! The tests that use the device in this process hold [`device_lock`], so that the one that
+//! fills device memory never runs beside another. compute-sanitizer reports the failing
+//! allocations that test provokes as API errors: under it, pass
+//! `--skip exhausted_device_memory`.
+
+mod common;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+use common::{assert_close, check, random, reference};
+use gpu_dot::{
+    device_status, nvrtc_compilations, Backend, CpuReason, DeviceInfo, DeviceStatus, DotOptions,
+    GpuDot, GpuDotError, Kernel, Route,
+};
+use ndarray::{Array1, Array2};
+
+/// The marker variable a child process finds its test's name in.
+const CHILD: &str = "GPU_DOT_TEST_FAULTS_CHILD";
+
+/// Serialises the tests of this process that use the device.
+fn device_lock() -> MutexGuard<'static, ()> {
+    static DEVICE: Mutex<()> = Mutex::new(());
+    DEVICE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn expect_device() -> DeviceInfo {
+    match device_status() {
+        DeviceStatus::Ready(info) => info,
+        DeviceStatus::Unavailable(reason) => panic!("this test needs a CUDA GPU: {reason}"),
+    }
+}
+
+/// Whether this process is the child spawned for `test`.
+fn is_child(test: &str) -> bool {
+    std::env::var(CHILD).is_ok_and(|v| v == test)
+}
+
+/// Runs `test` alone in a child process of this test binary with the extra variables `env`,
+/// and asserts that it ran and passed. The child's output is printed.
+fn run_child(test: &str, env: &[(&str, OsString)]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--include-ignored"])
+        .env(CHILD, test)
+        // The children check Auto and gpu_dot's defaults.
+        .env_remove(gpu_dot::ENV_BACKEND)
+        .env_remove(gpu_dot::ENV_MIN_FLOPS)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("the test binary starts again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("child {test}:\n{stdout}{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child {test} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+/// A fresh temporary folder, removed on drop, holding a file that is not an ELF object under
+/// each name given.
+struct GarbageLibs {
+    dir: PathBuf,
+}
+
+impl GarbageLibs {
+    fn new(names: &[String]) -> GarbageLibs {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "gpu-dot-garbage-libs-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        // Longer than an ELF header, so that the loader reads it and rejects its magic.
+        let garbage = "not a shared library: a placeholder that shadows the real one\n".repeat(4);
+        for name in names {
+            std::fs::write(dir.join(name), &garbage).unwrap();
+        }
+        GarbageLibs { dir }
+    }
+
+    /// `LD_LIBRARY_PATH` for a child: this folder first, then the current value.
+    fn ld_library_path(&self) -> OsString {
+        let mut paths = vec![self.dir.clone()];
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+            paths.extend(std::env::split_paths(&old));
+        }
+        std::env::join_paths(paths).unwrap()
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for GarbageLibs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every file name cudarc tries for the libraries `libs` (e.g. `["cuda", "nvcuda"]`), plus
+/// `extra`.
+fn candidates(libs: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = libs
+        .iter()
+        .flat_map(|lib| cudarc::get_lib_name_candidates(lib))
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// What must hold in a process with no usable GPU: the status names why (`reason_has`), Auto
+/// products large enough for the GPU come back right from the CPU with the reason, the GPU
+/// backend is a `NoDevice` error, and `gpu_dot` gives the right product.
+fn check_no_gpu_fallback(reason_has: &str) {
+    let status = device_status();
+    println!("device status: {status}");
+    let DeviceStatus::Unavailable(reason) = status else {
+        panic!("a device is usable: {status:?}");
+    };
+    assert!(
+        reason.contains(reason_has),
+        "the reason {reason:?} does not name {reason_has:?}"
+    );
+    let (a, b) = (random(256, 256), random(256, 256));
+    let at = random(256, 256); // read through at.t(): F order
+    for (what, a) in [("C order", a.view()), ("F order", at.t())] {
+        let want = reference(&a, &b);
+        let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+        match &p.route {
+            Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::NoDevice { reason: r })) => {
+                assert_eq!(r, &reason)
+            }
+            other => panic!("{what}: Auto took {other:?}"),
+        }
+        check(&p.c, &a, &b, &want, &format!("Auto, {what}, CPU fallback"));
+        match a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu)) {
+            Err(GpuDotError::NoDevice { reason: r }) => assert_eq!(r, reason),
+            other => panic!("{what}: Backend::Gpu gave {other:?}"),
+        }
+        check(&a.gpu_dot(&b), &a, &b, &want, &format!("gpu_dot, {what}"));
+        check(&a.try_gpu_dot(&b).unwrap(), &a, &b, &want, "try_gpu_dot");
+    }
+}
+
+/// The loader behaviour the child tests rely on: a non-ELF file early in `LD_LIBRARY_PATH`
+/// makes `dlopen` of its name fail, although the real library is in the loader cache.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn ld_library_path_garbage_shadows_the_loader_cache() {
+    const NAME: &str = "ld_library_path_garbage_shadows_the_loader_cache";
+    const LIB: &str = "libresolv.so.2"; // part of glibc, in every loader cache
+    if is_child(NAME) {
+        let dir = std::env::var("GPU_DOT_TEST_GARBAGE_DIR").unwrap();
+        let err = dl::open(LIB).expect_err("the garbage file was not in the way");
+        assert!(
+            err.contains(&dir) && err.contains("invalid ELF header"),
+            "dlopen failed, but not on the garbage file: {err}"
+        );
+        return;
+    }
+    dl::open(LIB).unwrap_or_else(|e| panic!("{LIB} does not load here: {e}"));
+    let garbage = GarbageLibs::new(&[LIB.to_string()]);
+    run_child(
+        NAME,
+        &[
+            ("LD_LIBRARY_PATH", garbage.ld_library_path()),
+            ("GPU_DOT_TEST_GARBAGE_DIR", garbage.dir().into()),
+        ],
+    );
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod dl {
+    use std::ffi::{c_char, c_int, c_void, CStr, CString};
+
+    extern "C" {
+        fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+        fn dlerror() -> *mut c_char;
+        fn dlclose(handle: *mut c_void) -> c_int;
+    }
+    const RTLD_NOW: c_int = 2;
+
+    /// `dlopen(name, RTLD_NOW)` then `dlclose`, or `dlerror()`'s text.
+    pub fn open(name: &str) -> Result<(), String> {
+        let name = CString::new(name).unwrap();
+        // SAFETY: `name` is a NUL-terminated string alive across the call; the library opened
+        // is glibc's own libresolv, whose initialisers have no preconditions; the handle is
+        // closed once and not used after; `dlerror` returns NULL or a NUL-terminated string
+        // valid until the next dl call on this thread, copied before any.
+        unsafe {
+            let handle = dlopen(name.as_ptr(), RTLD_NOW);
+            if handle.is_null() {
+                let err = dlerror();
+                return Err(if err.is_null() {
+                    "dlopen failed without a message".into()
+                } else {
+                    CStr::from_ptr(err).to_string_lossy().into_owned()
+                });
+            }
+            dlclose(handle);
+        }
+        Ok(())
+    }
+}
+
+/// The driver library cannot be loaded: Auto computes on the CPU, the GPU backend is an error.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn without_the_driver_library_auto_falls_back_and_gpu_errors() {
+    const NAME: &str = "without_the_driver_library_auto_falls_back_and_gpu_errors";
+    if is_child(NAME) {
+        // SAFETY: only tries to open the library (every candidate name); no symbol is called.
+        assert!(!unsafe { cudarc::driver::sys::is_culib_present() });
+        check_no_gpu_fallback("libcuda");
+        return;
+    }
+    let _device = device_lock();
+    // The driver loads in this process: whatever fails in the child is the shadowing.
+    expect_device();
+    let garbage = GarbageLibs::new(&candidates(&["cuda", "nvcuda"], &["libcuda.so.1"]));
+    run_child(NAME, &[("LD_LIBRARY_PATH", garbage.ld_library_path())]);
+}
+
+/// NVRTC cannot be loaded while the driver can (a driver-only install): Auto computes on the
+/// CPU, the GPU backend is an error.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn without_nvrtc_auto_falls_back_and_gpu_errors() {
+    const NAME: &str = "without_nvrtc_auto_falls_back_and_gpu_errors";
+    if is_child(NAME) {
+        // SAFETY: these only try to open the libraries; no symbol is called.
+        let (driver, nvrtc) = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::nvrtc::sys::is_culib_present(),
+            )
+        };
+        assert!(driver, "the driver library should still load");
+        assert!(!nvrtc, "NVRTC loaded despite the shadowing");
+        check_no_gpu_fallback("libnvrtc");
+        return;
+    }
+    let _device = device_lock();
+    expect_device();
+    let garbage = GarbageLibs::new(&candidates(
+        &["nvrtc"],
+        &["libnvrtc.so", "libnvrtc.so.12", "libnvrtc.so.13"],
+    ));
+    run_child(
+        NAME,
+        &[
+            ("LD_LIBRARY_PATH", garbage.ld_library_path()),
+            // No compiled kernels from an earlier process either.
+            ("GPU_DOT_CACHE_DIR", "off".into()),
+        ],
+    );
+}
+
+/// `GPU_DOT_DEVICE` naming a device that is not there: unavailable, with the count found.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_absent_device_ordinal_is_unavailable_and_auto_falls_back() {
+    const NAME: &str = "an_absent_device_ordinal_is_unavailable_and_auto_falls_back";
+    if is_child(NAME) {
+        check_no_gpu_fallback("device 99 asked for, but only");
+        return;
+    }
+    let _device = device_lock();
+    expect_device();
+    run_child(NAME, &[("GPU_DOT_DEVICE", "99".into())]);
+}
+
+/// NVRTC rejecting a source. The crate compiles only its own kernel sources and has no public
+/// way to be handed another, so this checks the layer below it, in a process where the
+/// rejections come before any other compilation: cudarc returns NVRTC's log for a source with
+/// an error and for an architecture NVRTC does not know (as for a device newer than the
+/// NVRTC), and the crate's own compilations and products succeed afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nvrtc_rejections_leave_later_compilations_working() {
+    const NAME: &str = "nvrtc_rejections_leave_later_compilations_working";
+    if is_child(NAME) {
+        use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+        let info = expect_device();
+        let (major, minor) = info.compute_capability;
+        let compile = |source: &str, arch: String| {
+            compile_ptx_with_opts(
+                source,
+                CompileOptions {
+                    options: vec![format!("--gpu-architecture={arch}")],
+                    name: Some("broken.cu".into()),
+                    ..Default::default()
+                },
+            )
+        };
+        let broken = r#"extern "C" __global__ void broken(float* x) { x[0] = not_declared; }"#;
+        match compile(broken, format!("sm_{major}{minor}")) {
+            Err(CompileError::CompileError { log, .. }) => {
+                let log = log.to_string_lossy();
+                println!("NVRTC log for a broken source:\n{log}");
+                assert!(
+                    log.contains("not_declared"),
+                    "the log misses the error: {log}"
+                );
+            }
+            other => panic!("expected NVRTC's compile error, got {other:?}"),
+        }
+        let fine = r#"extern "C" __global__ void fine(float* x) { x[0] = 1.0f; }"#;
+        match compile(fine, "sm_1".into()) {
+            Err(CompileError::CompileError { log, options, .. }) => {
+                println!("NVRTC log for {options:?}:\n{}", log.to_string_lossy())
+            }
+            other => panic!("expected NVRTC to refuse the architecture, got {other:?}"),
+        }
+        assert_eq!(
+            nvrtc_compilations(),
+            0,
+            "the crate compiled before the test"
+        );
+        products_succeed_on_every_family("after NVRTC errors");
+        assert!(
+            nvrtc_compilations() > 0,
+            "the kernels were not compiled in this process"
+        );
+        return;
+    }
+    let _device = device_lock();
+    expect_device();
+    run_child(NAME, &[("GPU_DOT_CACHE_DIR", "off".into())]);
+}
+
+/// Device memory allocated with cudarc directly, outside the crate, and kept while products
+/// run.
+struct Hog {
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    chunks: Vec<cudarc::driver::CudaSlice<u8>>,
+}
+
+impl Hog {
+    /// Allocates device memory in chunks until at most `leave` bytes (give or take one 2 MiB
+    /// chunk) are free.
+    fn fill(ctx: &std::sync::Arc<cudarc::driver::CudaContext>, leave: usize) -> Hog {
+        const MIN_CHUNK: usize = 2 << 20;
+        let stream = ctx.new_stream().unwrap();
+        let mut chunks = Vec::new();
+        let mut chunk = 1usize << 30;
+        while chunk >= MIN_CHUNK {
+            let (free, _) = ctx.mem_get_info().unwrap();
+            if free <= leave + MIN_CHUNK {
+                break;
+            }
+            let want = chunk.min(free - leave) / MIN_CHUNK * MIN_CHUNK;
+            // SAFETY: the memory is never read or written; it is only held.
+            match unsafe { stream.alloc::<u8>(want) } {
+                Ok(buf) => {
+                    chunks.push(buf);
+                    stream.synchronize().unwrap();
+                }
+                Err(_) => chunk /= 2,
+            }
+        }
+        Hog { stream, chunks }
+    }
+
+    fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+
+    /// Frees the memory, and waits until the driver has it back.
+    fn release(self) {
+        let Hog { stream, chunks } = self;
+        drop(chunks);
+        stream.synchronize().unwrap();
+        stream.context().synchronize().unwrap();
+    }
+}
+
+/// Device memory exhausted: the GPU backend fails with `OutOfMemory` (or another typed error,
+/// printed), Auto falls back to the CPU with that reason, and once the memory is free again
+/// GPU products succeed with every kernel family.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn exhausted_device_memory_is_an_error_then_products_recover() {
+    let _device = device_lock();
+    let info = expect_device();
+    // B, which a product keeps whole on the device, is 64 MiB; the hog leaves about 8 MiB.
+    let (m, k, n) = (256, 4096, 4096);
+    let b_bytes = k * n * 4;
+    let leave = 8 << 20;
+    let (a, b) = (random(m, k), random(k, n));
+    let r = reference(&a, &b);
+    let gpu = DotOptions::builtin().backend(Backend::Gpu);
+    // First GPU use: modules compiled, streams made, the shape class tuned.
+    let warm = a.gpu_dot_with(&b, &gpu).unwrap();
+    assert!(warm.route.is_gpu(), "{}", warm.route);
+    check(
+        &warm.c,
+        &a,
+        &b,
+        &r,
+        "Backend::Gpu before the device is full",
+    );
+
+    // The crate keeps the buffers of finished products for reuse; free them, so that the next
+    // product has to allocate while the device is full.
+    gpu_dot::trim();
+    let ctx = cudarc::driver::CudaContext::new(info.ordinal).unwrap();
+    let hog = Hog::fill(&ctx, leave);
+    let (free, total) = ctx.mem_get_info().unwrap();
+    println!(
+        "held {} MiB outside the crate; {} MiB of {} MiB free",
+        hog.bytes() >> 20,
+        free >> 20,
+        total >> 20
+    );
+    assert!(
+        free < b_bytes,
+        "could not fill the device: {free} bytes free, B alone needs {b_bytes}"
+    );
+
+    match a.gpu_dot_with(&b, &gpu) {
+        Err(GpuDotError::OutOfMemory { bytes }) => {
+            println!("Backend::Gpu: OutOfMemory {{ bytes: {bytes} }} with {free} bytes free")
+        }
+        Err(e @ GpuDotError::Driver { .. }) => println!("Backend::Gpu: driver error {e}"),
+        other => panic!("Backend::Gpu with the device full gave {other:?}"),
+    }
+    let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+    match &p.route {
+        Route::Cpu(CpuReason::GpuUnavailable(
+            GpuDotError::OutOfMemory { .. } | GpuDotError::Driver { .. },
+        )) => println!("Backend::Auto: {}", p.route),
+        other => panic!("Auto with the device full took {other:?}"),
+    }
+    check(&p.c, &a, &b, &r, "Auto with the device full");
+    check(&a.gpu_dot(&b), &a, &b, &r, "gpu_dot with the device full");
+
+    hog.release();
+    let (free, _) = ctx.mem_get_info().unwrap();
+    assert!(
+        free > 4 * b_bytes,
+        "the memory did not come back: {free} bytes free"
+    );
+    let p = a
+        .gpu_dot_with(&b, &gpu)
+        .expect("a GPU product after the memory is back");
+    assert!(p.route.is_gpu(), "{}", p.route);
+    check(&p.c, &a, &b, &r, "Backend::Gpu after the memory is back");
+    products_succeed_on_every_family("after running out of device memory");
+}
+
+/// A dimension above `i32::MAX` (broadcast views: no memory behind them) is `TooLarge` on the
+/// GPU backend, and products succeed afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_dimension_above_i32_max_is_too_large_then_products_succeed() {
+    let _device = device_lock();
+    expect_device();
+    let big = i32::MAX as usize + 1;
+    let one = Array1::from_elem(1, 0.5f32);
+    let small = Array2::from_elem((1, 1), 0.25f32);
+    let tall = one.broadcast((big, 1)).unwrap(); // m = big
+    let wide = one.broadcast((1, big)).unwrap(); // k or n = big
+    let gpu = DotOptions::builtin().backend(Backend::Gpu);
+    for (what, result, dims) in [
+        ("m", tall.gpu_dot_with(&small, &gpu), (big, 1, 1)),
+        ("k", wide.gpu_dot_with(&tall, &gpu), (1, big, 1)),
+        ("n", small.gpu_dot_with(&wide, &gpu), (1, 1, big)),
+    ] {
+        match result {
+            Err(GpuDotError::TooLarge { dims: d }) => assert_eq!(d, dims, "{what}"),
+            other => panic!("{what} = 2^31: expected TooLarge, got {other:?}"),
+        }
+    }
+    products_succeed_on_every_family("after TooLarge");
+}
+
+/// Products on the GPU with each kernel family (naive, tiled, register-blocked), checked
+/// against the f64 reference.
+fn products_succeed_on_every_family(when: &str) {
+    let (a, b) = (random(257, 300), random(300, 129));
+    for kernel in [Kernel::Naive, Kernel::Tiled32, Kernel::Reg128, Kernel::Auto] {
+        let opts = DotOptions::builtin().backend(Backend::Gpu).kernel(kernel);
+        let p = a
+            .gpu_dot_with(&b, &opts)
+            .unwrap_or_else(|e| panic!("{kernel} {when}: {e}"));
+        assert!(p.route.is_gpu(), "{kernel} {when}: {}", p.route);
+        assert_close(&p.c, &a, &b, &format!("{kernel} {when}"));
+    }
+}
