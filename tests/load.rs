@@ -164,8 +164,8 @@ enum Msg {
     Failed(usize, String),
 }
 
-/// One product of `shape` on fresh operands, checked; `with_options` sends it through
-/// `gpu_dot_with` and checks the route.
+/// One product of `shape` on fresh operands in random layouts, checked; half the time, at
+/// random, through `gpu_dot_with` with the built-in options, whose route is checked too.
 fn one_product(rng: &mut SmallRng, (m, k, n): (usize, usize, usize), counts: &mut Counts) {
     let (ao, bo) = (Operand::new(rng, m, k), Operand::new(rng, k, n));
     let (a, b) = (ao.view(), bo.view());
