@@ -1,0 +1,493 @@
+//! Trains a small neural network twice, from the same initial weights on the same batches:
+//! once with ndarray alone, once with gpu-dot and the weights kept on the GPU. Then it checks
+//! that both runs learned the same thing.
+//!
+//! The network is `input → hidden (ReLU) → output`, trained with plain stochastic gradient
+//! descent on a mean-squared-error loss. The data are synthetic: random inputs, and targets
+//! made by a fixed random "teacher" network of the same shape, so there is something to learn.
+//!
+//! The GPU run shows how a training loop uses gpu-dot:
+//! - the weights `W1` and `W2` are [`GpuMatrix`]es: uploaded once at the start, downloaded
+//!   once at the end, and never copied in between;
+//! - every product is one [`try_general_mat_mul`] call, `C = alpha·A·B + beta·C`, where each
+//!   of A, B and C may be a host array or a device matrix (here: the batch and the activations
+//!   on the host, the weights on the device);
+//! - the SGD step `W ← W − lr·Aᵀ·G` is a single such call with `alpha = −lr` and `beta = 1`,
+//!   written straight into the device matrix;
+//! - `W2ᵀ` is [`GpuMatrix::t`], a transposed view (no copy).
+//!
+//! It prints the losses of both runs, their wall times and where the GPU run ran. Without a
+//! usable GPU the GPU run is skipped (the reason is printed) and the CPU run still runs.
+//!
+//! ```text
+//! cargo run --release --example mlp                # 8192 samples, 512 → 1024 → 64, 10 epochs
+//! cargo run --release --example mlp -- --quick     # a small run, a second or less
+//! cargo run --release --example mlp -- --samples 16384 --hidden 2048 --epochs 5 --batch 512
+//! ```
+//!
+//! The exit status is 0 when both runs agree (or the GPU run was skipped), 1 when they do not
+//! or the GPU failed, 2 for bad arguments.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use gpu_dot::{device_status, try_general_mat_mul, GpuDotError, GpuMatrix};
+use ndarray::linalg::general_mat_mul;
+use ndarray::{s, Array2, ArrayView2, Zip};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// How far the losses of the two runs may differ, relative to the ndarray run's loss, at every
+/// epoch. The GPU adds up each product's terms in another order than ndarray does, so each
+/// product differs in the last bits of f32 (1e-7 to 1e-6 relative). SGD carries those
+/// differences from step to step, and a ReLU near zero may switch on in one run and off in the
+/// other, so the runs drift apart, slowly: computing every product of one run in f64 (rounded
+/// to f32) instead moves the losses by less than 1e-6 in the default run and by less than 3e-5
+/// over 4800 steps. A subtle bug, such as computing `dH` with `W2` after its update instead of
+/// before, moves them by 3e-3 in the first epoch of `--quick`.
+const LOSS_TOLERANCE: f64 = 1e-3;
+
+/// How far the final weights may differ, relative to how far training moved them:
+/// ‖W_gpu − W_cpu‖ / ‖W_cpu − W_initial‖ (Frobenius norms), for `W1` and for `W2`. The drift
+/// shows more in the weights than in the loss (many changes of the weights barely change the
+/// loss): the f64 experiment above gives 3e-5 in the default run and 2e-3 after 100 epochs
+/// (3200 steps); the bug above gives 8e-2 in `--quick`.
+const WEIGHT_TOLERANCE: f64 = 1e-2;
+
+/// The sizes and the training settings, from the command line.
+#[derive(Clone, Debug)]
+struct Config {
+    samples: usize,
+    inputs: usize,
+    hidden: usize,
+    outputs: usize,
+    batch: usize,
+    epochs: usize,
+    learning_rate: f32,
+    seed: u64,
+}
+
+impl Config {
+    /// The default run: 8192 samples of 512 inputs, 1024 hidden units, 64 outputs.
+    fn full() -> Self {
+        Config {
+            samples: 8192,
+            inputs: 512,
+            hidden: 1024,
+            outputs: 64,
+            batch: 256,
+            epochs: 10,
+            learning_rate: 0.5,
+            seed: 42,
+        }
+    }
+
+    /// `--quick`: a small network that trains in a fraction of a second, even on a laptop's CPU.
+    fn quick() -> Self {
+        Config {
+            samples: 2048,
+            inputs: 256,
+            hidden: 512,
+            outputs: 32,
+            batch: 128,
+            epochs: 5,
+            ..Config::full()
+        }
+    }
+
+    /// Mini-batches per epoch (a last, incomplete batch is left out).
+    fn steps_per_epoch(&self) -> usize {
+        self.samples / self.batch
+    }
+
+    /// Floating-point operations of one training step: five products,
+    /// `X·W1`, `H·W2`, `dY·W2ᵀ`, `Hᵀ·dY` and `Xᵀ·dH`, each `2·m·k·n`.
+    fn flops_per_step(&self) -> f64 {
+        let (b, i, h, o) = (self.batch, self.inputs, self.hidden, self.outputs);
+        2.0 * b as f64 * (2 * i * h + 3 * h * o) as f64
+    }
+}
+
+const USAGE: &str = "usage: mlp [--quick] [--samples N] [--inputs N] [--hidden N] [--outputs N] \
+                     [--batch N] [--epochs N] [--lr X] [--seed N]";
+
+/// Reads the command line: `--quick` picks the small sizes, the other flags override sizes.
+fn parse_args(args: &[String]) -> Result<Config, String> {
+    let mut cfg = if args.iter().any(|a| a == "--quick") {
+        Config::quick()
+    } else {
+        Config::full()
+    };
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        if flag == "--quick" {
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(USAGE.to_string());
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let count = || -> Result<usize, String> {
+            match value.parse() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{flag} takes a positive integer, not {value:?}")),
+            }
+        };
+        match flag.as_str() {
+            "--samples" => cfg.samples = count()?,
+            "--inputs" => cfg.inputs = count()?,
+            "--hidden" => cfg.hidden = count()?,
+            "--outputs" => cfg.outputs = count()?,
+            "--batch" => cfg.batch = count()?,
+            "--epochs" => cfg.epochs = count()?,
+            "--seed" => cfg.seed = count()? as u64,
+            "--lr" => {
+                cfg.learning_rate = match value.parse() {
+                    Ok(x) if x > 0.0 => x,
+                    _ => return Err(format!("--lr takes a positive number, not {value:?}")),
+                }
+            }
+            _ => return Err(format!("unknown argument {flag:?}\n{USAGE}")),
+        }
+    }
+    if cfg.batch > cfg.samples {
+        return Err(format!(
+            "--batch ({}) must not exceed --samples ({})",
+            cfg.batch, cfg.samples
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The two weight matrices of the network: `W1` is inputs × hidden, `W2` is hidden × outputs.
+#[derive(Clone)]
+struct Weights {
+    w1: Array2<f32>,
+    w2: Array2<f32>,
+}
+
+/// Random weights, uniform in ±√(6 / fan-in) ("He" initialisation, suited to ReLU), so that
+/// activations keep about the same size from layer to layer.
+fn random_weights(cfg: &Config, rng: &mut StdRng) -> Weights {
+    let mut layer = |rows: usize, cols: usize| {
+        let bound = (6.0 / rows as f32).sqrt();
+        Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-bound..bound))
+    };
+    Weights {
+        w1: layer(cfg.inputs, cfg.hidden),
+        w2: layer(cfg.hidden, cfg.outputs),
+    }
+}
+
+/// The network's output for inputs `x`, computed with ndarray: `relu(x·W1)·W2`.
+fn forward(x: &Array2<f32>, w: &Weights) -> Array2<f32> {
+    let mut h = x.dot(&w.w1);
+    relu(&mut h);
+    h.dot(&w.w2)
+}
+
+/// Synthetic data: inputs uniform in [−1, 1), and targets computed by a random teacher network.
+fn make_data(cfg: &Config, rng: &mut StdRng) -> (Array2<f32>, Array2<f32>) {
+    let teacher = random_weights(cfg, rng);
+    let x = Array2::from_shape_simple_fn((cfg.samples, cfg.inputs), || rng.random_range(-1.0..1.0));
+    let targets = forward(&x, &teacher);
+    (x, targets)
+}
+
+/// The mini-batches of one epoch: rows `0..batch`, `batch..2·batch`, … of the inputs and of
+/// the targets, as views (no copies). The inputs are independent random draws, so taking them
+/// in order is as good as shuffling.
+fn batches<'a>(
+    x: &'a Array2<f32>,
+    targets: &'a Array2<f32>,
+    cfg: &Config,
+) -> impl Iterator<Item = (ArrayView2<'a, f32>, ArrayView2<'a, f32>)> {
+    let batch = cfg.batch;
+    (0..cfg.steps_per_epoch()).map(move |i| {
+        let rows = i * batch..(i + 1) * batch;
+        (x.slice(s![rows.clone(), ..]), targets.slice(s![rows, ..]))
+    })
+}
+
+/// ReLU in place: negative entries become 0.
+fn relu(h: &mut Array2<f32>) {
+    h.mapv_inplace(|v| v.max(0.0));
+}
+
+/// The gradient through the ReLU: it passes where the activation `h` is positive, else is 0.
+fn relu_backward(dh: &mut Array2<f32>, h: &Array2<f32>) {
+    Zip::from(dh).and(h).for_each(|g, &a| {
+        if a <= 0.0 {
+            *g = 0.0;
+        }
+    });
+}
+
+/// The mean squared error of the outputs `y` against the targets, `L = mean((y − t)²)`; writes
+/// its gradient `dL/dy = 2·(y − t) / len` into `dy`.
+fn mse_loss(y: &Array2<f32>, targets: ArrayView2<f32>, dy: &mut Array2<f32>) -> f64 {
+    let scale = 2.0 / y.len() as f32;
+    let mut sum = 0.0f64;
+    Zip::from(dy).and(y).and(targets).for_each(|g, &y, &t| {
+        let d = y - t;
+        sum += f64::from(d) * f64::from(d);
+        *g = scale * d;
+    });
+    sum / y.len() as f64
+}
+
+/// What a training run gives: each epoch's loss (the mean over its batches, each measured
+/// before that batch's update), the final weights and the wall time.
+struct Run {
+    losses: Vec<f64>,
+    weights: Weights,
+    seconds: f64,
+}
+
+/// Host buffers for one step's activations and gradients, allocated once per run.
+struct Buffers {
+    h: Array2<f32>,  // batch × hidden: relu(X·W1)
+    y: Array2<f32>,  // batch × outputs: the network's output
+    dy: Array2<f32>, // batch × outputs: dL/dY
+    dh: Array2<f32>, // batch × hidden: dL/dH
+}
+
+impl Buffers {
+    fn new(cfg: &Config) -> Self {
+        Buffers {
+            h: Array2::zeros((cfg.batch, cfg.hidden)),
+            y: Array2::zeros((cfg.batch, cfg.outputs)),
+            dy: Array2::zeros((cfg.batch, cfg.outputs)),
+            dh: Array2::zeros((cfg.batch, cfg.hidden)),
+        }
+    }
+}
+
+/// Trains with ndarray alone: every product is `ndarray::linalg::general_mat_mul`,
+/// `C = alpha·A·B + beta·C`, on host arrays.
+fn train_cpu(x: &Array2<f32>, targets: &Array2<f32>, init: &Weights, cfg: &Config) -> Run {
+    let start = Instant::now();
+    let lr = cfg.learning_rate;
+    let Weights { mut w1, mut w2 } = init.clone();
+    let Buffers {
+        mut h,
+        mut y,
+        mut dy,
+        mut dh,
+    } = Buffers::new(cfg);
+    let mut losses = Vec::new();
+    for _epoch in 0..cfg.epochs {
+        let mut loss_sum = 0.0;
+        for (xb, tb) in batches(x, targets, cfg) {
+            // Forward: H = relu(X·W1), Y = H·W2.
+            general_mat_mul(1.0, &xb, &w1, 0.0, &mut h);
+            relu(&mut h);
+            general_mat_mul(1.0, &h, &w2, 0.0, &mut y);
+            loss_sum += mse_loss(&y, tb, &mut dy);
+            // Backward: dH = dY·W2ᵀ (with W2 before its update), masked by the ReLU.
+            general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh);
+            relu_backward(&mut dh, &h);
+            // SGD: W2 ← W2 − lr·Hᵀ·dY and W1 ← W1 − lr·Xᵀ·dH, in place (beta = 1).
+            general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2);
+            general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1);
+        }
+        losses.push(loss_sum / cfg.steps_per_epoch() as f64);
+    }
+    Run {
+        losses,
+        weights: Weights { w1, w2 },
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// Trains with gpu-dot, the weights on the device: the same steps as [`train_cpu`], each
+/// product one `try_general_mat_mul` call. The batch and the activations stay host arrays
+/// (the ReLU and the loss run on the CPU); the weights are uploaded once and downloaded once.
+fn train_gpu(
+    x: &Array2<f32>,
+    targets: &Array2<f32>,
+    init: &Weights,
+    cfg: &Config,
+) -> Result<Run, GpuDotError> {
+    let start = Instant::now();
+    let lr = cfg.learning_rate;
+    let mut w1 = GpuMatrix::from_array(&init.w1)?; // upload, once
+    let mut w2 = GpuMatrix::from_array(&init.w2)?;
+    let Buffers {
+        mut h,
+        mut y,
+        mut dy,
+        mut dh,
+    } = Buffers::new(cfg);
+    let mut losses = Vec::new();
+    for _epoch in 0..cfg.epochs {
+        let mut loss_sum = 0.0;
+        for (xb, tb) in batches(x, targets, cfg) {
+            // Forward: host X times device W1 into host H, for the ReLU; then Y = H·W2.
+            try_general_mat_mul(1.0, &xb, &w1, 0.0, &mut h)?;
+            relu(&mut h);
+            try_general_mat_mul(1.0, &h, &w2, 0.0, &mut y)?;
+            loss_sum += mse_loss(&y, tb, &mut dy);
+            // Backward: dH = dY·W2ᵀ, W2ᵀ a transposed view of the device matrix.
+            try_general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh)?;
+            relu_backward(&mut dh, &h);
+            // SGD, on the device: W ← W − lr·Aᵀ·G is alpha = −lr, beta = 1, output W.
+            try_general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2)?;
+            try_general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1)?;
+        }
+        losses.push(loss_sum / cfg.steps_per_epoch() as f64);
+    }
+    let weights = Weights {
+        w1: w1.to_array()?, // download, once
+        w2: w2.to_array()?,
+    };
+    Ok(Run {
+        losses,
+        weights,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// ‖a − b‖ / ‖c‖, Frobenius norms, in f64.
+fn relative_difference(a: &Array2<f32>, b: &Array2<f32>, c: &Array2<f32>) -> f64 {
+    let diff = (a - b).mapv(|v| f64::from(v).powi(2)).sum();
+    let norm = c.mapv(|v| f64::from(v).powi(2)).sum();
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Prints each epoch's loss, of the ndarray run and, when there is one, of the gpu-dot run;
+/// returns whether the two agree within [`LOSS_TOLERANCE`] at every epoch.
+fn compare_losses(cpu: &Run, gpu: Option<&Run>) -> bool {
+    println!("\nepoch   loss (ndarray)   loss (gpu-dot)   relative difference");
+    let mut agree = true;
+    for (epoch, &c) in cpu.losses.iter().enumerate() {
+        let Some(g) = gpu.map(|run| run.losses[epoch]) else {
+            println!("{:5}   {c:14.6e}   {:>14}", epoch + 1, "skipped");
+            continue;
+        };
+        let rel = (g - c).abs() / c.abs().max(f64::MIN_POSITIVE);
+        let ok = rel <= LOSS_TOLERANCE;
+        agree &= ok;
+        let mark = if ok { "" } else { "  <- above tolerance" };
+        println!(
+            "{:5}   {c:14.6e}   {g:14.6e}   {rel:19.2e}{mark}",
+            epoch + 1
+        );
+    }
+    agree
+}
+
+/// Prints how far the final weights of the two runs differ, relative to how far training
+/// moved them, and returns whether that is within [`WEIGHT_TOLERANCE`] for both matrices.
+fn compare_weights(init: &Weights, cpu: &Run, gpu: &Run) -> bool {
+    let mut agree = true;
+    for (name, w0, c, g) in [
+        ("W1", &init.w1, &cpu.weights.w1, &gpu.weights.w1),
+        ("W2", &init.w2, &cpu.weights.w2, &gpu.weights.w2),
+    ] {
+        let rel = relative_difference(g, c, &(c - w0));
+        let ok = rel <= WEIGHT_TOLERANCE;
+        agree &= ok;
+        println!(
+            "final {name}: ‖gpu-dot − ndarray‖ / ‖ndarray − initial‖ = {rel:.2e} \
+             (tolerance {WEIGHT_TOLERANCE:.0e}){}",
+            if ok { "" } else { "  <- above tolerance" }
+        );
+    }
+    agree
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cfg = match parse_args(&args) {
+        Ok(cfg) => cfg,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "two-layer network {} → {} (ReLU) → {}, mean-squared-error loss, SGD (learning rate {})",
+        cfg.inputs, cfg.hidden, cfg.outputs, cfg.learning_rate
+    );
+    println!(
+        "{} samples, batches of {}, {} steps per epoch, {} epochs, {:.1} GFLOP per epoch",
+        cfg.samples,
+        cfg.batch,
+        cfg.steps_per_epoch(),
+        cfg.epochs,
+        cfg.flops_per_step() * cfg.steps_per_epoch() as f64 / 1e9
+    );
+    println!("device for the gpu-dot run: {}", device_status());
+
+    // The same data and the same initial weights for both runs.
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let (x, targets) = make_data(&cfg, &mut rng);
+    let init = random_weights(&cfg, &mut rng);
+    let total_flops = cfg.flops_per_step() * (cfg.steps_per_epoch() * cfg.epochs) as f64;
+    let report = |what: &str, run: &Run| {
+        println!(
+            "{what:<29} {:8.3} s  {:8.1} GFLOP/s",
+            run.seconds,
+            total_flops / run.seconds / 1e9
+        );
+    };
+
+    // Each run starts with one untimed step (the first batch, on a copy of the weights), so
+    // that one-time costs stay out of the timings: on the GPU, creating the CUDA context,
+    // loading or compiling the kernels and autotuning each product's shape.
+    let one_step = Config {
+        samples: cfg.batch,
+        epochs: 1,
+        ..cfg.clone()
+    };
+
+    // Run 1: ndarray alone.
+    train_cpu(&x, &targets, &init, &one_step);
+    let cpu = train_cpu(&x, &targets, &init, &cfg);
+    report("ndarray (CPU):", &cpu);
+    if cpu.losses.iter().any(|loss| !loss.is_finite()) {
+        compare_losses(&cpu, None);
+        eprintln!("training diverged (the loss is not finite): try a smaller --lr");
+        return ExitCode::FAILURE;
+    }
+
+    // Run 2: gpu-dot, weights on the device.
+    let gpu = match train_gpu(&x, &targets, &init, &one_step)
+        .and_then(|_| train_gpu(&x, &targets, &init, &cfg))
+    {
+        Ok(run) => run,
+        Err(GpuDotError::NoDevice { reason }) => {
+            println!("gpu-dot (weights on the GPU): skipped, no GPU to run on: {reason}");
+            compare_losses(&cpu, None);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("gpu-dot run failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    report("gpu-dot (weights on the GPU):", &gpu);
+    println!(
+        "speed-up of gpu-dot over ndarray: {:.2}× (wall time, transfers included)",
+        cpu.seconds / gpu.seconds
+    );
+
+    let losses_agree = compare_losses(&cpu, Some(&gpu));
+    let weights_agree = compare_weights(&init, &cpu, &gpu);
+    if !(losses_agree && weights_agree) {
+        eprintln!(
+            "MISMATCH: the two runs differ by more than the tolerance \
+             (losses {LOSS_TOLERANCE:.0e} relative at each epoch, \
+             weights {WEIGHT_TOLERANCE:.0e} of how far training moved them)"
+        );
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "both runs agree: losses within {LOSS_TOLERANCE:.0e} (relative) at every epoch, \
+         final weights within {WEIGHT_TOLERANCE:.0e} of how far training moved them"
+    );
+    ExitCode::SUCCESS
+}
