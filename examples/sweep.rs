@@ -194,28 +194,41 @@ fn main() {
             .route;
         a.gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
-        // Round-robin over the three, so that cache state and drift hit all alike.
+        // The three in a fresh random order each round, so that none always follows the same
+        // one (a GPU product leaves the caches cold for whatever runs next).
         let huge = gpu_dot::flops(m, k, n) > 300_000_000_000; // 8192³ on the CPU: seconds
         let (mut nd_t, mut path_t, mut dot_t) = (Vec::new(), Vec::new(), Vec::new());
-        let mut turn = 0usize;
+        const ORDERS: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (m * 31 + k * 7 + n) as u64;
         median_ms(3.0 * budget, || {
-            let start = Instant::now();
-            match turn % 3 {
-                0 if !huge => {
-                    drop(a.dot(&b));
-                    nd_t.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-                0 => {}
-                1 => {
-                    drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
-                    path_t.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-                _ => {
-                    drop(a.gpu_dot(&b));
-                    dot_t.push(start.elapsed().as_secs_f64() * 1e3);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            for which in ORDERS[(state >> 33) as usize % 6] {
+                let start = Instant::now();
+                match which {
+                    0 if !huge => {
+                        drop(a.dot(&b));
+                        nd_t.push(start.elapsed().as_secs_f64() * 1e3);
+                    }
+                    0 => {}
+                    1 => {
+                        drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
+                        path_t.push(start.elapsed().as_secs_f64() * 1e3);
+                    }
+                    _ => {
+                        drop(a.gpu_dot(&b));
+                        dot_t.push(start.elapsed().as_secs_f64() * 1e3);
+                    }
                 }
             }
-            turn += 1;
         });
         if nd_t.is_empty() {
             nd_t.push(median_ms(1.0, || drop(a.dot(&b))));
