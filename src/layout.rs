@@ -1,20 +1,19 @@
 //! From an ndarray view's strides to what a kernel reads.
 //!
 //! The kernels read a matrix either row-major (C order) or column-major (F order, i.e. a
-//! transposed row-major matrix), with a leading dimension. A view that is contiguous in either
-//! order is passed as it is; anything else (sliced with gaps, stepped, negative or zero
-//! strides) is first copied into C order on the host.
+//! transposed row-major matrix), with a leading dimension. Host views are packed into staging
+//! buffers in the order their memory is laid out (`pipeline.rs`); [`Layout`] reports how.
 
 use ndarray::{ArrayBase, Data, Ix2};
 
 /// How an operand's memory is presented to a kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// Row-major and contiguous: read as it is.
+    /// Row-major and contiguous: copied row by row.
     C,
-    /// Column-major and contiguous: read as it is, transposed.
+    /// Column-major and contiguous: copied as its transpose, read transposed by the kernels.
     F,
-    /// Neither: copied into row-major order first.
+    /// Neither (gaps, steps, negative or zero strides): gathered element by element.
     Copied,
     /// Already on the device (a [`GpuMatrix`](crate::GpuMatrix) or a view of one): read in
     /// place.

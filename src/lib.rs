@@ -25,11 +25,29 @@
 //! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
 //!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
 //!   product took.
-//! - Operands contiguous in C or F order are read in place; any other view is copied into C
-//!   order on the host first.
+//! - Host operands of any layout are packed by several threads into page-locked staging
+//!   buffers (F-order views as their transpose, so every copy reads memory in order) and copied
+//!   asynchronously; large products run in row panels on two streams, so the copies in both
+//!   directions, the kernels and the host-side packing overlap. Staging and device buffers are
+//!   kept and reused ([`trim`] frees them; [`retained_memory`] reports them).
+//!
+//! # Device-resident matrices and the general form
+//!
+//! [`GpuMatrix`] keeps a matrix in device memory: upload once ([`GpuMatrix::from_array`]),
+//! multiply many times, download when asked ([`GpuMatrix::to_array`]). Products of device
+//! matrices, their transposed views ([`GpuMatrix::t`]) and host arrays in any mix stay on the
+//! device ([`GpuMatrix::product`], [`GpuMatrix::dot`]), so chains make no round trips.
+//! [`general_mat_mul`] is ndarray's `general_mat_mul` (`C = alpha·A·B + beta·C`) for host
+//! arrays, and [`try_general_mat_mul`] takes any operands and writes a host array or a
+//! [`GpuMatrix`] in place, e.g. an SGD step `W ← W − lr·Xᵀ·G` on device-resident weights.
 //!
 //! Building needs no CUDA toolkit; running on a GPU needs only the driver and NVRTC
-//! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13).
+//! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13; with the `cuda-12080` bindings cudarc looks
+//! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
+//! `libnvrtc.so`, which the toolkit's runtime packages ship).
+//!
+//! `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times (B upload, A packing,
+//! C unpacking) to stderr.
 //!
 //! # Choosing
 //!
