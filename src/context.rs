@@ -107,6 +107,61 @@ pub fn module_loads() -> Vec<ModuleLoad> {
     }
 }
 
+/// The driver entry points the crate calls (through cudarc).
+const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGet",
+    "cuDeviceGetCount",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
+    "cuCtxSynchronize",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventQuery",
+    "cuEventElapsedTime",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemsetD8Async",
+    "cuMemGetInfo_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuFuncSetAttribute",
+    "cuLaunchKernel",
+    "cuGetErrorName",
+    "cuGetErrorString",
+];
+
+/// The NVRTC entry points the crate calls (through cudarc).
+const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+];
+
 static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
 static GPU: Lazy<Result<Gpu, String>> = Lazy::new(|| {
@@ -134,6 +189,9 @@ pub(crate) struct Gpu {
     pub(crate) info: DeviceInfo,
     arch: String,
     modules: [OnceCell<LoadedModule>; Family::COUNT],
+    /// A family NVRTC rejected: kept, so that later products fall back at once instead of
+    /// compiling again.
+    rejected: [OnceCell<GpuDotError>; Family::COUNT],
     streams: Mutex<Vec<Arc<CudaStream>>>,
 }
 
@@ -152,6 +210,29 @@ impl Gpu {
         }
         if !nvrtc {
             return Err("the NVRTC library (libnvrtc) was not found".into());
+        }
+        // cudarc looks each entry point up on its first call and panics if it is missing; check
+        // them all now, so that an old driver or NVRTC is a reason, never a panic later.
+        // SAFETY: both libraries are present (checked above); `get` only looks a symbol up.
+        let missing = unsafe {
+            let (driver, nvrtc) = (cudarc::driver::sys::culib(), cudarc::nvrtc::sys::culib());
+            DRIVER_SYMBOLS
+                .iter()
+                .find(|name| driver.get::<*const ()>(name.as_bytes()).is_err())
+                .map(|name| {
+                    format!("the CUDA driver library lacks {name} (a driver older than CUDA 12?)")
+                })
+                .or_else(|| {
+                    NVRTC_SYMBOLS
+                        .iter()
+                        .find(|name| nvrtc.get::<*const ()>(name.as_bytes()).is_err())
+                        .map(|name| {
+                            format!("the NVRTC library lacks {name} (NVRTC older than CUDA 12?)")
+                        })
+                })
+        };
+        if let Some(reason) = missing {
+            return Err(reason);
         }
         let ordinal = match std::env::var(ENV_DEVICE) {
             Ok(v) => v
@@ -191,6 +272,7 @@ impl Gpu {
             arch: format!("sm_{major}{minor}"),
             info,
             modules: Default::default(),
+            rejected: Default::default(),
             streams: Mutex::new(Vec::new()),
         })
     }
@@ -201,7 +283,17 @@ impl Gpu {
         family: Family,
         entry: &str,
     ) -> Result<CudaFunction, GpuDotError> {
-        let loaded = self.modules[family.index()].get_or_try_init(|| self.load(family))?;
+        let i = family.index();
+        if let Some(e) = self.rejected[i].get() {
+            return Err(e.clone());
+        }
+        let loaded = self.modules[i]
+            .get_or_try_init(|| self.load(family))
+            .inspect_err(|e| {
+                if matches!(e, GpuDotError::Compile { .. }) {
+                    let _ = self.rejected[i].set(e.clone());
+                }
+            })?;
         loaded
             .functions
             .get(entry)

@@ -257,6 +257,41 @@ fn same_bits(c: &Array2<f32>, expected: &Array2<f32>) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// The staging copies: `pack` gives the view's elements in row-major order, and `unpack` puts
+/// them back into a view of any layout (here the transpose of an F-order array and a stepped,
+/// reversed window of a larger one), leaving everything outside the view alone.
+fn check_staging(v: &ArrayView2<f32>) {
+    use gpu_dot::__fuzz::{pack, unpack};
+    let (rows, cols) = v.dim();
+    let mut flat = vec![f32::NAN; rows * cols];
+    pack(*v, &mut flat);
+    for (x, y) in flat.iter().zip(v.iter()) {
+        assert_eq!(x.to_bits(), y.to_bits());
+    }
+    // A NaN with a payload no value recipe makes marks the elements outside the views.
+    let mark = f32::from_bits(0x7FC0_5EED);
+    let mut f = Array2::<f32>::from_elem((cols, rows), mark);
+    unpack(&flat, f.view_mut().reversed_axes());
+    for ((i, j), &x) in v.indexed_iter() {
+        assert_eq!(f[[j, i]].to_bits(), x.to_bits());
+    }
+    let mut big = Array2::<f32>::from_elem((2 * rows + 1, cols + 2), mark);
+    unpack(&flat, big.slice_mut(ndarray::s![1..;-2, 1..cols + 1]));
+    let window = big.slice(ndarray::s![1..;-2, 1..cols + 1]);
+    for (x, y) in window.iter().zip(v.iter()) {
+        assert_eq!(x.to_bits(), y.to_bits());
+    }
+    let outside = big
+        .iter()
+        .filter(|&&x| x.to_bits() == mark.to_bits())
+        .count();
+    assert_eq!(
+        outside,
+        big.len() - rows * cols,
+        "unpack wrote outside its view"
+    );
+}
+
 fn run(u: &mut Unstructured) -> Result<()> {
     let m = u.int_in_range(0..=MAX_DIM)?;
     let k = u.int_in_range(0..=MAX_DIM)?;
@@ -274,6 +309,8 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let (a, b) = (a.view(), b.view());
     check_layout(&a);
     check_layout(&b);
+    check_staging(&a);
+    check_staging(&b);
 
     let backends = [Backend::Cpu, Backend::Auto, Backend::Gpu];
     if k != k2 {
