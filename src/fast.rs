@@ -244,11 +244,7 @@ pub(crate) fn launch(
                 .map_err(GpuDotError::at("launching a split-K kernel"))?;
 
             let reduce = gpu.function(Family::Fast, "sgemm_splitk_reduce")?;
-            let cfg = LaunchConfig {
-                grid_dim: ((m * n).div_ceil(256).min(8192) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = sgemm::grid_stride(m * n);
             let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, ldc as i64);
             let work = work.as_view();
             let mut builder = stream.launch_builder(&reduce);

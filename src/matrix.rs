@@ -399,22 +399,7 @@ fn general(
         Err(e) if fall_back => return cpu(CpuReason::GpuUnavailable(e), c),
         Err(e) => return Err(e),
     };
-    let (a, b) = (Src::Host(av.view()), Src::Host(bv.view()));
-    let result = {
-        let Dst::Host(cv) = &mut c.0 else {
-            unreachable!("checked above")
-        };
-        pipeline::gemm(
-            gpu,
-            opts,
-            alpha,
-            &a,
-            &b,
-            beta,
-            &mut Dst::Host(cv.view_mut()),
-        )
-    };
-    match result {
+    match pipeline::gemm(gpu, opts, alpha, &a.0, &b.0, beta, &mut c.0) {
         Ok(done) => Ok(dispatch::gpu_route(opts, done)),
         Err(f) if fall_back && !f.touched => cpu(CpuReason::GpuUnavailable(f.error), c),
         Err(f) => Err(f.error),

@@ -16,7 +16,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtrMut, PushKernelArg};
 use ndarray::{s, ArrayView2, ArrayViewMut2};
 use once_cell::sync::Lazy;
 
@@ -610,11 +610,7 @@ fn axpby(
     );
     assert!(t.is_none_or(|t| t.len() >= rows * cols), "T too small");
     let func = gpu.function(Family::Fast, "sgemm_axpby")?;
-    let cfg = LaunchConfig {
-        grid_dim: ((rows * cols).div_ceil(256).min(8192) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = sgemm::grid_stride(rows * cols);
     let (m, n, ldt, ldc) = (rows as i32, cols as i32, cols as i64, ldc as i64);
     let null = 0u64;
     let mut builder = stream.launch_builder(&func);

@@ -116,6 +116,16 @@ pub(crate) fn poison<D: cudarc::driver::DevicePtrMut<f32>>(
         .map_err(GpuDotError::at("poisoning the output"))
 }
 
+/// The launch shape of the grid-stride element-wise kernels (`sgemm_splitk_reduce`,
+/// `sgemm_axpby`): 256 threads a block, at most 8192 blocks, which loop over the rest.
+pub(crate) fn grid_stride(elements: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (elements.div_ceil(256).clamp(1, 8192) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Checks that each dimension fits the kernels' `int` arguments.
 pub(crate) fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError> {
     let max = i32::MAX as usize;
