@@ -253,6 +253,13 @@ impl Gpu {
         }
         let ctx = CudaContext::new(ordinal)
             .map_err(|e| format!("could not create a CUDA context on device {ordinal}: {e}"))?;
+        // SAFETY: the crate orders every use of its device buffers itself: a workspace's
+        // buffers are allocated and then synchronised before other streams use them, streams
+        // are ordered by events within a product, and every product, upload and download
+        // completes before it returns, so no buffer is used on two streams at once or freed
+        // while in use. cudarc's per-buffer events would add two driver calls per buffer per
+        // launch and copy.
+        unsafe { ctx.disable_event_tracking() };
         let describe = |e| format!("could not query device {ordinal}: {e}");
         let info = DeviceInfo {
             ordinal,

@@ -1,6 +1,7 @@
 //! Choosing where a product runs: the CPU (ndarray's `dot`) or a GPU kernel.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
@@ -9,7 +10,7 @@ use crate::error::GpuDotError;
 use crate::fast::Plan;
 use crate::layout::Layout;
 use crate::options::{Backend, DotOptions, Kernel};
-use crate::pipeline::{self, Done, Dst, Src};
+use crate::pipeline::{self, Done, Dst, Gemm, Src};
 use crate::sgemm;
 
 /// A product and how it was computed.
@@ -171,17 +172,20 @@ where
     let ((m, k), n) = (a.dim(), b.ncols());
     sgemm::check_dims(m, k, n)?;
     let gpu = context::gpu()?;
-    let mut c = zeroed((m, n))?;
-    let done = pipeline::gemm(
-        gpu,
-        opts,
-        1.0,
-        &Src::Host(a.view()),
-        &Src::Host(b.view()),
-        0.0,
-        &mut Dst::Host(c.view_mut()),
-    )
-    .map_err(|f| f.error)?;
+    let mut c = fresh((m, n))?;
+    let (a, b) = (Src::Host(a.view()), Src::Host(b.view()));
+    let product = Gemm {
+        alpha: 1.0,
+        a: &a,
+        b: &b,
+        beta: 0.0,
+        c: &mut Dst::Fresh(&mut c),
+    };
+    let done = pipeline::gemm(gpu, opts, product).map_err(|f| f.error)?;
+    // SAFETY: a GPU product with m, n ≥ 1 that returned Ok has written every element of C
+    // (its download pieces cover all m·n elements, and it returns only once all of them are
+    // unpacked).
+    let c = unsafe { c.assume_init() };
     Ok(Product {
         c,
         route: gpu_route(opts, done),
@@ -199,35 +203,26 @@ pub(crate) fn gpu_route(opts: &DotOptions, done: Done) -> Route {
     }
 }
 
-/// A zeroed `rows × cols` host array, or [`GpuDotError::HostOutOfMemory`] when the allocation
-/// fails (instead of aborting the process). Zeroed pages come from the allocator lazily, so
-/// this costs nothing until the pages are written.
-pub(crate) fn zeroed((rows, cols): (usize, usize)) -> Result<Array2<f32>, GpuDotError> {
-    let len = rows.checked_mul(cols).ok_or(GpuDotError::TooLarge {
+/// A new `rows × cols` C-order host array, not initialised, or
+/// [`GpuDotError::HostOutOfMemory`] when the allocation fails (instead of aborting the
+/// process). Its pages are not touched here: the product that fills it touches them on several
+/// threads while the device works.
+pub(crate) fn fresh((rows, cols): (usize, usize)) -> Result<Array2<MaybeUninit<f32>>, GpuDotError> {
+    let too_large = GpuDotError::TooLarge {
         dims: (rows, 0, cols),
-    })?;
+    };
+    let len = rows.checked_mul(cols).ok_or(too_large.clone())?;
     let bytes = len
         .checked_mul(std::mem::size_of::<f32>())
         .filter(|&b| b <= isize::MAX as usize)
-        .ok_or(GpuDotError::TooLarge {
-            dims: (rows, 0, cols),
-        })?;
-    let data = if len == 0 {
-        Vec::new()
-    } else {
-        let layout = std::alloc::Layout::array::<f32>(len).expect("size checked above");
-        // SAFETY: `layout` has a non-zero size (len > 0); the pointer is checked for null
-        // before use.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
-        if ptr.is_null() {
-            return Err(GpuDotError::HostOutOfMemory { bytes });
-        }
-        advise_huge_pages(ptr.cast(), bytes);
-        // SAFETY: `ptr` was allocated by the global allocator with the layout of `[f32; len]`
-        // (which is what Vec<f32> with capacity `len` uses), and all `len` floats are
-        // initialised (zero bits are 0.0).
-        unsafe { Vec::from_raw_parts(ptr, len, len) }
-    };
+        .ok_or(too_large)?;
+    let mut data: Vec<MaybeUninit<f32>> = Vec::new();
+    data.try_reserve_exact(len)
+        .map_err(|_| GpuDotError::HostOutOfMemory { bytes })?;
+    advise_huge_pages(data.as_mut_ptr().cast(), bytes);
+    // SAFETY: the capacity is at least `len` (reserved above), and MaybeUninit needs no
+    // initialisation.
+    unsafe { data.set_len(len) };
     Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
 }
 

@@ -68,6 +68,12 @@ pub enum GpuDotError {
         /// The product's dimensions `(m, k, n)`.
         dims: (usize, usize, usize),
     },
+    /// A host thread copying operands or results failed (a bug in the crate); the product
+    /// was abandoned.
+    HostThread {
+        /// What failed.
+        what: String,
+    },
     /// cuBLAS, the reference behind the `cublas` feature, failed.
     #[cfg(feature = "cublas")]
     Cublas {
@@ -148,6 +154,7 @@ impl fmt::Display for GpuDotError {
                 "product {m} × {k} × {n} has a dimension above the kernels' limit of {}",
                 i32::MAX
             ),
+            GpuDotError::HostThread { what } => write!(f, "host copy failed: {what}"),
             #[cfg(feature = "cublas")]
             GpuDotError::Cublas { status } => write!(f, "cuBLAS failed: {status}"),
             GpuDotError::InvalidEnv {

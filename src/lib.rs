@@ -95,6 +95,7 @@
 
 mod cache;
 mod context;
+mod crew;
 mod dispatch;
 mod error;
 mod fast;
@@ -114,6 +115,7 @@ pub use cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use context::{
     device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus, ModuleLoad,
 };
+pub use crew::ENV_HOST_THREADS;
 pub use dispatch::{flops, CpuReason, Product, Route};
 pub use error::GpuDotError;
 pub use fast::Plan;
@@ -128,7 +130,7 @@ pub use options::{
 };
 pub use pipeline::{retained_memory, trim};
 pub use registry::TileConfig;
-pub use tuner::tuned_plans;
+pub use tuner::{tuned_plans, tuning_in_progress};
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
 /// changes whenever a kernel does, so compiled code can be identified across processes.

@@ -28,7 +28,7 @@ use crate::context;
 use crate::dispatch::{self, CpuReason, Route};
 use crate::error::GpuDotError;
 use crate::options::{Backend, DotOptions};
-use crate::pipeline::{self, DevMat, Dst, Src};
+use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
 
 /// An `f32` matrix in device memory, row-major.
 ///
@@ -110,9 +110,7 @@ impl GpuMatrix {
     /// Downloads the matrix into a new host array (C order).
     pub fn to_array(&self) -> Result<Array2<f32>, GpuDotError> {
         let gpu = context::gpu()?;
-        let mut out = dispatch::zeroed((self.rows, self.cols))?;
-        pipeline::download(gpu, &self.buf, out.view_mut())?;
-        Ok(out)
+        pipeline::download_fresh(gpu, &self.buf, (self.rows, self.cols))
     }
 
     /// Replaces the contents with `a`, which must have the same shape.
@@ -338,6 +336,23 @@ pub fn general_mat_mul_with(
     )
 }
 
+/// The pipeline's description of `C = alpha·A·B + beta·C`.
+fn product<'g, 'a, 'b, 'c>(
+    alpha: f32,
+    a: &'g Operand<'a>,
+    b: &'g Operand<'b>,
+    beta: f32,
+    c: &'g mut Output<'c>,
+) -> Gemm<'g, 'a, 'b, 'c> {
+    Gemm {
+        alpha,
+        a: &a.0,
+        b: &b.0,
+        beta,
+        c: &mut c.0,
+    }
+}
+
 /// The general product with routing: all-host products go to the CPU when the options say so,
 /// below the threshold, and when the GPU fails under [`Backend::Auto`] (or under any backend
 /// with `always_fall_back`) before writing any of C; any device operand means the GPU.
@@ -368,7 +383,7 @@ fn general(
             });
         }
         let gpu = context::gpu()?;
-        return pipeline::gemm(gpu, opts, alpha, &a.0, &b.0, beta, &mut c.0)
+        return pipeline::gemm(gpu, opts, product(alpha, a, b, beta, c))
             .map(|done| dispatch::gpu_route(opts, done))
             .map_err(|f| f.error);
     };
@@ -399,7 +414,7 @@ fn general(
         Err(e) if fall_back => return cpu(CpuReason::GpuUnavailable(e), c),
         Err(e) => return Err(e),
     };
-    match pipeline::gemm(gpu, opts, alpha, &a.0, &b.0, beta, &mut c.0) {
+    match pipeline::gemm(gpu, opts, product(alpha, a, b, beta, c)) {
         Ok(done) => Ok(dispatch::gpu_route(opts, done)),
         Err(f) if fall_back && !f.touched => cpu(CpuReason::GpuUnavailable(f.error), c),
         Err(f) => Err(f.error),

@@ -132,11 +132,10 @@ impl DeviceProblem {
             trans: false,
             ld: n,
         };
-        crate::tuner::run(
+        crate::tuner::launch_isolated(
             self.gpu,
             &self.stream,
             kernel,
-            true,
             self.dims,
             &a,
             &b,

@@ -1,59 +1,58 @@
-//! Host side of the transfers: page-locked staging buffers and the multi-threaded copies that
-//! pack any ndarray view into them and unpack results out of them.
+//! Host side of the transfers: page-locked staging buffers, and the copies between ndarray
+//! views of any strides and the row-major order the device reads.
 //!
 //! The driver copies page-locked ("pinned") memory by DMA at full link speed and
 //! asynchronously; pageable memory it first copies through a bounce buffer of its own, at a
-//! fifth of the speed and blocking the caller. So every transfer goes through a
-//! [`PinnedBuf`]: the host threads copy the view into it (packing strided views on the way),
-//! and the copy engine moves it while the host prepares the next piece.
+//! fifth of the speed and blocking the caller. So transfers go through a [`PinnedBuf`]: the
+//! crew's threads copy pieces of a view into it (packing strided views on the way), and the
+//! copy engine moves each parcel while the threads prepare the next.
+//!
+//! A [`HostMat`] is a view reduced to a pointer, a shape and element strides, so that several
+//! threads can copy disjoint ranges of its row-major order at once.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
-use ndarray::{ArrayView2, ArrayViewMut2, Axis};
-use rayon::prelude::*;
+use cudarc::driver::{result, CudaContext};
+use ndarray::{ArrayView2, ArrayViewMut2};
 
 use crate::error::GpuDotError;
 
-/// Copies smaller than this run on the calling thread: below it, waking the pool's threads
-/// costs more than the copy.
-const PARALLEL_COPY_BYTES: usize = 1 << 20;
-/// Each parallel copy task moves about this much.
-const TASK_BYTES: usize = 512 << 10;
+/// Floats per 4 KiB page: a fresh output is touched once per page to fault it in.
+const PAGE_FLOATS: usize = 1024;
 
-/// A page-locked host buffer of `f32`, with an event marking the last device copy that uses
-/// it: the host waits for that event before touching the memory again.
+/// A page-locked host buffer of `f32`.
+///
+/// It carries no record of the device's use: whoever enqueues copies from or into it waits
+/// for them (the transfer schedule's events, or a stream synchronisation) before touching the
+/// memory again or dropping the buffer.
 pub(crate) struct PinnedBuf {
     ptr: *mut f32,
     len: usize,
-    in_use_until: CudaEvent,
 }
 
-// SAFETY: the buffer is plain host memory owned by this value (like a `Box<[f32]>`); every
-// access goes through `&self`/`&mut self`, after waiting for the device's last use of it.
+// SAFETY: the buffer is plain host memory owned by this value (like a `Box<[f32]>`); the
+// transfer code hands out disjoint ranges of it to threads and orders them against the device
+// with events.
 unsafe impl Send for PinnedBuf {}
-// SAFETY: as above; `&PinnedBuf` only gives shared reads.
+// SAFETY: as above.
 unsafe impl Sync for PinnedBuf {}
 
 impl PinnedBuf {
     /// Allocates `len` floats of page-locked memory (cacheable, not write-combined: the host
     /// reads results back out of it).
     pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<PinnedBuf, GpuDotError> {
-        let bytes = len.max(1) * std::mem::size_of::<f32>();
+        let len = len.max(1);
+        let bytes = len * std::mem::size_of::<f32>();
         ctx.bind_to_thread()
             .map_err(GpuDotError::at("binding the context"))?;
-        let in_use_until = ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(GpuDotError::at("creating an event"))?;
         // SAFETY: cuMemHostAlloc with flags 0 returns `bytes` bytes of page-locked memory or an
         // error; the pointer is freed once, in `Drop`.
         let ptr = unsafe { result::malloc_host(bytes, 0) }
             .map_err(|e| GpuDotError::driver("allocating page-locked host memory", bytes, e))?;
         Ok(PinnedBuf {
             ptr: ptr.cast(),
-            len: len.max(1),
-            in_use_until,
+            len,
         })
     }
 
@@ -65,164 +64,290 @@ impl PinnedBuf {
         self.len * std::mem::size_of::<f32>()
     }
 
-    /// Waits until the device no longer uses the buffer.
-    fn wait(&self) -> Result<(), GpuDotError> {
-        self.in_use_until
-            .synchronize()
-            .map_err(GpuDotError::at("waiting for a transfer"))
+    /// The buffer as a staging ring for one run.
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        Ring {
+            ptr: self.ptr,
+            len: self.len,
+            _buf: PhantomData,
+        }
     }
 
-    /// The first `len` floats, for the host to write, once the device is done with them.
-    pub(crate) fn host_mut(&mut self, len: usize) -> Result<&mut [f32], GpuDotError> {
-        assert!(len <= self.len, "staging buffer too small");
-        self.wait()?;
-        // SAFETY: `ptr` holds `self.len ≥ len` floats, allocated in `new` and alive until
-        // `Drop`; the device's last copy from or into it has completed (`wait`), and `&mut
-        // self` excludes other host access. Pinned memory from cuMemHostAlloc is zeroed or
-        // has been written by earlier use, and f32 accepts any bit pattern.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, len) })
-    }
-
-    /// The first `len` floats, for the host to read, once the device is done with them.
-    pub(crate) fn host(&mut self, len: usize) -> Result<&[f32], GpuDotError> {
-        self.host_mut(len).map(|s| &*s)
-    }
-
-    /// Enqueues a copy of the first `len` floats to the device at `dst` on `stream`.
-    ///
-    /// # Safety
-    /// `dst` must be valid for `len` floats on `stream`, and nothing may read or write it
-    /// concurrently on another stream until the copy completes.
-    pub(crate) unsafe fn copy_to_device(
-        &mut self,
-        len: usize,
-        dst: cudarc::driver::sys::CUdeviceptr,
-        stream: &CudaStream,
-    ) -> Result<(), GpuDotError> {
-        assert!(len <= self.len, "staging buffer too small");
-        let src = std::slice::from_raw_parts(self.ptr, len);
-        result::memcpy_htod_async(dst, src, stream.cu_stream())
-            .map_err(GpuDotError::at("copying to the device"))?;
-        self.in_use_until
-            .record(stream)
-            .map_err(GpuDotError::at("recording an event"))
-    }
-
-    /// Enqueues a copy of `len` floats from the device at `src` into the buffer on `stream`.
-    ///
-    /// # Safety
-    /// `src` must be valid for `len` floats on `stream`, and its contents final once the work
-    /// enqueued before this on `stream` completes.
-    pub(crate) unsafe fn copy_from_device(
-        &mut self,
-        len: usize,
-        src: cudarc::driver::sys::CUdeviceptr,
-        stream: &CudaStream,
-    ) -> Result<(), GpuDotError> {
-        assert!(len <= self.len, "staging buffer too small");
-        let dst = std::slice::from_raw_parts_mut(self.ptr, len);
-        result::memcpy_dtoh_async(dst, src, stream.cu_stream())
-            .map_err(GpuDotError::at("copying to the host"))?;
-        self.in_use_until
-            .record(stream)
-            .map_err(GpuDotError::at("recording an event"))
+    /// Leaks the memory instead of freeing it: for a buffer a device copy may still use after
+    /// a failure that left the device's state unknown.
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
     }
 }
 
 impl Drop for PinnedBuf {
     fn drop(&mut self) {
-        // A failed wait leaves the memory possibly in use by a copy; leaking it is the only
-        // safe choice then.
-        if self.wait().is_ok() {
-            // SAFETY: `ptr` came from cuMemHostAlloc in `new`, is freed only here, and no
-            // device copy uses it any more (`wait`).
-            let _ = unsafe { result::free_host(self.ptr.cast()) };
+        // SAFETY: `ptr` came from cuMemHostAlloc in `new` and is freed only here; the owner
+        // has waited for the device's last copy (see the type's docs).
+        let _ = unsafe { result::free_host(self.ptr.cast()) };
+    }
+}
+
+/// Staging memory as a run uses it: an address and a length, borrowed from a [`PinnedBuf`],
+/// from which the threads of a run take disjoint ranges (the run's schedule keeps them apart).
+#[derive(Clone, Copy)]
+pub(crate) struct Ring<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _buf: PhantomData<&'a [f32]>,
+}
+
+// SAFETY: a Ring is an address and a length into memory borrowed for `'a`; the run that uses
+// it gives each thread disjoint ranges (see `conduct.rs`).
+unsafe impl Send for Ring<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Ring<'_> {}
+
+impl Ring<'_> {
+    /// The address of float `offset`.
+    ///
+    /// # Panics
+    /// If `offset + len` floats do not fit the ring.
+    pub(crate) fn at(&self, offset: usize, len: usize) -> *mut f32 {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "staging range out of bounds"
+        );
+        // SAFETY: `offset ≤ self.len` (asserted), so the result points into or one past the
+        // memory.
+        unsafe { self.ptr.add(offset) }
+    }
+
+    /// Ordinary memory as a ring, for tests that simulate the device.
+    #[cfg(test)]
+    pub(crate) fn of_slice(s: &mut [f32]) -> Ring<'_> {
+        Ring {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            _buf: PhantomData,
         }
     }
 }
 
-/// Rows per parallel task for rows of `row_len` floats.
-fn rows_per_task(row_len: usize) -> usize {
-    (TASK_BYTES / (row_len.max(1) * std::mem::size_of::<f32>())).max(1)
+/// A 2-D host matrix as a pointer to element (0, 0), a shape and element strides (possibly
+/// negative or zero), read or written in ranges of its row-major order.
+///
+/// Made from a view ([`HostMat::of_view`], [`HostMat::of_view_mut`]) whose borrow the caller
+/// keeps alive while the matrix is used; several threads may copy disjoint ranges of it at
+/// once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostMat {
+    ptr: *mut f32,
+    rows: usize,
+    cols: usize,
+    row_stride: isize,
+    col_stride: isize,
 }
 
-fn copy_rows_out(src: ArrayView2<'_, f32>, dst: &mut [f32]) {
-    let cols = src.ncols();
-    for (row, out) in src
-        .rows()
-        .into_iter()
-        .zip(dst.chunks_exact_mut(cols.max(1)))
-    {
-        match row.as_slice() {
-            Some(s) => out.copy_from_slice(s),
-            None => out.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o = v),
+// SAFETY: a HostMat is an address and a layout; the code that copies through it keeps the
+// borrowed view alive and gives each thread a disjoint range (see `read`, `write`).
+unsafe impl Send for HostMat {}
+// SAFETY: as above.
+unsafe impl Sync for HostMat {}
+
+impl HostMat {
+    /// The matrix of a view, for reading only.
+    pub(crate) fn of_view(v: &ArrayView2<'_, f32>) -> HostMat {
+        let s = v.strides();
+        HostMat {
+            ptr: v.as_ptr().cast_mut(),
+            rows: v.nrows(),
+            cols: v.ncols(),
+            row_stride: s[0],
+            col_stride: s[1],
         }
     }
-}
 
-fn copy_rows_in(src: &[f32], mut dst: ArrayViewMut2<'_, f32>) {
-    let cols = dst.ncols();
-    for (mut row, inp) in dst
-        .rows_mut()
-        .into_iter()
-        .zip(src.chunks_exact(cols.max(1)))
-    {
-        match row.as_slice_mut() {
-            Some(s) => s.copy_from_slice(inp),
-            None => row.iter_mut().zip(inp).for_each(|(o, &v)| *o = v),
+    /// The matrix of a mutable view, for reading and writing.
+    pub(crate) fn of_view_mut(v: &mut ArrayViewMut2<'_, f32>) -> HostMat {
+        let s = v.strides();
+        let (rows, cols) = v.dim();
+        let (row_stride, col_stride) = (s[0], s[1]);
+        HostMat {
+            ptr: v.as_mut_ptr(),
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        }
+    }
+
+    /// A contiguous row-major `rows × cols` matrix at `ptr`.
+    pub(crate) fn row_major(ptr: *mut f32, rows: usize, cols: usize) -> HostMat {
+        HostMat {
+            ptr,
+            rows,
+            cols,
+            row_stride: cols as isize,
+            col_stride: 1,
+        }
+    }
+
+    pub(crate) fn dim(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Element strides `(rows, cols)`.
+    pub(crate) fn strides(&self) -> (isize, isize) {
+        (self.row_stride, self.col_stride)
+    }
+
+    /// The transpose (no copy).
+    pub(crate) fn t(&self) -> HostMat {
+        HostMat {
+            ptr: self.ptr,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    /// Rows `r0..r1`.
+    pub(crate) fn rows(&self, r0: usize, r1: usize) -> HostMat {
+        assert!(r0 <= r1 && r1 <= self.rows, "row range out of bounds");
+        let ptr = if r0 < self.rows && self.cols > 0 {
+            // SAFETY: row r0 exists and has at least one element, so its first element lies
+            // inside the viewed allocation.
+            unsafe { self.ptr.offset(r0 as isize * self.row_stride) }
+        } else {
+            self.ptr
+        };
+        HostMat {
+            ptr,
+            rows: r1 - r0,
+            ..*self
+        }
+    }
+
+    /// Columns `c0..c1`.
+    pub(crate) fn cols(&self, c0: usize, c1: usize) -> HostMat {
+        self.t().rows(c0, c1).t()
+    }
+
+    /// Calls `f(row, col, n)` for each run of row-major elements `e0..e1` that lies in one
+    /// row: `n` elements from `(row, col)`.
+    fn runs(&self, e0: usize, e1: usize, mut f: impl FnMut(usize, usize, usize, usize)) {
+        assert!(e0 <= e1 && e1 <= self.len(), "element range out of bounds");
+        if e0 == e1 {
+            return;
+        }
+        let (mut row, mut col) = (e0 / self.cols, e0 % self.cols);
+        let mut done = 0;
+        while done < e1 - e0 {
+            let n = (self.cols - col).min(e1 - e0 - done);
+            f(done, row, col, n);
+            done += n;
+            row += 1;
+            col = 0;
+        }
+    }
+
+    /// The address of element `(row, col)`.
+    ///
+    /// # Safety
+    /// `(row, col)` must be inside the matrix.
+    unsafe fn elem(&self, row: usize, col: usize) -> *mut f32 {
+        self.ptr
+            .offset(row as isize * self.row_stride + col as isize * self.col_stride)
+    }
+
+    /// Copies elements `e0..e1` of the row-major order into `dst` (`e1 − e0` floats).
+    ///
+    /// # Safety
+    /// The view the matrix was made from must be alive and not written during the call.
+    pub(crate) unsafe fn read(&self, e0: usize, e1: usize, dst: &mut [f32]) {
+        assert_eq!(
+            dst.len(),
+            e1 - e0,
+            "destination size differs from the range"
+        );
+        self.runs(e0, e1, |at, row, col, n| {
+            let src = self.elem(row, col);
+            let out = &mut dst[at..at + n];
+            if self.col_stride == 1 {
+                out.copy_from_slice(std::slice::from_raw_parts(src, n));
+            } else {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = *src.offset(j as isize * self.col_stride);
+                }
+            }
+        });
+    }
+
+    /// Copies `src` (`e1 − e0` floats) into elements `e0..e1` of the row-major order.
+    ///
+    /// # Safety
+    /// The matrix must have been made from a mutable view (or own memory) that is alive, and
+    /// no other thread may read or write elements `e0..e1` during the call. The destination
+    /// may be uninitialised: it is only written.
+    pub(crate) unsafe fn write(&self, e0: usize, e1: usize, src: &[f32]) {
+        assert_eq!(src.len(), e1 - e0, "source size differs from the range");
+        self.runs(e0, e1, |at, row, col, n| {
+            let dst = self.elem(row, col);
+            let inp = &src[at..at + n];
+            if self.col_stride == 1 {
+                std::ptr::copy_nonoverlapping(inp.as_ptr(), dst, n);
+            } else {
+                for (j, &v) in inp.iter().enumerate() {
+                    dst.offset(j as isize * self.col_stride).write(v);
+                }
+            }
+        });
+    }
+
+    /// Writes 0.0 to the first element of each 4 KiB page of elements `e0..e1` of a contiguous
+    /// row-major matrix, so that the pages are faulted in before the results arrive.
+    ///
+    /// # Safety
+    /// As for [`HostMat::write`]; the elements written here are overwritten by the results.
+    pub(crate) unsafe fn touch(&self, e0: usize, e1: usize) {
+        assert!(
+            self.row_stride == self.cols as isize && self.col_stride == 1,
+            "only contiguous results are touched"
+        );
+        assert!(e0 <= e1 && e1 <= self.len(), "element range out of bounds");
+        let first_page = (self.ptr.add(e0) as usize).next_multiple_of(PAGE_FLOATS * 4);
+        let mut at = (first_page - self.ptr as usize) / 4;
+        if e0 < e1 && at > e0 {
+            self.ptr.add(e0).write(0.0);
+        }
+        while at < e1 {
+            self.ptr.add(at).write(0.0);
+            at += PAGE_FLOATS;
         }
     }
 }
 
 /// Copies `src` (any strides: sliced, stepped, negative, broadcast) into `dst` in row-major
-/// order; `dst` holds exactly `rows · cols` floats. Large copies are split over the rayon
-/// pool's threads by rows.
+/// order; `dst` holds exactly `rows · cols` floats.
 pub fn pack(src: ArrayView2<'_, f32>, dst: &mut [f32]) {
-    let (rows, cols) = src.dim();
     assert_eq!(
         dst.len(),
-        rows * cols,
+        src.len(),
         "destination size differs from the view's"
     );
-    if cols == 0 || rows == 0 {
-        return;
-    }
-    if std::mem::size_of_val(dst) < PARALLEL_COPY_BYTES {
-        return copy_rows_out(src, dst);
-    }
-    let step = rows_per_task(cols);
-    let tasks: Vec<_> = src
-        .axis_chunks_iter(Axis(0), step)
-        .zip(dst.chunks_mut(step * cols))
-        .collect();
-    tasks
-        .into_par_iter()
-        .for_each(|(part, out)| copy_rows_out(part, out));
+    let m = HostMat::of_view(&src);
+    // SAFETY: `src` is borrowed for the whole call and cannot be written meanwhile.
+    unsafe { m.read(0, m.len(), dst) };
 }
 
 /// Copies the row-major `src` (exactly `rows · cols` floats) into `dst`, a view of any strides
 /// (it must not alias itself: ndarray's mutable views never do). The inverse of [`pack`].
 pub fn unpack(src: &[f32], mut dst: ArrayViewMut2<'_, f32>) {
-    let (rows, cols) = dst.dim();
-    assert_eq!(
-        src.len(),
-        rows * cols,
-        "source size differs from the view's"
-    );
-    if cols == 0 || rows == 0 {
-        return;
-    }
-    if std::mem::size_of_val(src) < PARALLEL_COPY_BYTES {
-        return copy_rows_in(src, dst);
-    }
-    let step = rows_per_task(cols);
-    let tasks: Vec<_> = dst
-        .axis_chunks_iter_mut(Axis(0), step)
-        .zip(src.chunks(step * cols))
-        .collect();
-    tasks
-        .into_par_iter()
-        .for_each(|(part, inp)| copy_rows_in(inp, part));
+    assert_eq!(src.len(), dst.len(), "source size differs from the view's");
+    let m = HostMat::of_view_mut(&mut dst);
+    // SAFETY: `dst` is borrowed mutably for the whole call, so nothing else reads or writes it.
+    unsafe { m.write(0, m.len(), src) };
 }
 
 #[cfg(test)]
@@ -242,12 +367,11 @@ mod tests {
 
     #[test]
     fn pack_gives_row_major_order_for_any_strides() {
-        // Large enough for the parallel path too.
-        let a = sample(700, 900);
+        let a = sample(70, 90);
         let views = [
             a.view(),
             a.t(),
-            a.slice(s![3..650, 5..800]),
+            a.slice(s![3..65, 5..80]),
             a.slice(s![..;3, ..;-2]),
             a.slice(s![..;-1, ..]).reversed_axes(),
         ];
@@ -255,14 +379,47 @@ mod tests {
             let want: Vec<f32> = v.iter().copied().collect();
             assert_eq!(packed(v), want);
         }
-        let row = Array1::from_iter((0..900).map(|x| x as f32));
-        let b = row.broadcast((600, 900)).unwrap();
+        let row = Array1::from_iter((0..90).map(|x| x as f32));
+        let b = row.broadcast((60, 90)).unwrap();
         assert_eq!(packed(b), b.iter().copied().collect::<Vec<_>>());
     }
 
     #[test]
+    fn ranges_split_anywhere_give_the_same_order() {
+        let a = sample(13, 7);
+        for v in [a.view(), a.t(), a.slice(s![1..;2, ..;-1])] {
+            let m = HostMat::of_view(&v);
+            let want: Vec<f32> = v.iter().copied().collect();
+            for cut in [0, 1, 6, 7, 8, 20, m.len()] {
+                let cut = cut.min(m.len());
+                let mut out = vec![f32::NAN; m.len()];
+                let (lo, hi) = out.split_at_mut(cut);
+                // SAFETY: `v` is alive and read-only here.
+                unsafe {
+                    m.read(0, cut, lo);
+                    m.read(cut, m.len(), hi);
+                }
+                assert_eq!(out, want);
+            }
+        }
+    }
+
+    #[test]
+    fn row_and_column_blocks_address_the_right_elements() {
+        let a = sample(9, 11);
+        let m = HostMat::of_view(&a.view());
+        let block = m.rows(2, 5).cols(3, 10);
+        let mut out = vec![0.0; block.len()];
+        // SAFETY: `a` is alive and read-only here.
+        unsafe { block.read(0, block.len(), &mut out) };
+        let want: Vec<f32> = a.slice(s![2..5, 3..10]).iter().copied().collect();
+        assert_eq!(out, want);
+        assert_eq!(m.rows(9, 9).len(), 0);
+    }
+
+    #[test]
     fn unpack_inverts_pack_into_any_layout() {
-        for (r, c) in [(1, 1), (5, 3), (700, 900)] {
+        for (r, c) in [(1, 1), (5, 3), (70, 90)] {
             let src = sample(r, c);
             let flat = packed(src.view());
             let mut f = Array2::<f32>::from_elem((c, r), f32::NAN);
@@ -273,6 +430,17 @@ mod tests {
             assert_eq!(big.slice(s![..;-2, 1..;2]), src);
             assert!(big.slice(s![..;-2, ..;2]).iter().all(|&x| x == -1.0));
         }
+    }
+
+    #[test]
+    fn touch_writes_only_inside_its_range() {
+        let mut v = vec![1.0f32; 5000];
+        let m = HostMat::row_major(v.as_mut_ptr(), 50, 100);
+        // SAFETY: `v` is alive and only this thread uses it.
+        unsafe { m.touch(10, 3000) };
+        assert!(v[..10].iter().all(|&x| x == 1.0));
+        assert!(v[3000..].iter().all(|&x| x == 1.0));
+        assert_eq!(v[10], 0.0);
     }
 
     #[test]

@@ -1,6 +1,15 @@
-//! Running a product with the kernel the options name, and the autotuner behind
-//! [`Kernel::Auto`]: the first time a shape class is seen, each candidate plan is timed on
-//! the product's own operands and the fastest is kept for the rest of the process.
+//! Choosing how a product runs: the row panels it is cut into and the kernel plan of each
+//! panel; and, behind [`Kernel::Auto`], the autotuner.
+//!
+//! The autotuner measures whole products as the pipeline runs them (copies, packing and
+//! kernels overlapping): the first products of a new *key* (a shape class, the operands'
+//! layouts, where each operand lives, alignment and whether an epilogue runs) each run one
+//! candidate [`Choice`], round-robin, [`ROUNDS`] times each, and the one with the shortest
+//! wall time is kept for the rest of the process. No product is run twice to tune: every
+//! trial is a real product, and every candidate computes the same result.
+//!
+//! Device-only measurements ([`crate::profile`]) tune the kernel alone instead, timing each
+//! candidate plan with events ([`launch_isolated`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,9 +20,26 @@ use once_cell::sync::Lazy;
 use crate::context::{Gpu, Stopwatch};
 use crate::error::GpuDotError;
 use crate::fast::{self, Plan};
-use crate::options::Kernel;
+use crate::options::{DotOptions, Kernel};
 use crate::registry::TileConfig;
 use crate::sgemm::{self, DeviceOperand};
+
+/// Panels are multiples of this many rows (the big kernel tile's height), so that device
+/// panel offsets keep 16-byte alignment and panels tile evenly.
+pub(crate) const PANEL_GRANULE: usize = 128;
+/// Largest A-panel-plus-C-panel, in floats (32 MiB): bounds the device panel buffers.
+const MAX_PANEL_FLOATS: usize = 8 << 20;
+/// Products moving fewer host bytes than this run as one panel unless tuning finds more
+/// panels faster: below it the kernels are short and panels mostly add launches.
+const MIN_PANELLED_BYTES: usize = 16 << 20;
+/// Panels a large product is cut into by default: enough to overlap, few enough that each
+/// panel's kernel fills the device (measured on an H200: 512-row panels of 4096³ ran their
+/// kernels at less than half the speed of the whole product).
+const DEFAULT_PANELS: usize = 4;
+/// Panel counts the tuner tries per product (the smallest that fit).
+const PANEL_CHOICES: usize = 3;
+/// Times each candidate is measured before the tuner chooses.
+pub(crate) const ROUNDS: u32 = 2;
 
 /// What ran: the kernel, and for the register-blocked family its plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,38 +48,319 @@ pub(crate) struct Ran {
     pub(crate) plan: Option<Plan>,
 }
 
-/// A shape class: the powers of two at or above m, k and n, and the operand layouts.
+/// How one product runs: its panel count and each panel's kernel plan (`None`: the
+/// one-output-per-thread kernel the options name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Choice {
+    pub(crate) panels: usize,
+    /// Rows per panel when the options force them ([`DotOptions::panel_rows`]).
+    pub(crate) forced_rows: Option<usize>,
+    pub(crate) plan: Option<Plan>,
+}
+
+impl Choice {
+    /// Rows per panel for `m` rows (the last panel may be shorter).
+    pub(crate) fn rows(&self, m: usize) -> usize {
+        match self.forced_rows {
+            Some(rows) => rows.clamp(1, m.max(1)),
+            None => rows_for(m, self.panels),
+        }
+    }
+}
+
+fn rows_for(m: usize, panels: usize) -> usize {
+    if panels <= 1 {
+        return m.max(1);
+    }
+    m.div_ceil(panels)
+        .next_multiple_of(PANEL_GRANULE)
+        .clamp(1, m.max(1))
+}
+
+/// Everything a product's choice depends on besides its exact shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct ShapeClass {
+pub(crate) struct Key {
+    /// The powers of two at or above m, k and n.
     log2: (u32, u32, u32),
+    /// How A and B are read (transposed or not).
     trans: (bool, bool),
+    /// Whether A, B and C are host arrays, and whether C's old value is read.
+    residency: (bool, bool, bool, bool),
+    /// Whether the 128-bit-load kernels can read A and B.
+    aligned: bool,
+    /// Whether the epilogue `C = alpha·T + beta·C` runs.
+    epilogue: bool,
+}
+
+/// What the tuner needs to know about a product.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Product {
+    pub(crate) dims: (usize, usize, usize),
+    pub(crate) trans: (bool, bool),
+    pub(crate) residency: (bool, bool, bool, bool),
+    pub(crate) aligned: bool,
+    pub(crate) epilogue: bool,
+    /// Bytes the product moves between host and device.
+    pub(crate) host_bytes: usize,
+}
+
+impl Product {
+    fn key(&self) -> Key {
+        let (m, k, n) = self.dims;
+        Key {
+            log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
+            trans: self.trans,
+            residency: self.residency,
+            aligned: self.aligned,
+            epilogue: self.epilogue,
+        }
+    }
+
+    fn crosses(&self) -> bool {
+        let (a, _, c, _) = self.residency;
+        a || c
+    }
 }
 
 fn ceil_log2(x: usize) -> u32 {
     usize::BITS - x.saturating_sub(1).leading_zeros()
 }
 
-static TUNED: Lazy<Mutex<HashMap<ShapeClass, Plan>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// Panel counts worth trying, smallest first; the first is the default.
+fn panel_counts(p: &Product, forced_rows: Option<usize>) -> Vec<usize> {
+    let (m, k, n) = p.dims;
+    if let Some(rows) = forced_rows {
+        return vec![m.div_ceil(rows.clamp(1, m.max(1)))];
+    }
+    if !p.crosses() || m < 2 * PANEL_GRANULE {
+        return vec![1];
+    }
+    let by_size =
+        ((MAX_PANEL_FLOATS / (k + n).max(1)) / PANEL_GRANULE * PANEL_GRANULE).max(PANEL_GRANULE);
+    let least = m.div_ceil(by_size);
+    let mut counts: Vec<usize> = [1usize, 2, 4, 8, 16, 32, 64]
+        .into_iter()
+        .filter(|&c| c >= least && m.div_ceil(c) >= PANEL_GRANULE)
+        .take(PANEL_CHOICES)
+        .collect();
+    if counts.is_empty() {
+        counts.push(least);
+    }
+    let default = if p.host_bytes < MIN_PANELLED_BYTES {
+        counts[0]
+    } else {
+        counts
+            .iter()
+            .copied()
+            .find(|&c| c >= DEFAULT_PANELS)
+            .unwrap_or(*counts.last().expect("not empty"))
+    };
+    counts.retain(|&c| c != default);
+    counts.insert(0, default);
+    counts
+}
+
+/// Kernel plans worth trying for one panel shape; the first is the default.
+fn plans(
+    kernel: Kernel,
+    (m, k, n): (usize, usize, usize),
+    sms: usize,
+    tune: bool,
+) -> Vec<Option<Plan>> {
+    let tile = |config| Some(Plan::Tile { config, splits: 1 });
+    match kernel {
+        Kernel::Naive | Kernel::Tiled16 | Kernel::Tiled32 => vec![None],
+        Kernel::Reg64 => vec![tile(TileConfig::Small)],
+        Kernel::Reg128 => vec![tile(TileConfig::Big)],
+        Kernel::Auto => {
+            let first = fast::heuristic(m, k, n, sms);
+            let full = first
+                == Plan::Tile {
+                    config: TileConfig::Big,
+                    splits: 1,
+                };
+            if !tune || full {
+                vec![Some(first)]
+            } else {
+                fast::candidates(m, k, n, sms)
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// The candidate choices for a product, the default first.
+fn candidates(p: &Product, opts: &DotOptions, sms: usize) -> Vec<Choice> {
+    let (m, k, n) = p.dims;
+    let counts = panel_counts(p, opts.panel_rows);
+    let counts = if opts.autotune {
+        counts
+    } else {
+        counts[..1].to_vec()
+    };
+    let mut out = Vec::new();
+    for panels in counts {
+        let choice = Choice {
+            panels,
+            forced_rows: opts.panel_rows,
+            plan: None,
+        };
+        for plan in plans(opts.kernel, (choice.rows(m), k, n), sms, opts.autotune) {
+            out.push(Choice { plan, ..choice });
+        }
+    }
+    out
+}
+
+enum Entry {
+    Tuning {
+        candidates: Vec<Choice>,
+        /// Per candidate: the shortest time measured (seconds) and how many times.
+        best: Vec<f64>,
+        samples: Vec<u32>,
+        next: usize,
+    },
+    Chosen(Choice),
+}
+
+static TUNED: Lazy<Mutex<HashMap<Key, Entry>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+fn tuned() -> std::sync::MutexGuard<'static, HashMap<Key, Entry>> {
+    TUNED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A product run as a tuning trial: report its time with [`record`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trial {
+    key: Key,
+    index: usize,
+}
+
+/// How to run `p`: the choice, and the trial to report when the autotuner is measuring.
+pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Option<Trial>) {
+    let sms = gpu.info.multiprocessors.max(1) as usize;
+    if opts.kernel != Kernel::Auto || !opts.autotune {
+        let first = candidates(p, opts, sms)[0];
+        return (first, None);
+    }
+    let key = p.key();
+    let mut table = tuned();
+    let entry = table.entry(key).or_insert_with(|| {
+        let candidates = candidates(p, opts, sms);
+        let n = candidates.len();
+        if n == 1 {
+            Entry::Chosen(candidates[0])
+        } else {
+            Entry::Tuning {
+                candidates,
+                best: vec![f64::INFINITY; n],
+                samples: vec![0; n],
+                next: 0,
+            }
+        }
+    });
+    match entry {
+        Entry::Chosen(c) => (*c, None),
+        Entry::Tuning {
+            candidates, next, ..
+        } => {
+            let index = *next % candidates.len();
+            *next += 1;
+            (candidates[index], Some(Trial { key, index }))
+        }
+    }
+}
+
+/// Reports a trial's wall time; once every candidate has [`ROUNDS`] samples, the fastest is
+/// kept.
+pub(crate) fn record(trial: Trial, seconds: f64) {
+    let mut table = tuned();
+    let Some(entry) = table.get_mut(&trial.key) else {
+        return;
+    };
+    let Entry::Tuning {
+        candidates,
+        best,
+        samples,
+        ..
+    } = entry
+    else {
+        return;
+    };
+    best[trial.index] = best[trial.index].min(seconds);
+    samples[trial.index] += 1;
+    if samples.iter().all(|&s| s >= ROUNDS) {
+        let fastest = (0..candidates.len())
+            .min_by(|&i, &j| best[i].total_cmp(&best[j]))
+            .expect("candidates");
+        *entry = Entry::Chosen(candidates[fastest]);
+    }
+}
 
 /// The plans the autotuner has chosen so far, as `(m, k, n)` class bounds (powers of two)
-/// and plan.
+/// and the kernel plan of each panel.
 pub fn tuned_plans() -> Vec<((usize, usize, usize), Plan)> {
-    let tuned = TUNED.lock().unwrap_or_else(|p| p.into_inner());
-    let mut v: Vec<_> = tuned
+    let table = tuned();
+    let mut v: Vec<_> = table
         .iter()
-        .map(|(c, p)| ((1 << c.log2.0, 1 << c.log2.1, 1 << c.log2.2), *p))
+        .filter_map(|(key, entry)| match entry {
+            Entry::Chosen(Choice {
+                plan: Some(plan), ..
+            }) => Some(((1 << key.log2.0, 1 << key.log2.1, 1 << key.log2.2), *plan)),
+            _ => None,
+        })
         .collect();
     v.sort_by_key(|(dims, _)| *dims);
     v
 }
 
-/// Enqueues `C = op(A) · op(B)` with `kernel` (tuning `Auto` when `autotune` is set).
+/// Keys the autotuner is still measuring.
+pub fn tuning_in_progress() -> usize {
+    tuned()
+        .values()
+        .filter(|e| matches!(e, Entry::Tuning { .. }))
+        .count()
+}
+
+/// Enqueues `C = op(A) · op(B)` by `plan`, or with the one-output-per-thread `kernel` when
+/// `plan` is `None`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn run(
+pub(crate) fn launch(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     kernel: Kernel,
-    autotune: bool,
+    plan: Option<Plan>,
+    dims: (usize, usize, usize),
+    a: &DeviceOperand,
+    b: &DeviceOperand,
+    c: &mut CudaViewMut<'_, f32>,
+    ldc: usize,
+    scratch: &mut Option<CudaSlice<f32>>,
+) -> Result<Ran, GpuDotError> {
+    match plan {
+        Some(plan) => fast::launch(gpu, stream, plan, dims, a, b, c, ldc, scratch)?,
+        None => sgemm::launch(gpu, stream, kernel, dims, a, b, c, ldc)?,
+    }
+    Ok(Ran { kernel, plan })
+}
+
+/// A shape class and the operands' layouts, for plans tuned in isolation.
+type IsolatedClass = ((u32, u32, u32), (bool, bool));
+
+/// Kernel plans tuned in isolation, per shape class and layout: for device-only measurement.
+static ISOLATED: Lazy<Mutex<HashMap<IsolatedClass, Plan>>> =
+    Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// Enqueues `C = op(A) · op(B)` with `kernel` on operands already on the device; under
+/// `Kernel::Auto` the first product of a shape class times each candidate plan twice with
+/// events (the kernel alone) and keeps the fastest. For [`crate::profile`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_isolated(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    kernel: Kernel,
     dims: (usize, usize, usize),
     a: &DeviceOperand,
     b: &DeviceOperand,
@@ -62,88 +369,69 @@ pub(crate) fn run(
     scratch: &mut Option<CudaSlice<f32>>,
 ) -> Result<Ran, GpuDotError> {
     let (m, k, n) = dims;
-    let tile = |config| Plan::Tile { config, splits: 1 };
+    let sms = gpu.info.multiprocessors.max(1) as usize;
     let plan = match kernel {
-        Kernel::Naive | Kernel::Tiled16 | Kernel::Tiled32 => {
-            sgemm::launch(gpu, stream, kernel, dims, a, b, c, ldc)?;
-            return Ok(Ran { kernel, plan: None });
-        }
-        Kernel::Reg64 => tile(TileConfig::Small),
-        Kernel::Reg128 => tile(TileConfig::Big),
         Kernel::Auto => {
-            let sms = gpu.info.multiprocessors.max(1) as usize;
             let candidates = fast::candidates(m, k, n, sms);
-            if !autotune || candidates.len() == 1 {
-                fast::heuristic(m, k, n, sms)
-            } else {
-                let class = ShapeClass {
-                    log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
-                    trans: (a.trans, b.trans),
-                };
-                let known = TUNED
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&class)
-                    .copied();
-                match known {
-                    Some(plan) => plan,
-                    None => {
-                        let plan = tune(gpu, stream, &candidates, dims, a, b, c, ldc, scratch)?;
-                        TUNED
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(class, plan);
-                        // The candidates' runs already left a correct product in C.
-                        return Ok(Ran {
-                            kernel: Kernel::Auto,
-                            plan: Some(plan),
-                        });
+            let class = (
+                (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
+                (a.trans, b.trans),
+            );
+            let known = ISOLATED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&class)
+                .copied();
+            match known {
+                Some(plan) => Some(plan),
+                None if candidates.len() == 1 => Some(candidates[0]),
+                None => {
+                    let watch = Stopwatch::new(gpu)?;
+                    let mut best: Option<(f32, Plan)> = None;
+                    for &plan in &candidates {
+                        let mut fastest = f32::INFINITY;
+                        for _ in 0..2 {
+                            let ms = watch.time(stream, || {
+                                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc, scratch)
+                            })?;
+                            fastest = fastest.min(ms);
+                        }
+                        if best.is_none_or(|(t, _)| fastest < t) {
+                            best = Some((fastest, plan));
+                        }
                     }
+                    let plan = best.expect("at least one candidate").1;
+                    ISOLATED
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(class, plan);
+                    // The candidates' runs already left a correct product in C.
+                    return Ok(Ran {
+                        kernel,
+                        plan: Some(plan),
+                    });
                 }
             }
         }
+        other => plans(other, dims, sms, false)[0],
     };
-    fast::launch(gpu, stream, plan, dims, a, b, c, ldc, scratch)?;
-    Ok(Ran {
-        kernel,
-        plan: Some(plan),
-    })
-}
-
-/// Times each candidate twice on the product's own buffers (each run writes all of C) and
-/// returns the fastest by its better time.
-#[allow(clippy::too_many_arguments)]
-fn tune(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    candidates: &[Plan],
-    dims: (usize, usize, usize),
-    a: &DeviceOperand,
-    b: &DeviceOperand,
-    c: &mut CudaViewMut<'_, f32>,
-    ldc: usize,
-    scratch: &mut Option<CudaSlice<f32>>,
-) -> Result<Plan, GpuDotError> {
-    let watch = Stopwatch::new(gpu)?;
-    let mut best: Option<(f32, Plan)> = None;
-    for &plan in candidates {
-        let mut fastest = f32::INFINITY;
-        for _ in 0..2 {
-            let ms = watch.time(stream, || {
-                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc, &mut *scratch)
-            })?;
-            fastest = fastest.min(ms);
-        }
-        if best.is_none_or(|(t, _)| fastest < t) {
-            best = Some((fastest, plan));
-        }
-    }
-    Ok(best.expect("at least one candidate").1)
+    launch(gpu, stream, kernel, plan, dims, a, b, c, ldc, scratch)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ceil_log2;
+    use super::*;
+
+    fn product(dims: (usize, usize, usize), host_bytes: usize) -> Product {
+        Product {
+            dims,
+            trans: (false, false),
+            residency: (true, true, true, false),
+            aligned: true,
+            epilogue: false,
+            host_bytes,
+        }
+    }
 
     #[test]
     fn shape_classes_are_powers_of_two_at_or_above() {
@@ -152,5 +440,56 @@ mod tests {
         assert_eq!(ceil_log2(1000), 10);
         assert_eq!(ceil_log2(1024), 10);
         assert_eq!(ceil_log2(1025), 11);
+    }
+
+    #[test]
+    fn panel_counts_start_with_the_default_and_respect_the_granule() {
+        // Mid-size: one panel by default, more to try.
+        let c = panel_counts(&product((1024, 1024, 1024), 12 << 20), None);
+        assert_eq!(c, vec![1, 2, 4]);
+        // Large: four by default.
+        let c = panel_counts(&product((4096, 4096, 4096), 192 << 20), None);
+        assert_eq!(c[0], 4);
+        assert!(c.iter().all(|&p| 4096usize.div_ceil(p) >= PANEL_GRANULE));
+        // Panels bounded by size at 8192³ (32 MiB per A- plus C-panel).
+        let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None);
+        assert!(c
+            .iter()
+            .all(|&p| rows_for(8192, p) * 16384 <= MAX_PANEL_FLOATS));
+        // Short or device-only products: one panel.
+        assert_eq!(
+            panel_counts(&product((200, 4096, 4096), 1 << 30), None),
+            vec![1]
+        );
+        let mut dev = product((4096, 4096, 4096), 0);
+        dev.residency = (false, false, false, false);
+        assert_eq!(panel_counts(&dev, None), vec![1]);
+        // Forced panel heights.
+        assert_eq!(panel_counts(&product((100, 5, 5), 0), Some(7)), vec![15]);
+        let forced = Choice {
+            panels: 15,
+            forced_rows: Some(7),
+            plan: None,
+        };
+        assert_eq!(forced.rows(100), 7);
+        assert_eq!(
+            Choice {
+                forced_rows: Some(0),
+                ..forced
+            }
+            .rows(100),
+            1
+        );
+    }
+
+    #[test]
+    fn rows_cover_m_in_the_chosen_number_of_panels() {
+        for m in [1, 127, 128, 1000, 4096, 8191] {
+            for panels in [1, 2, 4, 8] {
+                let rows = rows_for(m, panels);
+                assert!(rows >= 1 && rows <= m);
+                assert!(m.div_ceil(rows) <= panels.max(1));
+            }
+        }
     }
 }

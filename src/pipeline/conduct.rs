@@ -1,0 +1,719 @@
+//! Running a [`Schedule`]: the calling thread (the *conductor*) issues each copy and each
+//! panel's kernels as soon as their inputs are ready, while the crew packs and unpacks pieces.
+//!
+//! The work is shared through a [`Board`] of counters. Pieces are claimed in order from three
+//! queues: packing up-parcels (once their staging slot is free), unpacking down-parcels (once
+//! their copy has landed), and touching the pages of a fresh result (any time before its
+//! unpacking), in that priority. The conductor:
+//!
+//! 1. copies each up-parcel to the device as soon as all its pieces are packed (in order, on
+//!    the up stream);
+//! 2. enqueues a panel's kernels once its inputs are enqueued (on the compute stream, after an
+//!    event of the up stream);
+//! 3. copies each down-parcel into its staging slot once its panel's kernels are enqueued and
+//!    the slot's previous parcel is unpacked (on the down stream, after the panel's event);
+//! 4. polls the events of copies in flight and opens the slots and parcels they free;
+//!
+//! and between these, when nothing is ready, does pieces itself. A product of one panel puts
+//! everything on one stream and needs no cross-stream events.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{result, CudaEvent, CudaStream};
+
+use super::schedule::{Direction, Schedule, What};
+use crate::crew::{self, Watch};
+use crate::error::GpuDotError;
+use crate::staging::{HostMat, Ring};
+
+/// Host bytes of copying worth one more helper thread: fewer bytes per thread and waking it
+/// costs more than it saves.
+pub(crate) const BYTES_PER_HELPER: usize = 256 << 10;
+
+/// The host and device ends of a schedule's transfers.
+pub(crate) struct Endpoints {
+    /// For each up transfer, the host matrix read (in row-major order).
+    pub(crate) up_host: Vec<HostMat>,
+    /// For each up transfer, the device address it is copied to.
+    pub(crate) up_dev: Vec<CUdeviceptr>,
+    /// For each down transfer, the host matrix written (in row-major order).
+    pub(crate) down_host: Vec<HostMat>,
+    /// For each down transfer, the device address it is copied from.
+    pub(crate) down_dev: Vec<CUdeviceptr>,
+    /// The down transfers write fresh memory, whose pages are touched before the results land.
+    pub(crate) fresh: bool,
+}
+
+/// The streams a run uses: three for several panels, one (in every role) otherwise.
+pub(crate) struct Streams {
+    pub(crate) up: Arc<CudaStream>,
+    pub(crate) compute: Arc<CudaStream>,
+    pub(crate) down: Arc<CudaStream>,
+}
+
+impl Streams {
+    /// One stream in every role.
+    pub(crate) fn one(stream: &Arc<CudaStream>) -> Streams {
+        Streams {
+            up: stream.clone(),
+            compute: stream.clone(),
+            down: stream.clone(),
+        }
+    }
+}
+
+/// A stream's role in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    Up,
+    Compute,
+    Down,
+}
+
+/// An event of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Mark {
+    /// The last copy through up staging slot `s`.
+    UpSlot(usize),
+    /// The last copy into down staging slot `s`.
+    DownSlot(usize),
+    /// Panel `i`'s inputs copied (several panels only).
+    Inputs(usize),
+    /// Panel `i`'s kernels done (several panels only).
+    Kernels(usize),
+    /// Panel `i`'s result copied out (several panels only).
+    Outputs(usize),
+}
+
+/// The device operations the conductor issues: copies between staging and the device,
+/// events, and waits between streams.
+pub(crate) trait Link {
+    /// Whether the lanes are separate streams; if not, one stream plays every role and the
+    /// panel marks are never used.
+    fn separate(&self) -> bool;
+
+    /// Enqueues a copy of `len` floats from staging at `src` to the device at `dst` on the up
+    /// lane.
+    ///
+    /// # Safety
+    /// `src` must hold `len` floats that nothing writes until the copy has completed, and
+    /// `dst` must be valid for `len` floats that nothing else uses until then.
+    unsafe fn copy_up(
+        &self,
+        dst: CUdeviceptr,
+        src: *const f32,
+        len: usize,
+    ) -> Result<(), GpuDotError>;
+
+    /// Enqueues a copy of `len` floats from the device at `src` to staging at `dst` on the
+    /// down lane.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` floats that nothing reads or writes until the copy has
+    /// completed, and `src` must hold `len` floats written by work ordered before the copy.
+    unsafe fn copy_down(
+        &self,
+        dst: *mut f32,
+        src: CUdeviceptr,
+        len: usize,
+    ) -> Result<(), GpuDotError>;
+
+    /// Records `mark` after the work enqueued so far on `lane`.
+    fn record(&self, mark: Mark, lane: Lane) -> Result<(), GpuDotError>;
+
+    /// Makes `lane` wait for the work `mark` last recorded.
+    fn wait(&self, lane: Lane, mark: Mark) -> Result<(), GpuDotError>;
+
+    /// Whether the work `mark` last recorded has completed.
+    fn landed(&self, mark: Mark) -> Result<bool, GpuDotError>;
+
+    /// Waits until everything enqueued on every lane has completed.
+    fn drain(&self) -> Result<(), GpuDotError>;
+}
+
+/// The CUDA streams and events of a run.
+pub(crate) struct CudaLink<'e> {
+    streams: Streams,
+    up_slot: &'e [CudaEvent],
+    down_slot: &'e [CudaEvent],
+    inputs: &'e [CudaEvent],
+    kernels: &'e [CudaEvent],
+    outputs: &'e [CudaEvent],
+}
+
+impl<'e> CudaLink<'e> {
+    /// Events a run of `sched` needs (panel events only on separate streams).
+    pub(crate) fn events_needed(sched: &Schedule, separate: bool) -> usize {
+        sched.up.slots + sched.down.slots + if separate { 3 * sched.panels.len() } else { 0 }
+    }
+
+    /// The link of a run of `sched` on `streams`, with [`events_needed`](Self::events_needed)
+    /// events.
+    pub(crate) fn new(streams: Streams, events: &'e [CudaEvent], sched: &Schedule) -> Self {
+        let separate = !Arc::ptr_eq(&streams.up, &streams.compute);
+        let (up_slot, rest) = events.split_at(sched.up.slots);
+        let (down_slot, rest) = rest.split_at(sched.down.slots);
+        let p = if separate { sched.panels.len() } else { 0 };
+        let (inputs, rest) = rest.split_at(p);
+        let (kernels, rest) = rest.split_at(p);
+        CudaLink {
+            streams,
+            up_slot,
+            down_slot,
+            inputs,
+            kernels,
+            outputs: &rest[..p],
+        }
+    }
+
+    fn stream(&self, lane: Lane) -> &CudaStream {
+        match lane {
+            Lane::Up => &self.streams.up,
+            Lane::Compute => &self.streams.compute,
+            Lane::Down => &self.streams.down,
+        }
+    }
+
+    fn event(&self, mark: Mark) -> &CudaEvent {
+        match mark {
+            Mark::UpSlot(s) => &self.up_slot[s],
+            Mark::DownSlot(s) => &self.down_slot[s],
+            Mark::Inputs(i) => &self.inputs[i],
+            Mark::Kernels(i) => &self.kernels[i],
+            Mark::Outputs(i) => &self.outputs[i],
+        }
+    }
+}
+
+impl Link for CudaLink<'_> {
+    fn separate(&self) -> bool {
+        !Arc::ptr_eq(&self.streams.up, &self.streams.compute)
+    }
+
+    unsafe fn copy_up(
+        &self,
+        dst: CUdeviceptr,
+        src: *const f32,
+        len: usize,
+    ) -> Result<(), GpuDotError> {
+        // SAFETY: the caller guarantees `src` and `dst` (see the trait).
+        unsafe {
+            result::memcpy_htod_async(
+                dst,
+                std::slice::from_raw_parts(src, len),
+                self.streams.up.cu_stream(),
+            )
+        }
+        .map_err(GpuDotError::at("copying to the device"))
+    }
+
+    unsafe fn copy_down(
+        &self,
+        dst: *mut f32,
+        src: CUdeviceptr,
+        len: usize,
+    ) -> Result<(), GpuDotError> {
+        // SAFETY: the caller guarantees `src` and `dst` (see the trait).
+        unsafe {
+            result::memcpy_dtoh_async(
+                std::slice::from_raw_parts_mut(dst, len),
+                src,
+                self.streams.down.cu_stream(),
+            )
+        }
+        .map_err(GpuDotError::at("copying to the host"))
+    }
+
+    fn record(&self, mark: Mark, lane: Lane) -> Result<(), GpuDotError> {
+        self.event(mark)
+            .record(self.stream(lane))
+            .map_err(GpuDotError::at("recording an event"))
+    }
+
+    fn wait(&self, lane: Lane, mark: Mark) -> Result<(), GpuDotError> {
+        self.stream(lane)
+            .wait(self.event(mark))
+            .map_err(GpuDotError::at("ordering two streams"))
+    }
+
+    fn landed(&self, mark: Mark) -> Result<bool, GpuDotError> {
+        self.event(mark)
+            .try_is_complete()
+            .map_err(GpuDotError::at("waiting for a copy"))
+    }
+
+    fn drain(&self) -> Result<(), GpuDotError> {
+        let lanes = if self.separate() { 3 } else { 1 };
+        for lane in [Lane::Compute, Lane::Up, Lane::Down]
+            .into_iter()
+            .take(lanes)
+        {
+            self.stream(lane)
+                .synchronize()
+                .map_err(GpuDotError::at("waiting for the product"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Host-side times of one run, in seconds from its start, for `GPU_DOT_TRACE`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Trace {
+    pub(crate) first_copy: f64,
+    pub(crate) inputs_issued: f64,
+    pub(crate) kernels_enqueued: f64,
+    pub(crate) results_landed: f64,
+    pub(crate) unpacked: f64,
+    pub(crate) helpers: usize,
+    pub(crate) pieces_by_conductor: usize,
+    pub(crate) pieces: usize,
+}
+
+/// The shared progress of one run.
+struct Board<'r> {
+    sched: &'r Schedule,
+    ends: &'r Endpoints,
+    up_ring: Option<Ring<'r>>,
+    down_ring: Option<Ring<'r>>,
+    /// Next up piece to claim.
+    up_next: AtomicUsize,
+    /// Up parcels `< up_free` have a free staging slot.
+    up_free: AtomicUsize,
+    /// Pieces packed, per up parcel.
+    up_packed: Vec<AtomicUsize>,
+    /// Next down piece whose pages to touch.
+    touch_next: AtomicUsize,
+    touched: Vec<AtomicBool>,
+    /// Next down piece to claim for unpacking.
+    down_next: AtomicUsize,
+    /// Down parcels `< down_landed` are in their staging slots.
+    down_landed: AtomicUsize,
+    /// Pieces unpacked, per down parcel, and in all.
+    down_unpacked: Vec<AtomicUsize>,
+    unpacked: AtomicUsize,
+    abort: AtomicBool,
+}
+
+enum Step {
+    Worked,
+    Idle,
+    Finished,
+}
+
+impl<'r> Board<'r> {
+    fn new(
+        sched: &'r Schedule,
+        ends: &'r Endpoints,
+        up_ring: Option<Ring<'r>>,
+        down_ring: Option<Ring<'r>>,
+    ) -> Board<'r> {
+        let counters = |n: usize| (0..n).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>();
+        let down_pieces = sched.down.pieces.len();
+        Board {
+            sched,
+            ends,
+            up_ring,
+            down_ring,
+            up_next: AtomicUsize::new(0),
+            up_free: AtomicUsize::new(sched.up.slots),
+            up_packed: counters(sched.up.parcels.len()),
+            touch_next: AtomicUsize::new(if ends.fresh { 0 } else { down_pieces }),
+            touched: (0..down_pieces)
+                .map(|_| AtomicBool::new(!ends.fresh))
+                .collect(),
+            down_next: AtomicUsize::new(0),
+            down_landed: AtomicUsize::new(0),
+            down_unpacked: counters(sched.down.parcels.len()),
+            unpacked: AtomicUsize::new(0),
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    /// Claims the next piece of a queue if `ready(piece)` says it may start.
+    fn claim(next: &AtomicUsize, count: usize, ready: impl Fn(usize) -> bool) -> Option<usize> {
+        let mut i = next.load(SeqCst);
+        loop {
+            if i >= count || !ready(i) {
+                return None;
+            }
+            match next.compare_exchange_weak(i, i + 1, SeqCst, SeqCst) {
+                Ok(_) => return Some(i),
+                Err(now) => i = now,
+            }
+        }
+    }
+
+    /// Does one piece of work if one is ready.
+    fn step(&self) -> Step {
+        if self.abort.load(SeqCst) {
+            return Step::Finished;
+        }
+        let (up, down) = (&self.sched.up, &self.sched.down);
+        let free = self.up_free.load(SeqCst);
+        if let Some(i) = Self::claim(&self.up_next, up.pieces.len(), |i| {
+            up.pieces[i].parcel < free
+        }) {
+            self.pack(i);
+            return Step::Worked;
+        }
+        let landed = self.down_landed.load(SeqCst);
+        if let Some(i) = Self::claim(&self.down_next, down.pieces.len(), |i| {
+            down.pieces[i].parcel < landed && self.touched[i].load(SeqCst)
+        }) {
+            self.unpack(i);
+            return Step::Worked;
+        }
+        if let Some(i) = Self::claim(&self.touch_next, down.pieces.len(), |_| true) {
+            let piece = &down.pieces[i];
+            let host = &self.ends.down_host[down.parcels[piece.parcel].transfer];
+            // SAFETY: the result is fresh memory owned by the caller for the whole run; each
+            // down piece is touched by one thread, and only before its unpacking (which waits
+            // for `touched`), so no other thread uses these elements meanwhile.
+            unsafe { host.touch(piece.start, piece.end) };
+            self.touched[i].store(true, SeqCst);
+            return Step::Worked;
+        }
+        let all_claimed = self.up_next.load(SeqCst) >= up.pieces.len()
+            && self.down_next.load(SeqCst) >= down.pieces.len()
+            && self.touch_next.load(SeqCst) >= down.pieces.len();
+        if all_claimed {
+            Step::Finished
+        } else {
+            Step::Idle
+        }
+    }
+
+    /// The staging floats of `start..end` of `parcel` (a range of one of its pieces).
+    fn staging(dir: &Direction, ring: Ring, parcel: usize, start: usize, end: usize) -> *mut f32 {
+        let p = &dir.parcels[parcel];
+        ring.at(p.slot * dir.slot_len + (start - p.start), end - start)
+    }
+
+    fn pack(&self, i: usize) {
+        let up = &self.sched.up;
+        let piece = up.pieces[i];
+        let parcel = &up.parcels[piece.parcel];
+        let ring = self.up_ring.expect("a ring for the up transfers");
+        let ptr = Self::staging(up, ring, piece.parcel, piece.start, piece.end);
+        // SAFETY: `ptr` holds the piece's floats of the ring (`PinnedBuf::at` checks the
+        // range). No other thread uses them: the pieces of a parcel are disjoint ranges of its
+        // slot, claimed once each, and a parcel's pieces are claimed only once the slot's
+        // previous parcel has been copied out of it (`up_free`), while the copy of this parcel
+        // is issued only after all its pieces are packed. The operand views behind the
+        // endpoints are borrowed by the caller for the whole run and only read.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(ptr, piece.end - piece.start);
+            self.ends.up_host[parcel.transfer].read(piece.start, piece.end, dst);
+        }
+        self.up_packed[piece.parcel].fetch_add(1, SeqCst);
+    }
+
+    fn unpack(&self, i: usize) {
+        let down = &self.sched.down;
+        let piece = down.pieces[i];
+        let parcel = &down.parcels[piece.parcel];
+        let ring = self.down_ring.expect("a ring for the down transfers");
+        let ptr = Self::staging(down, ring, piece.parcel, piece.start, piece.end);
+        // SAFETY: `ptr` holds the piece's floats of the ring (`PinnedBuf::at` checks the
+        // range), which the parcel's copy has filled (its event completed before the piece
+        // could be claimed, `down_landed`) and which nothing writes until every piece of the
+        // parcel is unpacked. The output view behind the endpoint is borrowed mutably by the
+        // caller for the whole run; each down piece is a distinct range of one transfer, and
+        // the transfers are distinct panels, so no other thread reads or writes these elements.
+        unsafe {
+            let src = std::slice::from_raw_parts(ptr, piece.end - piece.start);
+            self.ends.down_host[parcel.transfer].write(piece.start, piece.end, src);
+        }
+        self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
+        self.unpacked.fetch_add(1, SeqCst);
+    }
+
+    fn up_parcel_packed(&self, j: usize) -> bool {
+        self.up_packed[j].load(SeqCst) == self.sched.up.parcels[j].pieces.len()
+    }
+
+    fn down_parcel_unpacked(&self, d: usize) -> bool {
+        self.down_unpacked[d].load(SeqCst) == self.sched.down.parcels[d].pieces.len()
+    }
+}
+
+/// What the conductor enqueues for one panel, on the compute stream.
+pub(crate) type PanelWork<'w> = dyn FnMut(usize) -> Result<(), GpuDotError> + 'w;
+
+/// Everything a run needs besides its schedule.
+pub(crate) struct Run<'r, L: Link> {
+    pub(crate) link: L,
+    pub(crate) up_ring: Option<Ring<'r>>,
+    pub(crate) down_ring: Option<Ring<'r>>,
+    /// Slots of the device buffers for A and C panels (a panel `i` uses slot `i % slots`).
+    pub(crate) a_slots: usize,
+    pub(crate) c_slots: usize,
+    /// Host bytes per helper thread ([`BYTES_PER_HELPER`]).
+    pub(crate) bytes_per_helper: usize,
+}
+
+/// Runs `sched`: returns once every copy and kernel it enqueued is complete (or, on an error,
+/// once the helpers have stopped; the streams may then still hold work). `touched` is set as
+/// soon as the caller's output may have been written.
+pub(crate) fn conduct<L: Link>(
+    sched: &Schedule,
+    ends: &Endpoints,
+    run: &Run<L>,
+    panel_work: &mut PanelWork,
+    touched: &mut bool,
+    trace: &mut Trace,
+) -> Result<(), GpuDotError> {
+    let board = Board::new(sched, ends, run.up_ring, run.down_ring);
+    let crew = crew::crew();
+    let helpers = (sched.host_bytes() / run.bytes_per_helper.max(1)).min(crew.helpers());
+    trace.helpers = helpers;
+    trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
+    let work = |_: usize| {
+        let mut waited = 0;
+        loop {
+            match board.step() {
+                Step::Worked => waited = 0,
+                Step::Idle => crew::pause(&mut waited),
+                Step::Finished => return,
+            }
+        }
+    };
+    let result = crew.run(helpers, &work, |watch| {
+        let out = Conductor {
+            sched,
+            ends,
+            run,
+            board: &board,
+            watch,
+            start: Instant::now(),
+        }
+        .conduct(panel_work, touched, trace);
+        if out.is_err() {
+            board.abort.store(true, SeqCst);
+        }
+        out
+    });
+    if !ends.fresh && board.down_next.load(SeqCst) > 0 {
+        *touched = true;
+    }
+    result?;
+    run.link.drain()
+}
+
+struct Conductor<'c, 'r, L: Link> {
+    sched: &'c Schedule,
+    ends: &'c Endpoints,
+    run: &'c Run<'r, L>,
+    board: &'c Board<'c>,
+    watch: &'c Watch,
+    start: Instant,
+}
+
+impl<L: Link> Conductor<'_, '_, L> {
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn conduct(
+        &self,
+        panel_work: &mut PanelWork,
+        touched: &mut bool,
+        trace: &mut Trace,
+    ) -> Result<(), GpuDotError> {
+        let (sched, board, link) = (self.sched, self.board, &self.run.link);
+        let separate = link.separate();
+        let (up, down) = (&sched.up, &sched.down);
+        let panels = sched.panels.len();
+        let mut issued_up = 0;
+        let mut inputs_recorded = 0; // panels whose input event is recorded
+        let mut enqueued = 0; // panels whose kernels are enqueued
+        let mut issued_down = 0;
+        let mut outputs_recorded = 0; // panels whose output event is recorded
+        let mut up_waits: VecDeque<usize> = VecDeque::new();
+        let mut down_waits: VecDeque<usize> = VecDeque::new();
+        let mut idle = 0u32;
+        let c_host = !down.transfers.is_empty();
+        loop {
+            if self.watch.helper_panicked() {
+                return Err(GpuDotError::HostThread {
+                    what: "a host copy thread panicked".into(),
+                });
+            }
+            let mut progressed = false;
+
+            // 1. Copies up, in order, as their pieces are packed.
+            while issued_up < up.parcels.len() && board.up_parcel_packed(issued_up) {
+                let parcel = &up.parcels[issued_up];
+                if parcel.start == 0 && separate {
+                    // A panel's device slot is reused: wait for the panel that used it last.
+                    match up.transfers[parcel.transfer].what {
+                        What::A(i) if i >= self.run.a_slots => {
+                            if enqueued <= i - self.run.a_slots {
+                                break;
+                            }
+                            link.wait(Lane::Up, Mark::Kernels(i - self.run.a_slots))?;
+                        }
+                        What::CIn(i) if i >= self.run.c_slots => {
+                            if outputs_recorded <= i - self.run.c_slots {
+                                break;
+                            }
+                            link.wait(Lane::Up, Mark::Outputs(i - self.run.c_slots))?;
+                        }
+                        _ => {}
+                    }
+                }
+                let len = parcel.len();
+                let ring = self.run.up_ring.expect("a ring for the up transfers");
+                let src = ring.at(parcel.slot * up.slot_len, len);
+                let dst = self.ends.up_dev[parcel.transfer] + 4 * parcel.start as u64;
+                // SAFETY: `src` holds `len` packed floats (every piece of the parcel is
+                // packed), which no piece writes again until this copy's slot mark lands
+                // (`up_free`); `dst` lies inside the device buffer the transfer targets, which
+                // holds the transfer's floats from its base (sized by the caller from the same
+                // schedule), and nothing else uses it until the copy completes (the kernels
+                // that read it are ordered after it, and the panel that used the slot before
+                // is waited for above).
+                unsafe { link.copy_up(dst, src, len)? };
+                if issued_up + up.slots < up.parcels.len() {
+                    link.record(Mark::UpSlot(parcel.slot), Lane::Up)?;
+                    up_waits.push_back(issued_up);
+                }
+                if issued_up == 0 {
+                    trace.first_copy = self.now();
+                }
+                issued_up += 1;
+                if issued_up == up.parcels.len() {
+                    trace.inputs_issued = self.now();
+                }
+                progressed = true;
+            }
+            if separate {
+                while inputs_recorded < panels && sched.panel_inputs[inputs_recorded] <= issued_up {
+                    link.record(Mark::Inputs(inputs_recorded), Lane::Up)?;
+                    inputs_recorded += 1;
+                }
+            }
+
+            // 2. Each panel's kernels, once its inputs are on their way and its output slot is
+            //    free.
+            while enqueued < panels && sched.panel_inputs[enqueued] <= issued_up {
+                let i = enqueued;
+                if separate {
+                    if i >= inputs_recorded {
+                        break;
+                    }
+                    if c_host && i >= self.run.c_slots {
+                        if outputs_recorded <= i - self.run.c_slots {
+                            break;
+                        }
+                        link.wait(Lane::Compute, Mark::Outputs(i - self.run.c_slots))?;
+                    }
+                    link.wait(Lane::Compute, Mark::Inputs(i))?;
+                }
+                *touched |= !c_host;
+                panel_work(i)?;
+                if separate {
+                    link.record(Mark::Kernels(i), Lane::Compute)?;
+                }
+                enqueued += 1;
+                if enqueued == panels {
+                    trace.kernels_enqueued = self.now();
+                }
+                progressed = true;
+            }
+
+            // 3. Copies down, once the panel's kernels are enqueued and the slot is unpacked.
+            while issued_down < down.parcels.len() {
+                let parcel = &down.parcels[issued_down];
+                let panel = match down.transfers[parcel.transfer].what {
+                    What::COut(i) => Some(i),
+                    _ => None,
+                };
+                if panel.is_some_and(|i| i >= enqueued) {
+                    break;
+                }
+                if issued_down >= down.slots
+                    && !board.down_parcel_unpacked(issued_down - down.slots)
+                {
+                    break;
+                }
+                if let (Some(i), true) = (panel, separate && parcel.start == 0) {
+                    link.wait(Lane::Down, Mark::Kernels(i))?;
+                }
+                let len = parcel.len();
+                let ring = self.run.down_ring.expect("a ring for the down transfers");
+                let dst = ring.at(parcel.slot * down.slot_len, len);
+                let src = self.ends.down_dev[parcel.transfer] + 4 * parcel.start as u64;
+                // SAFETY: `dst` is `len` floats of the ring's slot, which no thread uses until
+                // this copy's mark lands (`down_landed`), and whose previous parcel is unpacked
+                // (checked above); `src` lies inside the device buffer holding the transfer's
+                // floats, written by work ordered before this copy (the panel's kernels: the
+                // same stream, or the wait above).
+                unsafe { link.copy_down(dst, src, len)? };
+                link.record(Mark::DownSlot(parcel.slot), Lane::Down)?;
+                down_waits.push_back(issued_down);
+                issued_down += 1;
+                if let (Some(i), true) = (panel, separate) {
+                    if issued_down == sched.panel_outputs[i].end {
+                        link.record(Mark::Outputs(i), Lane::Down)?;
+                        outputs_recorded = i + 1;
+                    }
+                }
+                progressed = true;
+            }
+            if separate && c_host {
+                // Panels with no down parcels (none: every panel has rows) keep the count going.
+                while outputs_recorded < enqueued
+                    && sched.panel_outputs[outputs_recorded].is_empty()
+                {
+                    outputs_recorded += 1;
+                }
+            }
+
+            // 4. Copies that have landed free their slots (up) or their parcels (down).
+            while let Some(&j) = up_waits.front() {
+                if !link.landed(Mark::UpSlot(up.parcels[j].slot))? {
+                    break;
+                }
+                board.up_free.store(j + up.slots + 1, SeqCst);
+                up_waits.pop_front();
+                progressed = true;
+            }
+            while let Some(&d) = down_waits.front() {
+                if !link.landed(Mark::DownSlot(down.parcels[d].slot))? {
+                    break;
+                }
+                board.down_landed.store(d + 1, SeqCst);
+                down_waits.pop_front();
+                if d + 1 == down.parcels.len() {
+                    trace.results_landed = self.now();
+                }
+                progressed = true;
+            }
+
+            let finished = issued_up == up.parcels.len()
+                && enqueued == panels
+                && issued_down == down.parcels.len()
+                && board.unpacked.load(SeqCst) == down.pieces.len();
+            if finished {
+                trace.unpacked = self.now();
+                return Ok(());
+            }
+            if progressed {
+                idle = 0;
+            } else {
+                match board.step() {
+                    Step::Worked => {
+                        trace.pieces_by_conductor += 1;
+                        idle = 0;
+                    }
+                    Step::Idle | Step::Finished => crew::pause(&mut idle),
+                }
+            }
+        }
+    }
+}

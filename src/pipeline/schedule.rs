@@ -1,0 +1,449 @@
+//! What a product moves, and in what order: its row panels, the host↔device transfers, and
+//! how the transfers are cut into *parcels* (one DMA copy each, through one slot of a
+//! page-locked staging ring) and *pieces* (one thread's host copy each).
+//!
+//! The schedule is geometry only (counts, lengths, offsets); the conductor binds it to the
+//! host arrays and device buffers of one product. Every transfer is a matrix read or written in
+//! row-major order, so a parcel or a piece is a range of that order.
+
+use std::ops::Range;
+
+/// The sizes a schedule cuts transfers into, in floats.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Smallest staging slot.
+    pub(crate) min_parcel: usize,
+    /// Largest staging slot.
+    pub(crate) max_parcel: usize,
+    /// Parcels aimed at per direction when they are not already at their smallest.
+    pub(crate) target_parcels: usize,
+    /// Largest staging ring: larger transfers reuse its slots.
+    pub(crate) max_ring: usize,
+    /// Largest piece.
+    pub(crate) piece: usize,
+}
+
+impl Limits {
+    /// The sizes products use.
+    pub(crate) const DEFAULT: Limits = Limits {
+        // 128 KiB: smaller copies cost more in per-copy overhead than they gain in overlap.
+        min_parcel: 32 << 10,
+        // 1 MiB: about 19 µs at 55 GB/s, short enough that the link starts early and the last
+        // parcel's tail is short.
+        max_parcel: 256 << 10,
+        target_parcels: 16,
+        // 16 MiB, about 0.3 ms of transfer at 55 GB/s.
+        max_ring: 4 << 20,
+        // 64 KiB: a few microseconds of one thread's copying.
+        piece: 16 << 10,
+    };
+}
+
+/// What a transfer moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum What {
+    /// All of B, up.
+    B,
+    /// Panel `i` of A, up.
+    A(usize),
+    /// Panel `i` of C's old value, up (beta ≠ 0 with a host output).
+    CIn(usize),
+    /// Panel `i` of the result, down.
+    COut(usize),
+    /// A whole matrix (an upload or a download of a device matrix).
+    Whole,
+}
+
+/// One matrix moved between host and device, `len` floats in row-major order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    pub(crate) what: What,
+    pub(crate) len: usize,
+}
+
+/// One DMA copy: floats `start..end` of a transfer, through staging slot `slot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parcel {
+    pub(crate) transfer: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) slot: usize,
+    /// The pieces (indices into the direction's piece list) that pack or unpack it.
+    pub(crate) pieces: Range<usize>,
+}
+
+impl Parcel {
+    pub(crate) fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// One thread's host copy: floats `start..end` of parcel `parcel`'s transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub(crate) parcel: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+/// The transfers of one direction, cut into parcels and pieces, with the ring they use.
+#[derive(Debug, Default)]
+pub(crate) struct Direction {
+    pub(crate) transfers: Vec<Transfer>,
+    pub(crate) parcels: Vec<Parcel>,
+    pub(crate) pieces: Vec<Piece>,
+    /// Floats per staging slot.
+    pub(crate) slot_len: usize,
+    /// Slots in the ring: parcel `j` uses slot `j % slots`, so it waits for parcel
+    /// `j − slots` to be done with it.
+    pub(crate) slots: usize,
+}
+
+impl Direction {
+    fn new(transfers: Vec<Transfer>, limits: &Limits) -> Direction {
+        let total: usize = transfers.iter().map(|t| t.len).sum();
+        if total == 0 {
+            return Direction {
+                transfers,
+                ..Direction::default()
+            };
+        }
+        let slot_len = (total / limits.target_parcels)
+            .next_power_of_two()
+            .clamp(limits.min_parcel, limits.max_parcel);
+        let mut parcels = Vec::new();
+        let mut pieces = Vec::new();
+        for (transfer, t) in transfers.iter().enumerate() {
+            for start in (0..t.len).step_by(slot_len) {
+                let end = (start + slot_len).min(t.len);
+                let first_piece = pieces.len();
+                for p in (start..end).step_by(limits.piece) {
+                    pieces.push(Piece {
+                        parcel: parcels.len(),
+                        start: p,
+                        end: (p + limits.piece).min(end),
+                    });
+                }
+                parcels.push(Parcel {
+                    transfer,
+                    start,
+                    end,
+                    slot: 0,
+                    pieces: first_piece..pieces.len(),
+                });
+            }
+        }
+        let slots = parcels.len().min((limits.max_ring / slot_len).max(1));
+        for (j, parcel) in parcels.iter_mut().enumerate() {
+            parcel.slot = j % slots;
+        }
+        Direction {
+            transfers,
+            parcels,
+            pieces,
+            slot_len,
+            slots,
+        }
+    }
+
+    /// Floats of staging the ring needs.
+    pub(crate) fn ring_len(&self) -> usize {
+        self.slots * self.slot_len
+    }
+
+    /// The parcels of transfer `transfer`.
+    pub(crate) fn parcels_of(&self, transfer: usize) -> Range<usize> {
+        let first = self.parcels.partition_point(|p| p.transfer < transfer);
+        let end = self.parcels.partition_point(|p| p.transfer <= transfer);
+        first..end
+    }
+}
+
+/// Where each operand lives, as the schedule needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Residency {
+    /// A is a host array (uploaded per panel).
+    pub(crate) a_host: bool,
+    /// B is a host array (uploaded whole, first).
+    pub(crate) b_host: bool,
+    /// C is a host array (downloaded per panel).
+    pub(crate) c_host: bool,
+    /// C's old value is read (beta ≠ 0) from the host (uploaded per panel).
+    pub(crate) c_in: bool,
+}
+
+/// A product's schedule: panels, and the transfers of both directions.
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    /// Row ranges of A and C, one per panel.
+    pub(crate) panels: Vec<(usize, usize)>,
+    pub(crate) up: Direction,
+    pub(crate) down: Direction,
+    /// For each panel, how many up parcels must have been issued before its kernels.
+    pub(crate) panel_inputs: Vec<usize>,
+    /// For each panel, its down parcels.
+    pub(crate) panel_outputs: Vec<Range<usize>>,
+}
+
+impl Schedule {
+    /// The schedule of `C = alpha·A·B + beta·C` (A m × k, B k × n) in panels of `rows` rows;
+    /// `multiply` is false when A and B are not read (k = 0 or alpha = 0).
+    pub(crate) fn product(
+        dims: (usize, usize, usize),
+        rows: usize,
+        multiply: bool,
+        res: Residency,
+    ) -> Schedule {
+        Schedule::product_with(dims, rows, multiply, res, &Limits::DEFAULT)
+    }
+
+    /// [`Schedule::product`] with other limits.
+    pub(crate) fn product_with(
+        (m, k, n): (usize, usize, usize),
+        rows: usize,
+        multiply: bool,
+        res: Residency,
+        limits: &Limits,
+    ) -> Schedule {
+        let rows = rows.clamp(1, m.max(1));
+        let panels: Vec<(usize, usize)> = (0..m)
+            .step_by(rows)
+            .map(|r0| (r0, (r0 + rows).min(m)))
+            .collect();
+        let mut up = Vec::new();
+        if multiply && res.b_host && k * n > 0 {
+            up.push(Transfer {
+                what: What::B,
+                len: k * n,
+            });
+        }
+        let mut down = Vec::new();
+        let mut inputs_through = Vec::new(); // per panel: up transfers through it
+        for (i, &(r0, r1)) in panels.iter().enumerate() {
+            let p = r1 - r0;
+            if multiply && res.a_host && p * k > 0 {
+                up.push(Transfer {
+                    what: What::A(i),
+                    len: p * k,
+                });
+            }
+            if res.c_host && res.c_in && p * n > 0 {
+                up.push(Transfer {
+                    what: What::CIn(i),
+                    len: p * n,
+                });
+            }
+            inputs_through.push(up.len());
+            if res.c_host && p * n > 0 {
+                down.push(Transfer {
+                    what: What::COut(i),
+                    len: p * n,
+                });
+            }
+        }
+        let up = Direction::new(up, limits);
+        let down = Direction::new(down, limits);
+        let panel_inputs = inputs_through
+            .iter()
+            .map(|&through| {
+                if through == 0 {
+                    0
+                } else {
+                    up.parcels_of(through - 1).end
+                }
+            })
+            .collect();
+        let panel_outputs = (0..panels.len())
+            .map(
+                |i| match down.transfers.iter().position(|t| t.what == What::COut(i)) {
+                    Some(t) => down.parcels_of(t),
+                    None => {
+                        let at = down
+                            .transfers
+                            .iter()
+                            .position(|t| matches!(t.what, What::COut(j) if j > i))
+                            .map_or(down.parcels.len(), |t| down.parcels_of(t).start);
+                        at..at
+                    }
+                },
+            )
+            .collect();
+        Schedule {
+            panels,
+            up,
+            down,
+            panel_inputs,
+            panel_outputs,
+        }
+    }
+
+    /// The schedule of one upload of `len` floats.
+    pub(crate) fn upload(len: usize) -> Schedule {
+        let up = vec![Transfer {
+            what: What::Whole,
+            len,
+        }];
+        Schedule::whole(Direction::new(up, &Limits::DEFAULT), Direction::default())
+    }
+
+    /// The schedule of one download of `len` floats.
+    pub(crate) fn download(len: usize) -> Schedule {
+        let down = vec![Transfer {
+            what: What::Whole,
+            len,
+        }];
+        Schedule::whole(Direction::default(), Direction::new(down, &Limits::DEFAULT))
+    }
+
+    fn whole(up: Direction, down: Direction) -> Schedule {
+        Schedule {
+            panels: Vec::new(),
+            up,
+            down,
+            panel_inputs: Vec::new(),
+            panel_outputs: Vec::new(),
+        }
+    }
+
+    /// Host bytes the product copies (both directions).
+    pub(crate) fn host_bytes(&self) -> usize {
+        4 * (self.up.pieces.iter().chain(&self.down.pieces))
+            .map(|p| p.end - p.start)
+            .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits::DEFAULT;
+
+    const ALL_HOST: Residency = Residency {
+        a_host: true,
+        b_host: true,
+        c_host: true,
+        c_in: false,
+    };
+
+    /// Every float of every transfer lies in exactly one parcel and one piece, in order.
+    fn check_cover(d: &Direction) {
+        let mut next_piece = 0;
+        for (t, transfer) in d.transfers.iter().enumerate() {
+            let mut at = 0;
+            for j in d.parcels_of(t) {
+                let p = &d.parcels[j];
+                assert_eq!((p.transfer, p.start), (t, at));
+                assert!(p.len() > 0 && p.len() <= d.slot_len);
+                assert_eq!(p.slot, j % d.slots);
+                assert_eq!(p.pieces.start, next_piece);
+                let mut q = p.start;
+                for piece in &d.pieces[p.pieces.clone()] {
+                    assert_eq!((piece.parcel, piece.start), (j, q));
+                    assert!(piece.end > piece.start && piece.end - piece.start <= L.piece);
+                    q = piece.end;
+                }
+                assert_eq!(q, p.end);
+                next_piece = p.pieces.end;
+                at = p.end;
+            }
+            assert_eq!(at, transfer.len);
+        }
+        assert_eq!(next_piece, d.pieces.len());
+        assert!(d.ring_len() <= L.max_ring.max(d.slot_len));
+    }
+
+    #[test]
+    fn transfers_are_cut_into_parcels_and_pieces_that_cover_them() {
+        for dims in [
+            (1, 1, 1),
+            (256, 256, 256),
+            (1000, 3000, 500),
+            (4096, 4096, 4096),
+        ] {
+            for rows in [1, 128, 1000, 4096] {
+                let s = Schedule::product(dims, rows, true, ALL_HOST);
+                check_cover(&s.up);
+                check_cover(&s.down);
+                let covered: usize = s.panels.iter().map(|(a, b)| b - a).sum();
+                assert_eq!(covered, dims.0);
+            }
+        }
+    }
+
+    #[test]
+    fn b_goes_first_and_each_panel_waits_for_its_own_inputs() {
+        let s = Schedule::product(
+            (1024, 512, 256),
+            256,
+            true,
+            Residency {
+                c_in: true,
+                ..ALL_HOST
+            },
+        );
+        let whats: Vec<What> = s.up.transfers.iter().map(|t| t.what).collect();
+        assert_eq!(whats[0], What::B);
+        assert_eq!(&whats[1..3], &[What::A(0), What::CIn(0)]);
+        assert_eq!(s.panels.len(), 4);
+        for i in 0..4 {
+            let last = s.up.parcels[s.panel_inputs[i] - 1].transfer;
+            assert_eq!(s.up.transfers[last].what, What::CIn(i));
+            let outs = &s.panel_outputs[i];
+            assert!(!outs.is_empty());
+            for d in outs.clone() {
+                let t = s.down.parcels[d].transfer;
+                assert_eq!(s.down.transfers[t].what, What::COut(i));
+            }
+        }
+    }
+
+    #[test]
+    fn device_operands_move_nothing() {
+        let res = Residency {
+            a_host: false,
+            b_host: false,
+            c_host: false,
+            c_in: false,
+        };
+        let s = Schedule::product((512, 512, 512), 512, true, res);
+        assert!(s.up.parcels.is_empty() && s.down.parcels.is_empty());
+        assert_eq!(s.panel_inputs, vec![0]);
+        assert_eq!(s.panel_outputs, vec![0..0]);
+        // No multiplication: only C moves.
+        let s = Schedule::product(
+            (300, 0, 200),
+            300,
+            false,
+            Residency {
+                c_in: true,
+                ..ALL_HOST
+            },
+        );
+        let whats: Vec<What> = s.up.transfers.iter().map(|t| t.what).collect();
+        assert_eq!(whats, vec![What::CIn(0)]);
+    }
+
+    #[test]
+    fn large_transfers_reuse_a_bounded_ring() {
+        let s = Schedule::product((8192, 8192, 8192), 1024, true, ALL_HOST);
+        assert_eq!(s.up.slot_len, L.max_parcel);
+        assert!(s.up.ring_len() <= L.max_ring);
+        assert!(s.up.parcels.len() > s.up.slots);
+        // Small products get small parcels, all in flight at once.
+        let s = Schedule::product((256, 256, 256), 256, true, ALL_HOST);
+        assert_eq!(s.up.slot_len, L.min_parcel);
+        assert_eq!(s.up.slots, s.up.parcels.len());
+        assert_eq!(s.host_bytes(), 3 * 256 * 256 * 4);
+    }
+
+    #[test]
+    fn uploads_and_downloads_are_one_transfer() {
+        let s = Schedule::upload(1 << 20);
+        check_cover(&s.up);
+        assert!(s.down.parcels.is_empty() && s.panels.is_empty());
+        let s = Schedule::download(77);
+        check_cover(&s.down);
+        assert_eq!(s.down.parcels.len(), 1);
+    }
+}

@@ -1,0 +1,249 @@
+//! Workspaces: the streams, events, device buffers and page-locked staging rings one product
+//! uses, kept in a bounded pool and reused, so that steady-state products allocate nothing.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use once_cell::sync::Lazy;
+
+use crate::context::Gpu;
+use crate::error::GpuDotError;
+use crate::sgemm;
+use crate::staging::PinnedBuf;
+
+/// Idle workspaces kept for reuse.
+const MAX_IDLE_WORKSPACES: usize = 64;
+/// Page-locked bytes idle workspaces may hold together.
+const MAX_IDLE_PINNED_BYTES: usize = 1 << 30;
+/// Fraction (1/N) of device memory idle workspaces may hold together.
+const IDLE_DEVICE_FRACTION: usize = 4;
+
+/// The three streams of a multi-panel product (copies up, kernels, copies down), and the
+/// events that order them and tell the host when copies have landed.
+pub(crate) struct Lanes {
+    pub(crate) up: Arc<CudaStream>,
+    pub(crate) compute: Arc<CudaStream>,
+    pub(crate) down: Arc<CudaStream>,
+    events: Vec<CudaEvent>,
+}
+
+impl Lanes {
+    /// At least `n` events, made once and kept.
+    pub(crate) fn events(&mut self, gpu: &Gpu, n: usize) -> Result<&[CudaEvent], GpuDotError> {
+        while self.events.len() < n {
+            self.events.push(
+                gpu.ctx
+                    .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .map_err(GpuDotError::at("creating an event"))?,
+            );
+        }
+        Ok(&self.events[..n])
+    }
+
+    fn sync_all(&self) -> Result<(), GpuDotError> {
+        for s in [&self.up, &self.compute, &self.down] {
+            s.synchronize()
+                .map_err(GpuDotError::at("waiting for the product"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Device buffers: B, two slots each for panels of A and C, the unscaled product T (for the
+/// general form's epilogue) and the split-K workspace.
+#[derive(Default)]
+pub(crate) struct DevBufs {
+    pub(crate) b: Option<CudaSlice<f32>>,
+    pub(crate) a: [Option<CudaSlice<f32>>; 2],
+    pub(crate) c: [Option<CudaSlice<f32>>; 2],
+    pub(crate) t: Option<CudaSlice<f32>>,
+    pub(crate) scratch: Option<CudaSlice<f32>>,
+}
+
+impl DevBufs {
+    fn bytes(&self) -> usize {
+        let len = |b: &Option<CudaSlice<f32>>| b.as_ref().map_or(0, |b| b.len() * 4);
+        len(&self.b)
+            + self.a.iter().chain(&self.c).map(len).sum::<usize>()
+            + len(&self.t)
+            + len(&self.scratch)
+    }
+}
+
+/// The page-locked staging rings, one per direction.
+#[derive(Default)]
+pub(crate) struct Staging {
+    pub(crate) up: Option<PinnedBuf>,
+    pub(crate) down: Option<PinnedBuf>,
+}
+
+impl Staging {
+    fn bytes(&self) -> usize {
+        [&self.up, &self.down]
+            .iter()
+            .map(|b| b.as_ref().map_or(0, PinnedBuf::bytes))
+            .sum()
+    }
+}
+
+/// Floats each buffer of a product must hold (0: not needed).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Needs {
+    pub(crate) b: usize,
+    pub(crate) a: usize,
+    pub(crate) a_slots: usize,
+    pub(crate) c: usize,
+    pub(crate) c_slots: usize,
+    pub(crate) t: usize,
+    pub(crate) up_ring: usize,
+    pub(crate) down_ring: usize,
+}
+
+/// Everything one product needs, kept across products.
+pub(crate) struct Workspace {
+    pub(crate) lanes: Lanes,
+    pub(crate) dev: DevBufs,
+    pub(crate) staging: Staging,
+}
+
+impl Workspace {
+    fn new(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
+        let stream = || {
+            gpu.ctx
+                .new_stream()
+                .map_err(GpuDotError::at("creating a stream"))
+        };
+        Ok(Workspace {
+            lanes: Lanes {
+                up: stream()?,
+                compute: stream()?,
+                down: stream()?,
+                events: Vec::new(),
+            },
+            dev: DevBufs::default(),
+            staging: Staging::default(),
+        })
+    }
+
+    /// Grows the buffers to `needs` (never shrinks them). Device buffers are allocated on the
+    /// compute stream, which is then synchronised, so that the other streams may use them.
+    pub(crate) fn provide(&mut self, gpu: &Gpu, needs: &Needs) -> Result<(), GpuDotError> {
+        let stream = &self.lanes.compute;
+        let mut allocated = false;
+        let mut grow = |slot: &mut Option<CudaSlice<f32>>, len: usize| {
+            if len > 0 && slot.as_ref().is_none_or(|b| b.len() < len) {
+                sgemm::scratch(stream, slot, len)?;
+                allocated = true;
+            }
+            Ok::<(), GpuDotError>(())
+        };
+        grow(&mut self.dev.b, needs.b)?;
+        for s in 0..needs.a_slots {
+            grow(&mut self.dev.a[s], needs.a)?;
+        }
+        for s in 0..needs.c_slots {
+            grow(&mut self.dev.c[s], needs.c)?;
+        }
+        grow(&mut self.dev.t, needs.t)?;
+        if allocated {
+            stream
+                .synchronize()
+                .map_err(GpuDotError::at("waiting for device allocations"))?;
+        }
+        pinned(gpu, &mut self.staging.up, needs.up_ring)?;
+        pinned(gpu, &mut self.staging.down, needs.down_ring)?;
+        Ok(())
+    }
+
+    fn device_bytes(&self) -> usize {
+        self.dev.bytes()
+    }
+
+    fn pinned_bytes(&self) -> usize {
+        self.staging.bytes()
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        // The staging rings may only be freed once no copy uses them. A workspace that saw an
+        // error may still have copies in flight; if even waiting fails (the context is
+        // broken), the rings are leaked rather than freed under a copy.
+        if self.lanes.sync_all().is_err() {
+            if let Some(b) = self.staging.up.take() {
+                b.leak();
+            }
+            if let Some(b) = self.staging.down.take() {
+                b.leak();
+            }
+        }
+    }
+}
+
+/// A staging ring of at least `len` floats in `slot`, grown when too small.
+fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, len: usize) -> Result<(), GpuDotError> {
+    if len > 0 && slot.as_ref().is_none_or(|p| p.len() < len) {
+        *slot = None;
+        *slot = Some(PinnedBuf::new(
+            &gpu.ctx,
+            sgemm::grown(&PINNED_HIGH_WATER, len),
+        )?);
+    }
+    Ok(())
+}
+
+static PINNED_HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+
+static IDLE: Lazy<Mutex<Vec<Workspace>>> = Lazy::new(|| Mutex::new(Vec::new()));
+
+fn idle() -> MutexGuard<'static, Vec<Workspace>> {
+    IDLE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An idle workspace, or a new one.
+pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
+    match idle().pop() {
+        Some(ws) => Ok(ws),
+        None => Workspace::new(gpu),
+    }
+}
+
+/// Returns a workspace whose work is complete to the pool, or frees it when the pool is full.
+pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
+    let mut pool = idle();
+    let pinned: usize = pool.iter().map(Workspace::pinned_bytes).sum();
+    let device: usize = pool.iter().map(Workspace::device_bytes).sum();
+    if pool.len() < MAX_IDLE_WORKSPACES
+        && pinned + ws.pinned_bytes() <= MAX_IDLE_PINNED_BYTES
+        && device + ws.device_bytes() <= gpu.info.total_memory / IDLE_DEVICE_FRACTION
+    {
+        pool.push(ws);
+    } else {
+        drop(pool);
+        drop(ws);
+    }
+}
+
+/// Idle workspaces in the pool.
+pub(crate) fn idle_count() -> usize {
+    idle().len()
+}
+
+/// Frees the device and page-locked memory that idle workspaces keep for reuse; the next
+/// products allocate it again. Products running on other threads are not affected.
+pub fn trim() {
+    let drained: Vec<Workspace> = idle().drain(..).collect();
+    drop(drained);
+}
+
+/// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse
+/// (freed by [`trim`]).
+pub fn retained_memory() -> (usize, usize) {
+    let pool = idle();
+    (
+        pool.iter().map(Workspace::device_bytes).sum(),
+        pool.iter().map(Workspace::pinned_bytes).sum(),
+    )
+}
