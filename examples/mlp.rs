@@ -19,23 +19,32 @@
 //! It prints the losses of both runs, their wall times and where the GPU run ran. Without a
 //! usable GPU the GPU run is skipped (the reason is printed) and the CPU run still runs.
 //!
+//! Then, unless `--no-torch`, it times PyTorch's same loop (same sizes, FP32 with TF32 off,
+//! weights on the GPU, its own random data of the same shape) through `python3` in the same
+//! call: once copying each batch from host memory (`torch_host_batches_s`) and once with the
+//! data on the device (`torch_device_s`); without python3 or PyTorch that part is skipped
+//! with a note. `--json PATH` writes the run's record: the four times, the configuration and
+//! whether the two Rust runs agreed.
+//!
 //! ```text
 //! cargo run --release --example mlp                # 8192 samples, 512 → 1024 → 64, 10 epochs
 //! cargo run --release --example mlp -- --quick     # a small run, a second or less
 //! cargo run --release --example mlp -- --samples 16384 --hidden 2048 --epochs 5 --batch 512
+//! cargo run --release --example mlp -- --json mlp.json   # also write the record
 //! ```
 //!
 //! The exit status is 0 when both runs agree (or the GPU run was skipped), 1 when they do not
 //! or the GPU failed, 2 for bad arguments.
 
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-use gpu_dot::{device_status, try_general_mat_mul, GpuDotError, GpuMatrix};
+use gpu_dot::{device_status, try_general_mat_mul, DeviceStatus, GpuDotError, GpuMatrix};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, ArrayView2, Zip};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
 
 /// How far the losses of the two runs may differ, relative to the ndarray run's loss, at every
 /// epoch. The GPU adds up each product's terms in another order than ndarray does, so each
@@ -65,6 +74,10 @@ struct Config {
     epochs: usize,
     learning_rate: f32,
     seed: u64,
+    /// Where to write the JSON record of the run (`--json PATH`).
+    json: Option<String>,
+    /// Whether to time PyTorch's same loop (`--no-torch` turns it off).
+    torch: bool,
 }
 
 impl Config {
@@ -79,6 +92,8 @@ impl Config {
             epochs: 10,
             learning_rate: 0.5,
             seed: 42,
+            json: None,
+            torch: true,
         }
     }
 
@@ -109,7 +124,7 @@ impl Config {
 }
 
 const USAGE: &str = "usage: mlp [--quick] [--samples N] [--inputs N] [--hidden N] [--outputs N] \
-                     [--batch N] [--epochs N] [--lr X] [--seed N]";
+                     [--batch N] [--epochs N] [--lr X] [--seed N] [--json PATH] [--no-torch]";
 
 /// Reads the command line: `--quick` picks the small sizes, the other flags override sizes.
 fn parse_args(args: &[String]) -> Result<Config, String> {
@@ -121,6 +136,10 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         if flag == "--quick" {
+            continue;
+        }
+        if flag == "--no-torch" {
+            cfg.torch = false;
             continue;
         }
         if flag == "--help" || flag == "-h" {
@@ -143,6 +162,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--batch" => cfg.batch = count()?,
             "--epochs" => cfg.epochs = count()?,
             "--seed" => cfg.seed = count()? as u64,
+            "--json" => cfg.json = Some(value.clone()),
             "--lr" => {
                 cfg.learning_rate = match value.parse() {
                     Ok(x) if x > 0.0 => x,
@@ -244,6 +264,16 @@ struct Run {
     losses: Vec<f64>,
     weights: Weights,
     seconds: f64,
+    /// Of `seconds`, the time spent inside the five products of each step.
+    product_seconds: f64,
+}
+
+/// Runs `f`, adding its wall time to `total`.
+fn timed<T>(total: &mut f64, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let out = f();
+    *total += start.elapsed().as_secs_f64();
+    out
 }
 
 /// Host buffers for one step's activations and gradients, allocated once per run.
@@ -278,20 +308,21 @@ fn train_cpu(x: &Array2<f32>, targets: &Array2<f32>, init: &Weights, cfg: &Confi
         mut dh,
     } = Buffers::new(cfg);
     let mut losses = Vec::new();
+    let mut p = 0.0; // seconds in products
     for _epoch in 0..cfg.epochs {
         let mut loss_sum = 0.0;
         for (xb, tb) in batches(x, targets, cfg) {
             // Forward: H = relu(X·W1), Y = H·W2.
-            general_mat_mul(1.0, &xb, &w1, 0.0, &mut h);
+            timed(&mut p, || general_mat_mul(1.0, &xb, &w1, 0.0, &mut h));
             relu(&mut h);
-            general_mat_mul(1.0, &h, &w2, 0.0, &mut y);
+            timed(&mut p, || general_mat_mul(1.0, &h, &w2, 0.0, &mut y));
             loss_sum += mse_loss(&y, tb, &mut dy);
             // Backward: dH = dY·W2ᵀ (with W2 before its update), masked by the ReLU.
-            general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh);
+            timed(&mut p, || general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh));
             relu_backward(&mut dh, &h);
             // SGD: W2 ← W2 − lr·Hᵀ·dY and W1 ← W1 − lr·Xᵀ·dH, in place (beta = 1).
-            general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2);
-            general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1);
+            timed(&mut p, || general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2));
+            timed(&mut p, || general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1));
         }
         losses.push(loss_sum / cfg.steps_per_epoch() as f64);
     }
@@ -299,6 +330,7 @@ fn train_cpu(x: &Array2<f32>, targets: &Array2<f32>, init: &Weights, cfg: &Confi
         losses,
         weights: Weights { w1, w2 },
         seconds: start.elapsed().as_secs_f64(),
+        product_seconds: p,
     }
 }
 
@@ -322,20 +354,27 @@ fn train_gpu(
         mut dh,
     } = Buffers::new(cfg);
     let mut losses = Vec::new();
+    let mut p = 0.0; // seconds in products
     for _epoch in 0..cfg.epochs {
         let mut loss_sum = 0.0;
         for (xb, tb) in batches(x, targets, cfg) {
             // Forward: host X times device W1 into host H, for the ReLU; then Y = H·W2.
-            try_general_mat_mul(1.0, &xb, &w1, 0.0, &mut h)?;
+            timed(&mut p, || try_general_mat_mul(1.0, &xb, &w1, 0.0, &mut h))?;
             relu(&mut h);
-            try_general_mat_mul(1.0, &h, &w2, 0.0, &mut y)?;
+            timed(&mut p, || try_general_mat_mul(1.0, &h, &w2, 0.0, &mut y))?;
             loss_sum += mse_loss(&y, tb, &mut dy);
             // Backward: dH = dY·W2ᵀ, W2ᵀ a transposed view of the device matrix.
-            try_general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh)?;
+            timed(&mut p, || {
+                try_general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh)
+            })?;
             relu_backward(&mut dh, &h);
             // SGD, on the device: W ← W − lr·Aᵀ·G is alpha = −lr, beta = 1, output W.
-            try_general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2)?;
-            try_general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1)?;
+            timed(&mut p, || {
+                try_general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2)
+            })?;
+            timed(&mut p, || {
+                try_general_mat_mul(-lr, &xb.t(), &dh, 1.0, &mut w1)
+            })?;
         }
         losses.push(loss_sum / cfg.steps_per_epoch() as f64);
     }
@@ -347,6 +386,7 @@ fn train_gpu(
         losses,
         weights,
         seconds: start.elapsed().as_secs_f64(),
+        product_seconds: p,
     })
 }
 
@@ -399,6 +439,135 @@ fn compare_weights(init: &Weights, cpu: &Run, gpu: &Run) -> bool {
     agree
 }
 
+/// PyTorch's same training loop, timed in python3: `(host_batches_s, device_s)`, or why it
+/// was skipped.
+fn torch_times(cfg: &Config) -> Result<(f64, f64), String> {
+    const SCRIPT: &str = r#"
+import json, sys, time
+import numpy as np
+import torch
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+c = json.loads(sys.argv[1])
+rng = np.random.default_rng(c["seed"])
+def layer(rows, cols):
+    bound = (6.0 / rows) ** 0.5
+    return rng.uniform(-bound, bound, (rows, cols)).astype(np.float32)
+t1, t2 = layer(c["inputs"], c["hidden"]), layer(c["hidden"], c["outputs"])
+x = rng.uniform(-1, 1, (c["samples"], c["inputs"])).astype(np.float32)
+targets = (np.maximum(x @ t1, 0) @ t2).astype(np.float32)
+w1, w2 = layer(c["inputs"], c["hidden"]), layer(c["hidden"], c["outputs"])
+dev, b, lr = "cuda", c["batch"], c["lr"]
+steps = c["samples"] // b
+def train(epochs, on_device):
+    W1, W2 = torch.tensor(w1, device=dev), torch.tensor(w2, device=dev)
+    X = torch.from_numpy(x).to(dev) if on_device else None
+    T = torch.from_numpy(targets).to(dev) if on_device else None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(epochs):
+        loss = torch.zeros((), device=dev)
+        for i in range(steps):
+            rows = slice(i * b, (i + 1) * b)
+            if on_device:
+                xb, tb = X[rows], T[rows]
+            else:
+                xb = torch.from_numpy(x[rows]).to(dev)
+                tb = torch.from_numpy(targets[rows]).to(dev)
+            h = (xb @ W1).relu_()
+            d = h @ W2 - tb
+            loss += (d * d).mean()
+            dy = d * (2.0 / d.numel())
+            dh = (dy @ W2.T) * (h > 0)
+            W2 -= lr * (h.T @ dy)
+            W1 -= lr * (xb.T @ dh)
+        loss.item()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+train(1, False); train(1, True)
+print(json.dumps([train(c["epochs"], False), train(c["epochs"], True)]))
+"#;
+    let arg = json!({
+        "samples": cfg.samples, "inputs": cfg.inputs, "hidden": cfg.hidden,
+        "outputs": cfg.outputs, "batch": cfg.batch, "epochs": cfg.epochs,
+        "lr": cfg.learning_rate, "seed": cfg.seed,
+    })
+    .to_string();
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &arg])
+        .output()
+        .map_err(|e| format!("python3 could not be started: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "PyTorch's loop failed: {}",
+            err.lines().last().unwrap_or("")
+        ));
+    }
+    let times: Vec<f64> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("PyTorch's loop printed no times: {e}"))?;
+    match times[..] {
+        [host, device] => Ok((host, device)),
+        _ => Err("PyTorch's loop printed the wrong number of times".into()),
+    }
+}
+
+/// Times PyTorch's loop (unless `--no-torch`), prints the comparison and writes the JSON
+/// record when `--json` asks for it.
+fn record(cfg: &Config, cpu: &Run, gpu: Option<&Run>, agree: Option<bool>) {
+    let torch = if cfg.torch {
+        torch_times(cfg)
+    } else {
+        Err("skipped (--no-torch)".to_string())
+    };
+    let (host_s, device_s, note) = match &torch {
+        Ok((h, d)) => {
+            println!("PyTorch, batches copied from host memory: {h:8.3} s");
+            println!("PyTorch, data on the device:              {d:8.3} s");
+            if let Some(g) = gpu {
+                println!(
+                    "gpu-dot / PyTorch (host batches): {:.2}; ndarray / gpu-dot: {:.2}",
+                    g.seconds / h,
+                    cpu.seconds / g.seconds
+                );
+            }
+            (Some(*h), Some(*d), None)
+        }
+        Err(why) => {
+            println!("PyTorch's loop: {why}");
+            (None, None, Some(why.clone()))
+        }
+    };
+    let Some(path) = &cfg.json else {
+        return;
+    };
+    let device = match device_status() {
+        DeviceStatus::Ready(info) => Value::from(info.name),
+        DeviceStatus::Unavailable(why) => Value::from(format!("no GPU: {why}")),
+    };
+    let doc = json!({
+        "device": device,
+        "config": {
+            "samples": cfg.samples, "inputs": cfg.inputs, "hidden": cfg.hidden,
+            "outputs": cfg.outputs, "batch": cfg.batch, "epochs": cfg.epochs,
+            "steps": cfg.steps_per_epoch() * cfg.epochs,
+            "learning_rate": cfg.learning_rate, "seed": cfg.seed,
+        },
+        "gpu_dot_s": gpu.map(|g| g.seconds),
+        "gpu_dot_products_s": gpu.map(|g| g.product_seconds),
+        "ndarray_s": cpu.seconds,
+        "ndarray_products_s": cpu.product_seconds,
+        "torch_host_batches_s": host_s,
+        "torch_device_s": device_s,
+        "torch_note": note,
+        "runs_agree": agree,
+    });
+    match std::fs::write(path, serde_json::to_string_pretty(&doc).expect("JSON")) {
+        Ok(()) => println!("wrote {path}"),
+        Err(e) => eprintln!("could not write {path}: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cfg = match parse_args(&args) {
@@ -429,9 +598,11 @@ fn main() -> ExitCode {
     let total_flops = cfg.flops_per_step() * (cfg.steps_per_epoch() * cfg.epochs) as f64;
     let report = |what: &str, run: &Run| {
         println!(
-            "{what:<29} {:8.3} s  {:8.1} GFLOP/s",
+            "{what:<29} {:8.3} s  {:8.1} GFLOP/s  ({:.3} s in the products, {:.3} s elsewhere)",
             run.seconds,
-            total_flops / run.seconds / 1e9
+            total_flops / run.seconds / 1e9,
+            run.product_seconds,
+            run.seconds - run.product_seconds
         );
     };
 
@@ -462,6 +633,7 @@ fn main() -> ExitCode {
         Err(GpuDotError::NoDevice { reason }) => {
             println!("gpu-dot (weights on the GPU): skipped, no GPU to run on: {reason}");
             compare_losses(&cpu, None);
+            record(&cfg, &cpu, None, None);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -477,6 +649,7 @@ fn main() -> ExitCode {
 
     let losses_agree = compare_losses(&cpu, Some(&gpu));
     let weights_agree = compare_weights(&init, &cpu, &gpu);
+    record(&cfg, &cpu, Some(&gpu), Some(losses_agree && weights_agree));
     if !(losses_agree && weights_agree) {
         eprintln!(
             "MISMATCH: the two runs differ by more than the tolerance \

@@ -7,6 +7,10 @@
 //! on-disk cache.
 //!
 //!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
+//!         [--sizes 256,1024] [--no-first-call]
+//!
+//! `--sizes` measures only those squares; `--no-first-call` skips the child processes. Each
+//! shape is warmed up until the autotuner has settled on its choice.
 //!
 //! Prints a markdown table (the crossover and each point's ratio to the faster of ndarray and
 //! the GPU path) and writes the JSON records to PATH.
@@ -149,17 +153,28 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let no_torch = args.iter().any(|a| a == "--no-torch");
-    let json_path = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1).cloned());
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let json_path = value("--json");
+    let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
+        v.split(',')
+            .map(|s| s.trim().parse().expect("--sizes takes integers"))
+            .collect()
+    });
     let DeviceStatus::Ready(info) = device_status() else {
         eprintln!("the sweep needs a CUDA GPU: {}", device_status());
         std::process::exit(2);
     };
     println!("device: {}", device_status());
 
-    let first = first_call_records();
+    let first = if args.iter().any(|a| a == "--no-first-call") {
+        Value::Null
+    } else {
+        first_call_records()
+    };
     println!("first call: {first}");
 
     let mut shapes: Vec<(usize, usize, usize)> = [
@@ -178,6 +193,9 @@ fn main() {
         (8192, 1024, 1024),
         (1, 4096, 4096),
     ]);
+    if let Some(sizes) = &sizes {
+        shapes = sizes.iter().map(|&s| (s, s, s)).collect();
+    }
     let torch = if no_torch { None } else { torch_times(&shapes) };
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
@@ -187,11 +205,21 @@ fn main() {
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix(m, k, 1 + i as u64);
         let b = random_matrix(k, n, 100 + i as u64);
-        // Warm-up: tunes the shape class and grows the staging buffers.
-        let route = a
+        // Warm-up: grows the staging buffers and lets the autotuner settle (each candidate is
+        // a real product, measured as it runs).
+        let mut route = a
             .gpu_dot_with(&b, &DotOptions::default())
             .expect("gpu_dot")
             .route;
+        for _ in 0..64 {
+            if gpu_dot::tuning_in_progress() == 0 {
+                break;
+            }
+            route = a
+                .gpu_dot_with(&b, &DotOptions::default())
+                .expect("gpu_dot")
+                .route;
+        }
         a.gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
         // The three in a fresh random order each round, so that none always follows the same

@@ -5,9 +5,9 @@
 //! after another as copies land. A general thread pool answers each job with a wake-up chain
 //! and a blocking join; the crew instead runs one *job* at a time, a closure every helper calls
 //! with its index, and the caller (the conductor) goes on driving the device while the helpers
-//! work. Helpers poll for the next job for [`IDLE_SPIN`] after each one before they park, so
-//! back-to-back products (a training loop) find them awake; parked helpers are woken in a tree
-//! (each wakes two more), so the caller pays for one wake-up, not sixteen.
+//! work. The first few helpers poll for the next job for [`IDLE_SPIN`] after each one before
+//! they park, so back-to-back products (a training loop) find them awake; parked helpers are
+//! woken in a tree (each wakes two more), so the caller pays for one wake-up, not sixteen.
 //!
 //! The crew serves one job at a time: a product that finds it busy (another thread's product)
 //! runs without helpers, its conductor doing the pieces itself.
@@ -28,6 +28,10 @@ const MAX_HELPERS: usize = 15;
 
 /// How long an idle helper polls for the next job before it parks.
 const IDLE_SPIN: Duration = Duration::from_micros(200);
+/// Helpers that poll after a job: the ones small products use. The others park at once, so
+/// that between products the crew takes little CPU from the caller's own threads; waking them
+/// costs microseconds, which only products large enough to want them pay.
+const POLLING_HELPERS: usize = 4;
 
 /// A job as the helpers see it: the closure, its lifetime erased (see [`Crew::run`]).
 #[derive(Clone, Copy)]
@@ -202,8 +206,9 @@ pub(crate) fn pause(waited: &mut u32) {
 /// published before the thread first runs is still seen), take part, repeat.
 fn helper_loop(shared: &'static Shared, index: usize, mut seen: u64) {
     loop {
-        // Wait for the next job: poll for a while, then park.
+        // Wait for the next job: poll for a while (the first few helpers), then park.
         let idle_since = Instant::now();
+        let mut polling = index < POLLING_HELPERS;
         let mut polls = 0u32;
         loop {
             let epoch = shared.epoch.load(SeqCst);
@@ -212,12 +217,11 @@ fn helper_loop(shared: &'static Shared, index: usize, mut seen: u64) {
                 break;
             }
             polls = polls.wrapping_add(1);
-            if idle_since.elapsed() < IDLE_SPIN {
-                if polls % 64 == 0 {
-                    thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+            if polling && polls % 256 == 0 {
+                polling = idle_since.elapsed() < IDLE_SPIN;
+            }
+            if polling {
+                std::hint::spin_loop();
             } else {
                 thread::park();
             }

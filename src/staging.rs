@@ -192,6 +192,11 @@ impl HostMat {
         (self.rows, self.cols)
     }
 
+    /// The address of element (0, 0).
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.rows * self.cols
     }

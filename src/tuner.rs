@@ -39,7 +39,7 @@ const DEFAULT_PANELS: usize = 4;
 /// Panel counts the tuner tries per product (the smallest that fit).
 const PANEL_CHOICES: usize = 3;
 /// Times each candidate is measured before the tuner chooses.
-pub(crate) const ROUNDS: u32 = 2;
+pub(crate) const ROUNDS: u32 = 3;
 
 /// What ran: the kernel, and for the register-blocked family its plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +90,8 @@ pub(crate) struct Key {
     aligned: bool,
     /// Whether the epilogue `C = alpha·T + beta·C` runs.
     epilogue: bool,
+    /// The panel height the options force, if any.
+    forced_rows: Option<usize>,
 }
 
 /// What the tuner needs to know about a product.
@@ -105,7 +107,7 @@ pub(crate) struct Product {
 }
 
 impl Product {
-    fn key(&self) -> Key {
+    fn key(&self, forced_rows: Option<usize>) -> Key {
         let (m, k, n) = self.dims;
         Key {
             log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
@@ -113,6 +115,7 @@ impl Product {
             residency: self.residency,
             aligned: self.aligned,
             epilogue: self.epilogue,
+            forced_rows,
         }
     }
 
@@ -245,7 +248,7 @@ pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Opti
         let first = candidates(p, opts, sms)[0];
         return (first, None);
     }
-    let key = p.key();
+    let key = p.key(opts.panel_rows);
     let mut table = tuned();
     let entry = table.entry(key).or_insert_with(|| {
         let candidates = candidates(p, opts, sms);

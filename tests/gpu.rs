@@ -253,10 +253,64 @@ fn sixteen_threads_multiply_at_once() {
     }
 }
 
+/// Set in the child process of `each_family_is_compiled_once_per_process`.
+const COMPILE_CHILD: &str = "GPU_DOT_TEST_COMPILE_CHILD";
+/// The line the child prints when its checks passed.
+const COMPILE_REPORT: &str = "gpu-dot-compile-child: ok";
+
+/// Counts NVRTC compilations in a child process of this test binary with an empty kernel
+/// cache of its own, so that the count does not depend on what earlier runs left in the
+/// default cache, nor on other tests of this process.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn each_family_is_compiled_once_per_process() {
+    if std::env::var_os(COMPILE_CHILD).is_some() {
+        return count_compilations();
+    }
     expect_device();
+    let dir = std::env::temp_dir().join(format!(
+        "gpu-dot-compile-count-{}-{}",
+        std::process::id(),
+        common::fresh_seed()
+    ));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "each_family_is_compiled_once_per_process",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env(COMPILE_CHILD, "1")
+        .env(gpu_dot::ENV_CACHE_DIR, &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(COMPILE_REPORT),
+        "the child failed ({})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "{}",
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("first use"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The child's checks: with an empty cache, each of the three families is compiled exactly
+/// once, however many products use it.
+fn count_compilations() {
+    expect_device();
+    assert_eq!(
+        nvrtc_compilations(),
+        0,
+        "nothing compiled before the first product"
+    );
     let a = Arc::new(random(64, 48));
     let b = random(48, 80);
     for kernel in KERNELS {
@@ -278,11 +332,13 @@ fn each_family_is_compiled_once_per_process() {
     let loads = module_loads();
     assert_eq!(loads.len(), 3);
     for l in loads {
+        assert!(!l.cached, "{} came from an empty cache", l.family);
         println!(
             "first use of {}: NVRTC {:.1} ms, load {:.1} ms",
             l.family, l.nvrtc_ms, l.load_ms
         );
     }
+    println!("{COMPILE_REPORT}");
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! everything on one stream and needs no cross-stream events.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,8 +45,10 @@ pub(crate) struct Endpoints {
     pub(crate) down_host: Vec<HostMat>,
     /// For each down transfer, the device address it is copied from.
     pub(crate) down_dev: Vec<CUdeviceptr>,
-    /// The down transfers write fresh memory, whose pages are touched before the results land.
-    pub(crate) fresh: bool,
+    /// When the down transfers are the row panels of one fresh C-order result (memory never
+    /// written yet), the whole result: its pages are touched, in parallel and ahead of the
+    /// results, so that the page faults are off the critical path.
+    pub(crate) fresh: Option<HostMat>,
 }
 
 /// The streams a run uses: three for several panels, one (in every role) otherwise.
@@ -271,6 +274,19 @@ pub(crate) struct Trace {
     pub(crate) helpers: usize,
     pub(crate) pieces_by_conductor: usize,
     pub(crate) pieces: usize,
+    /// Host seconds spent issuing copies (with their events), enqueueing panels' kernels, and
+    /// polling events.
+    pub(crate) issue: f64,
+    pub(crate) launch: f64,
+    pub(crate) poll: f64,
+}
+
+/// Runs `f`, adding its duration to `acc` (seconds).
+fn clocked<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let out = f();
+    *acc += start.elapsed().as_secs_f64();
+    out
 }
 
 /// The shared progress of one run.
@@ -285,9 +301,13 @@ struct Board<'r> {
     up_free: AtomicUsize,
     /// Pieces packed, per up parcel.
     up_packed: Vec<AtomicUsize>,
-    /// Next down piece whose pages to touch.
+    /// The fresh result's touch units (ranges of its row-major order, one huge page each, so
+    /// that no two threads fault the same page), the next to claim, and which are done.
+    touch_units: Vec<(usize, usize)>,
     touch_next: AtomicUsize,
     touched: Vec<AtomicBool>,
+    /// Per down piece, the touch units it lies in.
+    piece_units: Vec<Range<usize>>,
     /// Next down piece to claim for unpacking.
     down_next: AtomicUsize,
     /// Down parcels `< down_landed` are in their staging slots.
@@ -312,7 +332,10 @@ impl<'r> Board<'r> {
         down_ring: Option<Ring<'r>>,
     ) -> Board<'r> {
         let counters = |n: usize| (0..n).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>();
-        let down_pieces = sched.down.pieces.len();
+        let (touch_units, piece_units) = match &ends.fresh {
+            Some(c) => touch_plan(c, sched, ends),
+            None => (Vec::new(), vec![0..0; sched.down.pieces.len()]),
+        };
         Board {
             sched,
             ends,
@@ -321,10 +344,12 @@ impl<'r> Board<'r> {
             up_next: AtomicUsize::new(0),
             up_free: AtomicUsize::new(sched.up.slots),
             up_packed: counters(sched.up.parcels.len()),
-            touch_next: AtomicUsize::new(if ends.fresh { 0 } else { down_pieces }),
-            touched: (0..down_pieces)
-                .map(|_| AtomicBool::new(!ends.fresh))
+            touch_next: AtomicUsize::new(0),
+            touched: (0..touch_units.len())
+                .map(|_| AtomicBool::new(false))
                 .collect(),
+            touch_units,
+            piece_units,
             down_next: AtomicUsize::new(0),
             down_landed: AtomicUsize::new(0),
             down_unpacked: counters(sched.down.parcels.len()),
@@ -362,24 +387,31 @@ impl<'r> Board<'r> {
         }
         let landed = self.down_landed.load(SeqCst);
         if let Some(i) = Self::claim(&self.down_next, down.pieces.len(), |i| {
-            down.pieces[i].parcel < landed && self.touched[i].load(SeqCst)
+            down.pieces[i].parcel < landed
+                && self.piece_units[i]
+                    .clone()
+                    .all(|u| self.touched[u].load(SeqCst))
         }) {
             self.unpack(i);
             return Step::Worked;
         }
-        if let Some(i) = Self::claim(&self.touch_next, down.pieces.len(), |_| true) {
-            let piece = &down.pieces[i];
-            let host = &self.ends.down_host[down.parcels[piece.parcel].transfer];
-            // SAFETY: the result is fresh memory owned by the caller for the whole run; each
-            // down piece is touched by one thread, and only before its unpacking (which waits
+        if let Some(u) = Self::claim(&self.touch_next, self.touch_units.len(), |_| true) {
+            let (start, end) = self.touch_units[u];
+            let c = self
+                .ends
+                .fresh
+                .as_ref()
+                .expect("touch units of a fresh result");
+            // SAFETY: the result is fresh memory borrowed by the caller for the whole run; each
+            // unit is touched by one thread, and before any piece in it is unpacked (those wait
             // for `touched`), so no other thread uses these elements meanwhile.
-            unsafe { host.touch(piece.start, piece.end) };
-            self.touched[i].store(true, SeqCst);
+            unsafe { c.touch(start, end) };
+            self.touched[u].store(true, SeqCst);
             return Step::Worked;
         }
         let all_claimed = self.up_next.load(SeqCst) >= up.pieces.len()
             && self.down_next.load(SeqCst) >= down.pieces.len()
-            && self.touch_next.load(SeqCst) >= down.pieces.len();
+            && self.touch_next.load(SeqCst) >= self.touch_units.len();
         if all_claimed {
             Step::Finished
         } else {
@@ -441,6 +473,43 @@ impl<'r> Board<'r> {
     }
 }
 
+/// Bytes of a transparent huge page: the unit of touching a fresh result.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A fresh result's touch units (ranges of its row-major order, split at huge-page
+/// boundaries of its memory), and for each down piece the units it lies in.
+fn touch_plan(
+    c: &HostMat,
+    sched: &Schedule,
+    ends: &Endpoints,
+) -> (Vec<(usize, usize)>, Vec<Range<usize>>) {
+    let (base, len) = (c.addr(), c.len());
+    let per_page = HUGE_PAGE / 4;
+    let first = (base.next_multiple_of(HUGE_PAGE) - base) / 4;
+    let mut units = Vec::new();
+    let mut start = 0;
+    let mut end = first.min(len);
+    while start < len {
+        if end > start {
+            units.push((start, end));
+        }
+        start = end;
+        end = (end + per_page).min(len);
+    }
+    let unit_of = |e: usize| units.partition_point(|&(_, u1)| u1 <= e);
+    let pieces = sched
+        .down
+        .pieces
+        .iter()
+        .map(|p| {
+            let t = sched.down.parcels[p.parcel].transfer;
+            let offset = (ends.down_host[t].addr() - base) / 4;
+            unit_of(offset + p.start)..unit_of(offset + p.end - 1) + 1
+        })
+        .collect();
+    (units, pieces)
+}
+
 /// What the conductor enqueues for one panel, on the compute stream.
 pub(crate) type PanelWork<'w> = dyn FnMut(usize) -> Result<(), GpuDotError> + 'w;
 
@@ -497,7 +566,7 @@ pub(crate) fn conduct<L: Link>(
         }
         out
     });
-    if !ends.fresh && board.down_next.load(SeqCst) > 0 {
+    if ends.fresh.is_none() && board.down_next.load(SeqCst) > 0 {
         *touched = true;
     }
     result?;
@@ -577,9 +646,15 @@ impl<L: Link> Conductor<'_, '_, L> {
                 // schedule), and nothing else uses it until the copy completes (the kernels
                 // that read it are ordered after it, and the panel that used the slot before
                 // is waited for above).
-                unsafe { link.copy_up(dst, src, len)? };
-                if issued_up + up.slots < up.parcels.len() {
-                    link.record(Mark::UpSlot(parcel.slot), Lane::Up)?;
+                let reused = issued_up + up.slots < up.parcels.len();
+                clocked(&mut trace.issue, || {
+                    unsafe { link.copy_up(dst, src, len)? };
+                    if reused {
+                        link.record(Mark::UpSlot(parcel.slot), Lane::Up)?;
+                    }
+                    Ok::<(), GpuDotError>(())
+                })?;
+                if reused {
                     up_waits.push_back(issued_up);
                 }
                 if issued_up == 0 {
@@ -615,7 +690,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                     link.wait(Lane::Compute, Mark::Inputs(i))?;
                 }
                 *touched |= !c_host;
-                panel_work(i)?;
+                clocked(&mut trace.launch, || panel_work(i))?;
                 if separate {
                     link.record(Mark::Kernels(i), Lane::Compute)?;
                 }
@@ -653,8 +728,10 @@ impl<L: Link> Conductor<'_, '_, L> {
                 // (checked above); `src` lies inside the device buffer holding the transfer's
                 // floats, written by work ordered before this copy (the panel's kernels: the
                 // same stream, or the wait above).
-                unsafe { link.copy_down(dst, src, len)? };
-                link.record(Mark::DownSlot(parcel.slot), Lane::Down)?;
+                clocked(&mut trace.issue, || {
+                    unsafe { link.copy_down(dst, src, len)? };
+                    link.record(Mark::DownSlot(parcel.slot), Lane::Down)
+                })?;
                 down_waits.push_back(issued_down);
                 issued_down += 1;
                 if let (Some(i), true) = (panel, separate) {
@@ -675,6 +752,7 @@ impl<L: Link> Conductor<'_, '_, L> {
             }
 
             // 4. Copies that have landed free their slots (up) or their parcels (down).
+            let polling = Instant::now();
             while let Some(&j) = up_waits.front() {
                 if !link.landed(Mark::UpSlot(up.parcels[j].slot))? {
                     break;
@@ -694,6 +772,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 }
                 progressed = true;
             }
+            trace.poll += polling.elapsed().as_secs_f64();
 
             let finished = issued_up == up.parcels.len()
                 && enqueued == panels

@@ -462,7 +462,9 @@ fn endpoints(planned: &Planned, ops: &Operands, dev: &DevAddrs) -> Endpoints {
         up_dev: Vec::with_capacity(sched.up.transfers.len()),
         down_host: Vec::with_capacity(sched.down.transfers.len()),
         down_dev: Vec::with_capacity(sched.down.transfers.len()),
-        fresh: ops.fresh,
+        fresh: ops
+            .fresh
+            .then(|| ops.c_host.expect("a fresh result is on the host")),
     };
     let c = || ops.c_host.expect("C is on the host");
     for t in &sched.up.transfers {
@@ -648,7 +650,8 @@ impl Times {
         eprintln!(
             "gpu-dot trace: {m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
              total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
-             inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3}",
+             inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
+             issue={:.3} launch={:.3} poll={:.3}",
             planned.sched.panels.len(),
             planned.choice.plan.map_or("-".into(), |p| p.to_string()),
             t.helpers,
@@ -663,6 +666,9 @@ impl Times {
             at(t.kernels_enqueued),
             at(t.results_landed),
             at(t.unpacked),
+            t.issue * 1e3,
+            t.launch * 1e3,
+            t.poll * 1e3,
         );
     }
 }
@@ -701,7 +707,7 @@ fn transfer(
         up_dev: up.iter().map(|u| u.1).collect(),
         down_host: down.iter().map(|d| d.0).collect(),
         down_dev: down.iter().map(|d| d.1).collect(),
-        fresh: down.is_some_and(|d| d.2),
+        fresh: down.filter(|d| d.2).map(|d| d.0),
     };
     let run = Run {
         link: CudaLink::new(streams, events, &sched),
@@ -838,7 +844,6 @@ mod tests {
         let tiny = Limits {
             min_parcel: 64,
             max_parcel: 256,
-            target_parcels: 8,
             max_ring: 768,
             piece: 48,
         };

@@ -9,14 +9,17 @@
 use std::ops::Range;
 
 /// The sizes a schedule cuts transfers into, in floats.
+///
+/// Parcels going up grow geometrically from the smallest to the largest size (the first copy
+/// starts after little packing; later ones are large, where a copy's fixed cost is small);
+/// parcels coming down shrink geometrically toward the end of each panel's result (early ones
+/// large; the last one small, so that little unpacking is left once the last copy lands).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// Smallest staging slot.
+    /// Smallest parcel.
     pub(crate) min_parcel: usize,
-    /// Largest staging slot.
+    /// Largest parcel (and staging slot).
     pub(crate) max_parcel: usize,
-    /// Parcels aimed at per direction when they are not already at their smallest.
-    pub(crate) target_parcels: usize,
     /// Largest staging ring: larger transfers reuse its slots.
     pub(crate) max_ring: usize,
     /// Largest piece.
@@ -26,17 +29,70 @@ pub(crate) struct Limits {
 impl Limits {
     /// The sizes products use.
     pub(crate) const DEFAULT: Limits = Limits {
-        // 128 KiB: smaller copies cost more in per-copy overhead than they gain in overlap.
+        // 128 KiB: a copy's fixed cost is a few microseconds; smaller parcels cost more in
+        // copies than they gain in overlap.
         min_parcel: 32 << 10,
-        // 1 MiB: about 19 µs at 55 GB/s, short enough that the link starts early and the last
-        // parcel's tail is short.
-        max_parcel: 256 << 10,
-        target_parcels: 16,
-        // 16 MiB, about 0.3 ms of transfer at 55 GB/s.
-        max_ring: 4 << 20,
+        // 4 MiB: about 75 µs at 55 GB/s; copies this large run at the link's full rate.
+        max_parcel: 1 << 20,
+        // 32 MiB, about 0.6 ms of transfer at 55 GB/s.
+        max_ring: 8 << 20,
         // 64 KiB: a few microseconds of one thread's copying.
         piece: 16 << 10,
     };
+}
+
+/// Which way parcel sizes change along a direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Growth {
+    /// From the smallest, doubling with each parcel of the direction.
+    Rising,
+    /// Toward the smallest at the end of each transfer, halving with each parcel.
+    Falling,
+}
+
+/// Cuts `len` floats into parcel ranges. `rising` counts the parcels cut so far in a
+/// rising direction.
+fn cut(len: usize, growth: Growth, limits: &Limits, rising: &mut u32) -> Vec<(usize, usize)> {
+    let size = |j: u32| {
+        limits
+            .min_parcel
+            .saturating_mul(1usize.checked_shl(j.min(40)).unwrap_or(usize::MAX))
+            .min(limits.max_parcel)
+    };
+    let mut out = Vec::new();
+    match growth {
+        Growth::Rising => {
+            let mut start = 0;
+            while start < len {
+                let end = (start + size(*rising)).min(len);
+                out.push((start, end));
+                start = end;
+                *rising += 1;
+            }
+        }
+        Growth::Falling => {
+            // Sizes from the end; the first parcel takes what is left, merged into its
+            // neighbour when it is the smaller and the two fit one parcel.
+            let mut end = len;
+            let mut j = 0;
+            while end > 0 {
+                let start = end.saturating_sub(size(j));
+                out.push((start, end));
+                end = start;
+                j += 1;
+            }
+            let len_of = |p: (usize, usize)| p.1 - p.0;
+            if let [.., next, first] = out[..] {
+                if len_of(first) < len_of(next) && len_of(first) + len_of(next) <= limits.max_parcel
+                {
+                    out.pop();
+                    out.last_mut().expect("one parcel").0 = first.0;
+                }
+            }
+            out.reverse();
+        }
+    }
+    out
 }
 
 /// What a transfer moves.
@@ -100,28 +156,21 @@ pub(crate) struct Direction {
 }
 
 impl Direction {
-    fn new(transfers: Vec<Transfer>, limits: &Limits) -> Direction {
-        let total: usize = transfers.iter().map(|t| t.len).sum();
-        if total == 0 {
-            return Direction {
-                transfers,
-                ..Direction::default()
-            };
-        }
-        let slot_len = (total / limits.target_parcels)
-            .next_power_of_two()
-            .clamp(limits.min_parcel, limits.max_parcel);
+    fn new(transfers: Vec<Transfer>, growth: Growth, limits: &Limits) -> Direction {
         let mut parcels = Vec::new();
         let mut pieces = Vec::new();
+        let mut rising = 0;
         for (transfer, t) in transfers.iter().enumerate() {
-            for start in (0..t.len).step_by(slot_len) {
-                let end = (start + slot_len).min(t.len);
+            for (start, end) in cut(t.len, growth, limits, &mut rising) {
                 let first_piece = pieces.len();
-                for p in (start..end).step_by(limits.piece) {
+                // At least four pieces per parcel (down to a quarter of the largest piece),
+                // so that even a small first or last parcel is copied by several threads.
+                let piece = ((end - start).div_ceil(4)).clamp(limits.piece / 4, limits.piece);
+                for p in (start..end).step_by(piece.max(1)) {
                     pieces.push(Piece {
                         parcel: parcels.len(),
                         start: p,
-                        end: (p + limits.piece).min(end),
+                        end: (p + piece).min(end),
                     });
                 }
                 parcels.push(Parcel {
@@ -133,7 +182,10 @@ impl Direction {
                 });
             }
         }
-        let slots = parcels.len().min((limits.max_ring / slot_len).max(1));
+        let slot_len = parcels.iter().map(Parcel::len).max().unwrap_or(0);
+        let slots = parcels
+            .len()
+            .min((limits.max_ring / slot_len.max(1)).max(1));
         for (j, parcel) in parcels.iter_mut().enumerate() {
             parcel.slot = j % slots;
         }
@@ -241,8 +293,8 @@ impl Schedule {
                 });
             }
         }
-        let up = Direction::new(up, limits);
-        let down = Direction::new(down, limits);
+        let up = Direction::new(up, Growth::Rising, limits);
+        let down = Direction::new(down, Growth::Falling, limits);
         let panel_inputs = inputs_through
             .iter()
             .map(|&through| {
@@ -283,7 +335,8 @@ impl Schedule {
             what: What::Whole,
             len,
         }];
-        Schedule::whole(Direction::new(up, &Limits::DEFAULT), Direction::default())
+        let up = Direction::new(up, Growth::Rising, &Limits::DEFAULT);
+        Schedule::whole(up, Direction::default())
     }
 
     /// The schedule of one download of `len` floats.
@@ -292,7 +345,8 @@ impl Schedule {
             what: What::Whole,
             len,
         }];
-        Schedule::whole(Direction::default(), Direction::new(down, &Limits::DEFAULT))
+        let down = Direction::new(down, Growth::Falling, &Limits::DEFAULT);
+        Schedule::whole(Direction::default(), down)
     }
 
     fn whole(up: Direction, down: Direction) -> Schedule {
@@ -334,7 +388,7 @@ mod tests {
             for j in d.parcels_of(t) {
                 let p = &d.parcels[j];
                 assert_eq!((p.transfer, p.start), (t, at));
-                assert!(p.len() > 0 && p.len() <= d.slot_len);
+                assert!(p.len() > 0 && p.len() <= d.slot_len && p.len() <= L.max_parcel);
                 assert_eq!(p.slot, j % d.slots);
                 assert_eq!(p.pieces.start, next_piece);
                 let mut q = p.start;
@@ -430,11 +484,35 @@ mod tests {
         assert_eq!(s.up.slot_len, L.max_parcel);
         assert!(s.up.ring_len() <= L.max_ring);
         assert!(s.up.parcels.len() > s.up.slots);
-        // Small products get small parcels, all in flight at once.
+        // Small products: every parcel in flight at once.
         let s = Schedule::product((256, 256, 256), 256, true, ALL_HOST);
-        assert_eq!(s.up.slot_len, L.min_parcel);
         assert_eq!(s.up.slots, s.up.parcels.len());
         assert_eq!(s.host_bytes(), 3 * 256 * 256 * 4);
+    }
+
+    #[test]
+    fn parcels_rise_going_up_and_fall_at_the_end_of_each_result() {
+        let s = Schedule::product((1024, 1024, 1024), 1024, true, ALL_HOST);
+        let lens: Vec<usize> = s.up.parcels.iter().map(Parcel::len).collect();
+        assert_eq!(lens[0], L.min_parcel);
+        assert_eq!(lens[1], 2 * L.min_parcel);
+        assert!(lens.iter().all(|&l| l <= L.max_parcel));
+        let lens: Vec<usize> = s.down.parcels.iter().map(Parcel::len).collect();
+        assert_eq!(*lens.last().unwrap(), L.min_parcel);
+        assert_eq!(lens[lens.len() - 2], 2 * L.min_parcel);
+        assert!(lens[1..].windows(2).all(|w| w[0] >= w[1]));
+        // A short result is one parcel, even below the smallest size.
+        let mut rising = 0;
+        assert_eq!(cut(10, Growth::Falling, &L, &mut rising), vec![(0, 10)]);
+        // A remainder smaller than the smallest parcel joins its neighbour.
+        let c = cut(L.min_parcel * 3 + 5, Growth::Falling, &L, &mut rising);
+        assert_eq!(
+            c,
+            vec![
+                (0, L.min_parcel * 2 + 5),
+                (L.min_parcel * 2 + 5, L.min_parcel * 3 + 5)
+            ]
+        );
     }
 
     #[test]

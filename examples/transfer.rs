@@ -1,0 +1,330 @@
+//! The host side of a transfer, measured piece by piece, to size the crate's copy path:
+//!
+//! - copying pageable memory into page-locked staging with 1 to 16 threads (GB/s);
+//! - filling a fresh result (pages not yet faulted in) with several threads, with and without
+//!   transparent huge pages, and a result whose memory the allocator reuses;
+//! - the driver's copies between device and host: page-locked (async) against pageable
+//!   (the driver stages those itself), at sizes from 256 KiB to 64 MiB, each synchronised;
+//! - back-to-back page-locked copies of 32 MiB in chunks of 64 KiB to 4 MiB, each direction
+//!   alone and both at once: the cost of cutting a transfer into parcels.
+//!
+//!     cargo run --release --example transfer [-- --json PATH]
+//!
+//! Prints a table per measurement (medians of repeated runs) and writes them as JSON.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use serde_json::{json, Value};
+
+const MIB: usize = 1 << 20;
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Median seconds of `f` over `reps` runs (after one warm-up).
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+/// Copies `src` to `dst` (possibly uninitialised memory, valid for `src.len()` floats and
+/// used by nothing else meanwhile) on `threads` threads, in equal contiguous parts.
+fn parallel_copy(src: &[f32], dst: *mut f32, threads: usize) {
+    let part = src.len().div_ceil(threads);
+    let dst = dst as usize;
+    std::thread::scope(|s| {
+        for (i, c) in src.chunks(part).enumerate() {
+            s.spawn(move || {
+                // SAFETY: the caller's `dst` holds `src.len()` floats; part `i` is
+                // `c.len()` floats from `i·part`, disjoint from every other thread's.
+                unsafe {
+                    let d = (dst as *mut f32).add(i * part);
+                    std::ptr::copy_nonoverlapping(c.as_ptr(), d, c.len());
+                }
+            });
+        }
+    });
+}
+
+/// Page-locked host memory from the driver.
+struct Pinned {
+    ptr: *mut f32,
+    len: usize,
+}
+
+impl Pinned {
+    fn new(ctx: &Arc<CudaContext>, len: usize) -> Pinned {
+        ctx.bind_to_thread().expect("binding the context");
+        // SAFETY: cuMemHostAlloc returns `len·4` bytes of page-locked memory or an error;
+        // freed once in Drop.
+        let ptr = unsafe { result::malloc_host(len * 4, 0) }.expect("page-locked memory");
+        Pinned {
+            ptr: ptr.cast(),
+            len,
+        }
+    }
+
+    fn slice(&mut self) -> &mut [f32] {
+        // SAFETY: `ptr` holds `len` floats (allocated in `new`), and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: from cuMemHostAlloc in `new`; no copy uses it any more (every measurement
+        // synchronises its stream).
+        unsafe { result::free_host(self.ptr.cast()) }.expect("freeing page-locked memory");
+    }
+}
+
+fn pack_bandwidth(ctx: &Arc<CudaContext>) -> Vec<Value> {
+    println!("\n| bytes | threads | pageable → pinned GB/s |");
+    println!("|---|---|---|");
+    let mut out = Vec::new();
+    for bytes in [MIB, 4 * MIB, 64 * MIB] {
+        let src: Vec<f32> = (0..bytes / 4).map(|i| i as f32).collect();
+        let mut dst = Pinned::new(ctx, bytes / 4);
+        for threads in [1, 2, 4, 8, 16] {
+            let s = time(20, || {
+                parallel_copy(&src, dst.slice().as_mut_ptr(), threads)
+            });
+            let gbs = bytes as f64 / s / 1e9;
+            println!("| {bytes} | {threads} | {gbs:.1} |");
+            out.push(json!({"bytes": bytes, "threads": threads, "gb_per_s": gbs}));
+        }
+    }
+    out
+}
+
+/// Fills `len` floats of fresh anonymous memory (mapped for the run, so every page faults)
+/// on `threads` threads; with `huge`, advises transparent huge pages first.
+#[cfg(target_os = "linux")]
+fn fresh_fill(len: usize, threads: usize, huge: bool) -> f64 {
+    let src = vec![1.0f32; len];
+    time(10, || {
+        let bytes = len * 4;
+        // SAFETY: an anonymous private mapping of `bytes` bytes, checked for failure, used only
+        // here and unmapped below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
+        if huge {
+            // SAFETY: advice on the mapping made above; failure only means no huge pages.
+            unsafe { libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE) };
+        }
+        // The mapping holds `len` floats.
+        parallel_copy(&src, ptr.cast::<f32>(), threads);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(ptr, bytes) };
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn fill_fresh_results() -> Vec<Value> {
+    println!(
+        "\n| bytes | threads | fresh pages GB/s | fresh huge pages GB/s | reused (Vec) GB/s |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut out = Vec::new();
+    for bytes in [4 * MIB, 64 * MIB] {
+        let len = bytes / 4;
+        let src = vec![1.0f32; len];
+        for threads in [1, 4, 16] {
+            let small = bytes as f64 / fresh_fill(len, threads, false) / 1e9;
+            let huge = bytes as f64 / fresh_fill(len, threads, true) / 1e9;
+            // A Vec allocated and dropped each time: what the allocator reuses.
+            let reused = bytes as f64
+                / time(10, || {
+                    let mut v: Vec<f32> = Vec::with_capacity(len);
+                    // The capacity holds `len` floats.
+                    parallel_copy(&src, v.as_mut_ptr(), threads);
+                    std::hint::black_box(&v);
+                })
+                / 1e9;
+            println!("| {bytes} | {threads} | {small:.1} | {huge:.1} | {reused:.1} |");
+            out.push(
+                json!({"bytes": bytes, "threads": threads, "fresh_gb_per_s": small,
+                "fresh_huge_gb_per_s": huge, "reused_gb_per_s": reused}),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(not(target_os = "linux"))]
+fn fill_fresh_results() -> Vec<Value> {
+    Vec::new()
+}
+
+fn link(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+    println!(
+        "\n| bytes | pinned H2D GB/s | pageable H2D GB/s | pinned D2H GB/s | pageable D2H GB/s |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut out = Vec::new();
+    for bytes in [256 << 10, MIB, 4 * MIB, 16 * MIB, 64 * MIB] {
+        let len = bytes / 4;
+        // SAFETY: uninitialised device memory, written by the copies before it is read.
+        let dev = unsafe { stream.alloc::<f32>(len) }.expect("device memory");
+        let (ptr, _guard) = cudarc::driver::DevicePtr::device_ptr(&dev, stream);
+        let mut pinned = Pinned::new(ctx, len);
+        let mut pageable = vec![1.0f32; len];
+        let cu = stream.cu_stream();
+        let sync = || stream.synchronize().expect("synchronising");
+        // SAFETY (all four): `ptr` holds `len` floats on the device; the host buffers hold
+        // `len` floats and outlive the copies, which are synchronised before the next use.
+        let h2d_pinned = time(20, || {
+            unsafe { result::memcpy_htod_async(ptr, pinned.slice(), cu) }.expect("copy");
+            sync();
+        });
+        let h2d_pageable = time(20, || {
+            unsafe { result::memcpy_htod_async(ptr, &pageable, cu) }.expect("copy");
+            sync();
+        });
+        let d2h_pinned = time(20, || {
+            unsafe { result::memcpy_dtoh_async(pinned.slice(), ptr, cu) }.expect("copy");
+            sync();
+        });
+        let d2h_pageable = time(20, || {
+            unsafe { result::memcpy_dtoh_async(&mut pageable, ptr, cu) }.expect("copy");
+            sync();
+        });
+        let gbs = |s: f64| bytes as f64 / s / 1e9;
+        println!(
+            "| {bytes} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            gbs(h2d_pinned),
+            gbs(h2d_pageable),
+            gbs(d2h_pinned),
+            gbs(d2h_pageable)
+        );
+        out.push(json!({"bytes": bytes,
+            "pinned_h2d_us": h2d_pinned * 1e6, "pageable_h2d_us": h2d_pageable * 1e6,
+            "pinned_d2h_us": d2h_pinned * 1e6, "pageable_d2h_us": d2h_pageable * 1e6}));
+    }
+    out
+}
+
+/// Back-to-back asynchronous copies of 32 MiB in chunks of each size, on one stream with one
+/// synchronisation at the end (as a pipeline issues them), each direction alone and both at
+/// once on two streams.
+fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+    println!("\n| chunk bytes | H2D GB/s | D2H GB/s | both at once, GB/s each way |");
+    println!("|---|---|---|---|");
+    let total = 32 * MIB / 4;
+    // SAFETY: uninitialised device memory, only copied into and out of.
+    let dev_up = unsafe { stream.alloc::<f32>(total) }.expect("device memory");
+    // SAFETY: as above.
+    let dev_down = unsafe { stream.alloc::<f32>(total) }.expect("device memory");
+    let (up_ptr, _g1) = cudarc::driver::DevicePtr::device_ptr(&dev_up, stream);
+    let (down_ptr, _g2) = cudarc::driver::DevicePtr::device_ptr(&dev_down, stream);
+    let other = ctx.new_stream().expect("a second stream");
+    let mut src = Pinned::new(ctx, total);
+    let mut dst = Pinned::new(ctx, total);
+    let mut out = Vec::new();
+    for chunk in [
+        64 << 10,
+        128 << 10,
+        256 << 10,
+        512 << 10,
+        MIB,
+        2 * MIB,
+        4 * MIB,
+    ] {
+        let floats = chunk / 4;
+        let h2d = |on: &CudaStream, src: &mut Pinned| {
+            for (i, part) in src.slice().chunks(floats).enumerate() {
+                // SAFETY: the device buffer holds `total` floats and part `i` lies at
+                // `i·floats` inside it; `src` outlives the copies (synchronised below).
+                unsafe {
+                    result::memcpy_htod_async(up_ptr + (i * chunk) as u64, part, on.cu_stream())
+                }
+                .expect("copy");
+            }
+        };
+        let d2h = |on: &CudaStream, dst: &mut Pinned| {
+            for (i, part) in dst.slice().chunks_mut(floats).enumerate() {
+                // SAFETY: as above, from the second device buffer into `dst`.
+                unsafe {
+                    result::memcpy_dtoh_async(part, down_ptr + (i * chunk) as u64, on.cu_stream())
+                }
+                .expect("copy");
+            }
+        };
+        let up = time(10, || {
+            h2d(stream, &mut src);
+            stream.synchronize().expect("synchronising");
+        });
+        let down = time(10, || {
+            d2h(stream, &mut dst);
+            stream.synchronize().expect("synchronising");
+        });
+        let both = time(10, || {
+            h2d(stream, &mut src);
+            d2h(&other, &mut dst);
+            stream.synchronize().expect("synchronising");
+            other.synchronize().expect("synchronising");
+        });
+        let gbs = |s: f64| (total * 4) as f64 / s / 1e9;
+        println!(
+            "| {chunk} | {:.1} | {:.1} | {:.1} |",
+            gbs(up),
+            gbs(down),
+            gbs(both)
+        );
+        out.push(json!({"chunk_bytes": chunk, "h2d_gb_per_s": gbs(up),
+            "d2h_gb_per_s": gbs(down), "duplex_gb_per_s_each": gbs(both)}));
+    }
+    out
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json_path = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1).cloned());
+    // SAFETY: only tries to open the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        eprintln!("transfer needs the CUDA driver");
+        std::process::exit(2);
+    }
+    let ctx = CudaContext::new(0).expect("a CUDA context on device 0");
+    let stream = ctx.new_stream().expect("a stream");
+    println!(
+        "device: {}; host threads available: {}",
+        ctx.name().expect("the device's name"),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let doc = json!({
+        "pack": pack_bandwidth(&ctx),
+        "fill": fill_fresh_results(),
+        "link": link(&ctx, &stream),
+        "chunked": chunked(&ctx, &stream),
+    });
+    if let Some(path) = json_path {
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
+            .expect("writing the JSON");
+        println!("wrote {path}");
+    }
+}
