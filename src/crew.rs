@@ -19,7 +19,7 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 /// Environment variable setting the number of helper threads (default: one fewer than the
-/// cores, at most [`MAX_HELPERS`]; `0` copies on the calling thread alone).
+/// cores, at most 15; `0` copies on the calling thread alone).
 pub const ENV_HOST_THREADS: &str = "GPU_DOT_HOST_THREADS";
 
 /// Most helpers the crew starts: past about sixteen threads host copies are limited by memory
@@ -31,7 +31,7 @@ const IDLE_SPIN: Duration = Duration::from_micros(200);
 /// Helpers that poll after a job: the ones small products use. The others park at once, so
 /// that between products the crew takes little CPU from the caller's own threads; waking them
 /// costs microseconds, which only products large enough to want them pay.
-const POLLING_HELPERS: usize = 4;
+const POLLING_HELPERS: usize = 8;
 
 /// A job as the helpers see it: the closure, its lifetime erased (see [`Crew::run`]).
 #[derive(Clone, Copy)]

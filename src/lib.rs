@@ -25,11 +25,15 @@
 //! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
 //!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
 //!   product took.
-//! - Host operands of any layout are packed by several threads into page-locked staging
-//!   buffers (F-order views as their transpose, so every copy reads memory in order) and copied
-//!   asynchronously; large products run in row panels on two streams, so the copies in both
-//!   directions, the kernels and the host-side packing overlap. Staging and device buffers are
-//!   kept and reused ([`trim`] frees them; [`retained_memory`] reports them).
+//! - Host operands of any layout are packed into page-locked staging rings (F-order views as
+//!   their transpose, so every copy reads memory in order) by the calling thread and a crew of
+//!   helper threads, in pieces of tens of KiB; each parcel (128 KiB growing to 4 MiB) is copied
+//!   to the device as soon as its pieces are packed, and results come back in parcels that
+//!   shrink toward the end, unpacked as they land. Products run in row panels (one stream for
+//!   one panel, three for several), so packing, the copies in both directions, the kernels and
+//!   the unpacking all overlap at every size. A fresh result's pages are faulted in by the crew
+//!   while the device works. Staging and device buffers are kept and reused ([`trim`] frees
+//!   them; [`retained_memory`] reports them), so a repeated product allocates nothing.
 //!
 //! # Device-resident matrices and the general form
 //!
@@ -46,8 +50,10 @@
 //! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
 //! `libnvrtc.so`, which the toolkit's runtime packages ship).
 //!
-//! `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times (B upload, A packing,
-//! C unpacking) to stderr.
+//! `GPU_DOT_TRACE=1` prints each GPU product's panels, plan, helper threads and phase times
+//! (milliseconds from the call: schedule, buffers, first copy, last input copy, last kernel
+//! enqueued, results landed, unpacked; and the host time spent issuing copies, launching
+//! kernels and polling events) to stderr.
 //!
 //! # Choosing
 //!
@@ -63,6 +69,7 @@
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer | [`DEFAULT_MIN_GPU_FLOPS`] |
 //! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
 //! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
+//! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
 //!
 //! # Kernel cache
 //!
@@ -84,7 +91,7 @@
 //! | [`Kernel::Tiled16`] | 16 × 16 shared-memory tiles, boundary-checked |
 //! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked |
 //! | [`Kernel::Reg64`], [`Kernel::Reg128`] | register-blocked tiles with a cp.async pipeline |
-//! | [`Kernel::Auto`] | the register-blocked [`Plan`] measured fastest for the shape class |
+//! | [`Kernel::Auto`] | the register-blocked [`Plan`] and panel count measured fastest, as the pipeline runs them, for the shape class |
 //!
 //! The `cublas` feature adds cuBLAS SGEMM to [`profile`] as a reference for benches and the
 //! ladder example; products never come from cuBLAS.

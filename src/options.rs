@@ -10,14 +10,14 @@ use crate::error::GpuDotError;
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
 ///
-/// Measured on an H200 host with 16 cores (BENCHMARKS.md, the `sweep` example, three runs):
-/// the GPU path, host↔device copies included, takes about 0.08 ms at 160³–192³, where
-/// ndarray's `dot` takes 0.06–0.10 ms; the first square size where the GPU won was 160³, 192³
-/// and 256³ in the three runs. The threshold sits in the middle of that band, at about 200³
-/// (16 Mflop); within it the two paths differ by less than run-to-run spread. With fewer host
+/// Measured on an H200 host with 16 cores (BENCHMARKS.md, the `sweep` example): host to host,
+/// the GPU path takes about 0.056–0.076 ms at 128³, 0.063–0.094 ms at 160³ and 0.077 ms at
+/// 192³, where ndarray's `dot` takes 0.042–0.048, 0.075–0.081 and 0.103–0.114 ms. The CPU wins
+/// at 128³ (4.2 Mflop), the two tie at 160³ (8.2 Mflop) and the GPU wins from 192³
+/// (14.2 Mflop) up; the threshold sits between, at 10 Mflop (about 171³). With fewer host
 /// cores the crossover comes earlier. Override it per call with [`DotOptions::min_gpu_flops`]
 /// or per process with `GPU_DOT_MIN_FLOPS`.
-pub const DEFAULT_MIN_GPU_FLOPS: u64 = 16_000_000;
+pub const DEFAULT_MIN_GPU_FLOPS: u64 = 10_000_000;
 
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
@@ -142,10 +142,12 @@ pub struct DotOptions {
     /// Fill the device output with NaN before the kernel runs, so that an element the kernel
     /// fails to write shows up as NaN. For testing kernels; costs one memset.
     pub poison_output: bool,
-    /// Under [`Kernel::Auto`], measure the candidate plans the first time a shape class (the
-    /// powers of two bracketing m, k and n) is seen, and keep the fastest for the process.
-    /// Off, `Auto` runs a fixed plan chosen from the shape and the device's multiprocessor
-    /// count.
+    /// Under [`Kernel::Auto`], tune each *key* (the shape class, i.e. the powers of two
+    /// bracketing m, k and n, with the operands' layouts and residency, alignment and whether
+    /// an epilogue runs): its first products each run one candidate (panel count and kernel
+    /// plan), three times each, and the one with the shortest wall time, copies included, is
+    /// kept for the process. Every candidate computes the same product. Off, `Auto` runs a
+    /// fixed choice made from the shape and the device's multiprocessor count.
     pub autotune: bool,
     /// Rows of A (and C) per panel when operands or the result cross the PCIe/NVLink link:
     /// each panel is copied, multiplied and copied back while the next one is on its way.

@@ -374,7 +374,7 @@ impl<'g> Operands<'g> {
 struct Planned {
     choice: Choice,
     trial: Option<tuner::Trial>,
-    sched: Schedule,
+    sched: Arc<Schedule>,
     /// Rows per panel.
     rows: usize,
     /// Device slots for panels of A and C: two when panels overlap, else one.
@@ -385,7 +385,7 @@ impl Planned {
     fn of(gpu: &Gpu, opts: &DotOptions, ops: &Operands) -> Planned {
         let (choice, trial) = tuner::choose(gpu, opts, &ops.for_tuner());
         let rows = choice.rows(ops.dims.0);
-        let sched = Schedule::product(ops.dims, rows, ops.multiply, ops.residency);
+        let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
         let slots = if sched.panels.len() > 1 { 2 } else { 1 };
         Planned {
             choice,
@@ -903,7 +903,13 @@ mod tests {
                 c: &mut c,
             };
             let ops = Operands::of(&mut g);
-            let sched = Schedule::product_with((m, k, n), rows, true, ops.residency, &tiny);
+            let sched = Arc::new(Schedule::product_with(
+                (m, k, n),
+                rows,
+                true,
+                ops.residency,
+                &tiny,
+            ));
             let panels = sched.panels.len();
             let slots = if panels > 1 { 2 } else { 1 };
             let planned = Planned {

@@ -6,7 +6,11 @@
 //! host arrays and device buffers of one product. Every transfer is a matrix read or written in
 //! row-major order, so a parcel or a piece is a range of that order.
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use once_cell::sync::Lazy;
 
 /// The sizes a schedule cuts transfers into, in floats.
 ///
@@ -212,7 +216,7 @@ impl Direction {
 }
 
 /// Where each operand lives, as the schedule needs to know it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Residency {
     /// A is a host array (uploaded per panel).
     pub(crate) a_host: bool,
@@ -222,6 +226,36 @@ pub(crate) struct Residency {
     pub(crate) c_host: bool,
     /// C's old value is read (beta ≠ 0) from the host (uploaded per panel).
     pub(crate) c_in: bool,
+}
+
+/// Schedules of recent products, by shape, panel height and residency: a repeated product
+/// (a training loop's) reuses its schedule instead of cutting its transfers again.
+static RECENT: Lazy<Mutex<HashMap<ScheduleKey, Arc<Schedule>>>> =
+    Lazy::new(|| Mutex::new(HashMap::new()));
+/// Schedules kept at most; the table is emptied when it is full.
+const MAX_RECENT: usize = 64;
+
+type ScheduleKey = ((usize, usize, usize), usize, bool, Residency);
+
+/// The schedule of a product, from the table of recent ones when it is there (see
+/// [`Schedule::product`]).
+pub(crate) fn product_schedule(
+    dims: (usize, usize, usize),
+    rows: usize,
+    multiply: bool,
+    res: Residency,
+) -> Arc<Schedule> {
+    let key = (dims, rows, multiply, res);
+    let mut recent = RECENT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = recent.get(&key) {
+        return s.clone();
+    }
+    if recent.len() >= MAX_RECENT {
+        recent.clear();
+    }
+    let s = Arc::new(Schedule::product(dims, rows, multiply, res));
+    recent.insert(key, s.clone());
+    s
 }
 
 /// A product's schedule: panels, and the transfers of both directions.
@@ -513,6 +547,15 @@ mod tests {
                 (L.min_parcel * 2 + 5, L.min_parcel * 3 + 5)
             ]
         );
+    }
+
+    #[test]
+    fn repeated_products_reuse_their_schedule() {
+        let a = product_schedule((300, 200, 100), 300, true, ALL_HOST);
+        let b = product_schedule((300, 200, 100), 300, true, ALL_HOST);
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = product_schedule((300, 200, 100), 128, true, ALL_HOST);
+        assert_eq!(c.panels.len(), 3);
     }
 
     #[test]
