@@ -38,8 +38,11 @@ const MIN_PANELLED_BYTES: usize = 16 << 20;
 const DEFAULT_PANELS: usize = 4;
 /// Panel counts the tuner tries per product (the smallest that fit).
 const PANEL_CHOICES: usize = 3;
-/// Times each candidate is measured before the tuner chooses.
+/// Times each surviving candidate is measured before the tuner chooses.
 pub(crate) const ROUNDS: u32 = 3;
+/// After its first measurement, a candidate slower than this many times the fastest first
+/// measurement is not tried again.
+const KEEP_WITHIN: f64 = 1.25;
 
 /// What ran: the kernel, and for the register-blocked family its plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,9 +223,11 @@ fn candidates(p: &Product, opts: &DotOptions, sms: usize) -> Vec<Choice> {
 enum Entry {
     Tuning {
         candidates: Vec<Choice>,
-        /// Per candidate: the shortest time measured (seconds) and how many times.
+        /// Per candidate: the shortest time measured (seconds), how many times, and whether it
+        /// is still in the running.
         best: Vec<f64>,
         samples: Vec<u32>,
+        alive: Vec<bool>,
         next: usize,
     },
     Chosen(Choice),
@@ -260,18 +265,36 @@ pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Opti
                 candidates,
                 best: vec![f64::INFINITY; n],
                 samples: vec![0; n],
+                alive: vec![true; n],
                 next: 0,
             }
         }
     });
+    match next_trial(entry) {
+        Err(chosen) => (chosen, None),
+        Ok((choice, index)) => (choice, Some(Trial { key, index })),
+    }
+}
+
+/// The choice an entry settled on (`Err`), or the candidate to measure next and its index:
+/// the next one, round-robin, still in the running and short of [`ROUNDS`] measurements.
+fn next_trial(entry: &mut Entry) -> Result<(Choice, usize), Choice> {
     match entry {
-        Entry::Chosen(c) => (*c, None),
+        Entry::Chosen(c) => Err(*c),
         Entry::Tuning {
-            candidates, next, ..
+            candidates,
+            next,
+            alive,
+            samples,
+            ..
         } => {
-            let index = *next % candidates.len();
-            *next += 1;
-            (candidates[index], Some(Trial { key, index }))
+            let n = candidates.len();
+            let index = (0..n)
+                .map(|i| (*next + i) % n)
+                .find(|&i| alive[i] && samples[i] < ROUNDS)
+                .unwrap_or(*next % n);
+            *next = index + 1;
+            Ok((candidates[index], index))
         }
     }
 }
@@ -287,6 +310,7 @@ pub(crate) fn record(trial: Trial, seconds: f64) {
         candidates,
         best,
         samples,
+        alive,
         ..
     } = entry
     else {
@@ -294,11 +318,20 @@ pub(crate) fn record(trial: Trial, seconds: f64) {
     };
     best[trial.index] = best[trial.index].min(seconds);
     samples[trial.index] += 1;
-    if samples.iter().all(|&s| s >= ROUNDS) {
-        let fastest = (0..candidates.len())
+    // Once every candidate has run once, those far behind the fastest drop out.
+    if samples.iter().all(|&s| s >= 1) {
+        let fastest = best.iter().copied().fold(f64::INFINITY, f64::min);
+        for (a, &b) in alive.iter_mut().zip(best.iter()) {
+            *a &= b <= KEEP_WITHIN * fastest;
+        }
+    }
+    let done = (0..candidates.len()).all(|i| !alive[i] || samples[i] >= ROUNDS);
+    if done {
+        let chosen = (0..candidates.len())
+            .filter(|&i| alive[i])
             .min_by(|&i, &j| best[i].total_cmp(&best[j]))
-            .expect("candidates");
-        *entry = Entry::Chosen(candidates[fastest]);
+            .expect("the fastest candidate stays in the running");
+        *entry = Entry::Chosen(candidates[chosen]);
     }
 }
 
@@ -483,6 +516,45 @@ mod tests {
             .rows(100),
             1
         );
+    }
+
+    #[test]
+    fn slow_candidates_drop_out_and_the_fastest_is_kept() {
+        let key = product((1000, 1000, 1000), 0).key(Some(999));
+        let choice = |panels| Choice {
+            panels,
+            forced_rows: None,
+            plan: None,
+        };
+        let candidates = vec![choice(1), choice(2), choice(3)];
+        tuned().insert(
+            key,
+            Entry::Tuning {
+                candidates,
+                best: vec![f64::INFINITY; 3],
+                samples: vec![0; 3],
+                alive: vec![true; 3],
+                next: 0,
+            },
+        );
+        let times = [2.0, 1.0, 1.1]; // per panel count: the first is far behind
+        let mut trials = 0;
+        loop {
+            let next = next_trial(tuned().get_mut(&key).expect("inserted above"));
+            let index = match next {
+                Ok((_, index)) => index,
+                Err(chosen) => {
+                    assert_eq!(chosen.panels, 2);
+                    break;
+                }
+            };
+            record(Trial { key, index }, times[index]);
+            trials += 1;
+            assert!(trials < 20, "tuning never ended");
+        }
+        // The slow candidate ran once; the two others three times each.
+        assert_eq!(trials, 1 + 2 * ROUNDS as usize);
+        tuned().remove(&key);
     }
 
     #[test]

@@ -33,9 +33,10 @@ pub(crate) struct Limits {
 impl Limits {
     /// The sizes products use.
     pub(crate) const DEFAULT: Limits = Limits {
-        // 128 KiB: a copy's fixed cost is a few microseconds; smaller parcels cost more in
-        // copies than they gain in overlap.
-        min_parcel: 32 << 10,
+        // 256 KiB: back-to-back copies of 256 KiB run at about 36 GB/s, of 64 KiB at 18 (an
+        // H200's link; BENCHMARKS.md): smaller parcels cost more in copies than they gain in
+        // overlap.
+        min_parcel: 64 << 10,
         // 4 MiB: about 75 µs at 55 GB/s; copies this large run at the link's full rate.
         max_parcel: 1 << 20,
         // 32 MiB, about 0.6 ms of transfer at 55 GB/s.
