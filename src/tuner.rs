@@ -318,19 +318,25 @@ pub(crate) fn record(trial: Trial, seconds: f64) {
     };
     best[trial.index] = best[trial.index].min(seconds);
     samples[trial.index] += 1;
-    // Once every candidate has run once, those far behind the fastest drop out.
-    if samples.iter().all(|&s| s >= 1) {
-        let fastest = best.iter().copied().fold(f64::INFINITY, f64::min);
-        for (a, &b) in alive.iter_mut().zip(best.iter()) {
-            *a &= b <= KEEP_WITHIN * fastest;
+    // Once every candidate in the running has run once, those far behind the fastest of them
+    // drop out. (A trial of a candidate that already dropped out, handed out before it did and
+    // reported late, changes nothing: only candidates in the running are compared, so the
+    // fastest of them always stays.)
+    let n = candidates.len();
+    if (0..n).filter(|&i| alive[i]).all(|i| samples[i] >= 1) {
+        let fastest = (0..n)
+            .filter(|&i| alive[i])
+            .map(|i| best[i])
+            .fold(f64::INFINITY, f64::min);
+        for i in 0..n {
+            alive[i] &= best[i] <= KEEP_WITHIN * fastest;
         }
     }
-    let done = (0..candidates.len()).all(|i| !alive[i] || samples[i] >= ROUNDS);
-    if done {
-        let chosen = (0..candidates.len())
+    if (0..n).filter(|&i| alive[i]).all(|i| samples[i] >= ROUNDS) {
+        let chosen = (0..n)
             .filter(|&i| alive[i])
             .min_by(|&i, &j| best[i].total_cmp(&best[j]))
-            .expect("the fastest candidate stays in the running");
+            .unwrap_or(trial.index);
         *entry = Entry::Chosen(candidates[chosen]);
     }
 }
@@ -555,6 +561,36 @@ mod tests {
         // The slow candidate ran once; the two others three times each.
         assert_eq!(trials, 1 + 2 * ROUNDS as usize);
         tuned().remove(&key);
+    }
+
+    #[test]
+    fn a_late_report_of_a_dropped_candidate_keeps_the_fastest_running() {
+        let key = product((1000, 1000, 1000), 0).key(Some(998));
+        let choice = |panels| Choice {
+            panels,
+            forced_rows: None,
+            plan: None,
+        };
+        tuned().insert(
+            key,
+            Entry::Tuning {
+                candidates: vec![choice(1), choice(2)],
+                best: vec![f64::INFINITY; 2],
+                samples: vec![0; 2],
+                alive: vec![true; 2],
+                next: 0,
+            },
+        );
+        // Two threads took candidate 0 before either reported; candidate 0 is slow.
+        record(Trial { key, index: 0 }, 5.0);
+        record(Trial { key, index: 1 }, 1.0); // candidate 0 drops out
+        record(Trial { key, index: 0 }, 0.1); // its second, late report
+        record(Trial { key, index: 1 }, 1.0);
+        record(Trial { key, index: 1 }, 1.0);
+        match tuned().remove(&key) {
+            Some(Entry::Chosen(c)) => assert_eq!(c.panels, 2),
+            _ => panic!("the tuner did not choose"),
+        }
     }
 
     #[test]
