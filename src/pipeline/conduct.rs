@@ -135,6 +135,9 @@ pub(crate) trait Link {
     /// Whether the work `mark` last recorded has completed.
     fn landed(&self, mark: Mark) -> Result<bool, GpuDotError>;
 
+    /// Waits until the work `mark` last recorded has completed.
+    fn block(&self, mark: Mark) -> Result<(), GpuDotError>;
+
     /// Waits until everything enqueued on every lane has completed.
     fn drain(&self) -> Result<(), GpuDotError>;
 }
@@ -250,6 +253,12 @@ impl Link for CudaLink<'_> {
             .map_err(GpuDotError::at("waiting for a copy"))
     }
 
+    fn block(&self, mark: Mark) -> Result<(), GpuDotError> {
+        self.event(mark)
+            .synchronize()
+            .map_err(GpuDotError::at("waiting for a copy"))
+    }
+
     fn drain(&self) -> Result<(), GpuDotError> {
         let lanes = if self.separate() { 3 } else { 1 };
         for lane in [Lane::Compute, Lane::Up, Lane::Down]
@@ -300,13 +309,15 @@ struct Board<'r> {
     up_next: AtomicUsize,
     /// Up parcels `< up_free` have a free staging slot.
     up_free: AtomicUsize,
-    /// Pieces packed, per up parcel.
+    /// Pieces packed, per up parcel, and in all.
     up_packed: Vec<AtomicUsize>,
+    packed: AtomicUsize,
     /// The fresh result's touch units (ranges of its row-major order, one huge page each, so
     /// that no two threads fault the same page), the next to claim, and which are done.
     touch_units: Vec<(usize, usize)>,
     touch_next: AtomicUsize,
     touched: Vec<AtomicBool>,
+    touched_units: AtomicUsize,
     /// Per down piece, the touch units it lies in.
     piece_units: Vec<Range<usize>>,
     /// Next down piece to claim for unpacking.
@@ -345,10 +356,12 @@ impl<'r> Board<'r> {
             up_next: AtomicUsize::new(0),
             up_free: AtomicUsize::new(sched.up.slots),
             up_packed: counters(sched.up.parcels.len()),
+            packed: AtomicUsize::new(0),
             touch_next: AtomicUsize::new(0),
             touched: (0..touch_units.len())
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            touched_units: AtomicUsize::new(0),
             touch_units,
             piece_units,
             down_next: AtomicUsize::new(0),
@@ -408,6 +421,7 @@ impl<'r> Board<'r> {
             // for `touched`), so no other thread uses these elements meanwhile.
             unsafe { c.touch(start, end) };
             self.touched[u].store(true, SeqCst);
+            self.touched_units.fetch_add(1, SeqCst);
             return Step::Worked;
         }
         let all_claimed = self.up_next.load(SeqCst) >= up.pieces.len()
@@ -423,7 +437,7 @@ impl<'r> Board<'r> {
     /// The staging floats of `start..end` of `parcel` (a range of one of its pieces).
     fn staging(dir: &Direction, ring: Ring, parcel: usize, start: usize, end: usize) -> *mut f32 {
         let p = &dir.parcels[parcel];
-        ring.at(p.slot * dir.slot_len + (start - p.start), end - start)
+        ring.at(p.offset + (start - p.start), end - start)
     }
 
     fn pack(&self, i: usize) {
@@ -443,6 +457,7 @@ impl<'r> Board<'r> {
             self.ends.up_host[parcel.transfer].read(piece.start, piece.end, dst);
         }
         self.up_packed[piece.parcel].fetch_add(1, SeqCst);
+        self.packed.fetch_add(1, SeqCst);
     }
 
     fn unpack(&self, i: usize) {
@@ -463,6 +478,13 @@ impl<'r> Board<'r> {
         }
         self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
         self.unpacked.fetch_add(1, SeqCst);
+    }
+
+    /// Whether no piece is being worked on: every claimed piece is done.
+    fn quiet(&self) -> bool {
+        self.packed.load(SeqCst) == self.up_next.load(SeqCst)
+            && self.unpacked.load(SeqCst) == self.down_next.load(SeqCst)
+            && self.touched_units.load(SeqCst) == self.touch_next.load(SeqCst)
     }
 
     fn up_parcel_packed(&self, j: usize) -> bool {
@@ -638,7 +660,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 }
                 let len = parcel.len();
                 let ring = self.run.up_ring.expect("a ring for the up transfers");
-                let src = ring.at(parcel.slot * up.slot_len, len);
+                let src = ring.at(parcel.offset, len);
                 let dst = self.ends.up_dev[parcel.transfer] + 4 * parcel.start as u64;
                 // SAFETY: `src` holds `len` packed floats (every piece of the parcel is
                 // packed), which no piece writes again until this copy's slot mark lands
@@ -722,7 +744,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 }
                 let len = parcel.len();
                 let ring = self.run.down_ring.expect("a ring for the down transfers");
-                let dst = ring.at(parcel.slot * down.slot_len, len);
+                let dst = ring.at(parcel.offset, len);
                 let src = self.ends.down_dev[parcel.transfer] + 4 * parcel.start as u64;
                 // SAFETY: `dst` is `len` floats of the ring's slot, which no thread uses until
                 // this copy's mark lands (`down_landed`), and whose previous parcel is unpacked
@@ -791,7 +813,26 @@ impl<L: Link> Conductor<'_, '_, L> {
                         trace.pieces_by_conductor += 1;
                         idle = 0;
                     }
-                    Step::Idle | Step::Finished => crew::pause(&mut idle),
+                    Step::Idle | Step::Finished => {
+                        // Nothing to do on the host and nothing in progress there: only the
+                        // device can move things on, so wait for the copy that will, in one
+                        // blocking call rather than by polling (which, with many threads
+                        // multiplying at once, keeps the driver busy for nothing).
+                        let next = if issued_up < up.parcels.len() {
+                            up_waits.front().map(|&j| Mark::UpSlot(up.parcels[j].slot))
+                        } else {
+                            down_waits
+                                .front()
+                                .map(|&d| Mark::DownSlot(down.parcels[d].slot))
+                        };
+                        match next {
+                            Some(mark) if idle >= 64 && board.quiet() => {
+                                clocked(&mut trace.poll, || link.block(mark))?;
+                                idle = 0;
+                            }
+                            _ => crew::pause(&mut idle),
+                        }
+                    }
                 }
             }
         }

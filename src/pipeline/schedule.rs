@@ -122,13 +122,15 @@ pub(crate) struct Transfer {
     pub(crate) len: usize,
 }
 
-/// One DMA copy: floats `start..end` of a transfer, through staging slot `slot`.
+/// One DMA copy: floats `start..end` of a transfer, through staging slot `slot`, which is
+/// the ring's floats from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Parcel {
     pub(crate) transfer: usize,
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) slot: usize,
+    pub(crate) offset: usize,
     /// The pieces (indices into the direction's piece list) that pack or unpack it.
     pub(crate) pieces: Range<usize>,
 }
@@ -153,11 +155,12 @@ pub(crate) struct Direction {
     pub(crate) transfers: Vec<Transfer>,
     pub(crate) parcels: Vec<Parcel>,
     pub(crate) pieces: Vec<Piece>,
-    /// Floats per staging slot.
-    pub(crate) slot_len: usize,
     /// Slots in the ring: parcel `j` uses slot `j % slots`, so it waits for parcel
-    /// `j − slots` to be done with it.
+    /// `j − slots` to be done with it. When every parcel has a slot of its own, the slots are
+    /// packed at the parcels' own sizes; otherwise each holds the largest parcel.
     pub(crate) slots: usize,
+    /// Floats of staging the ring needs.
+    ring_len: usize,
 }
 
 impl Direction {
@@ -183,29 +186,42 @@ impl Direction {
                     start,
                     end,
                     slot: 0,
+                    offset: 0,
                     pieces: first_piece..pieces.len(),
                 });
             }
         }
         let slot_len = parcels.iter().map(Parcel::len).max().unwrap_or(0);
-        let slots = parcels
-            .len()
-            .min((limits.max_ring / slot_len.max(1)).max(1));
-        for (j, parcel) in parcels.iter_mut().enumerate() {
-            parcel.slot = j % slots;
-        }
+        let total: usize = parcels.iter().map(Parcel::len).sum();
+        let (slots, ring_len) = if total <= limits.max_ring {
+            // Everything in flight at once: each parcel at its own offset.
+            let mut at = 0;
+            for (j, parcel) in parcels.iter_mut().enumerate() {
+                parcel.slot = j;
+                parcel.offset = at;
+                at += parcel.len();
+            }
+            (parcels.len(), total)
+        } else {
+            let slots = (limits.max_ring / slot_len.max(1)).max(1);
+            for (j, parcel) in parcels.iter_mut().enumerate() {
+                parcel.slot = j % slots;
+                parcel.offset = parcel.slot * slot_len;
+            }
+            (slots, slots * slot_len)
+        };
         Direction {
             transfers,
             parcels,
             pieces,
-            slot_len,
             slots,
+            ring_len,
         }
     }
 
     /// Floats of staging the ring needs.
     pub(crate) fn ring_len(&self) -> usize {
-        self.slots * self.slot_len
+        self.ring_len
     }
 
     /// The parcels of transfer `transfer`.
@@ -423,8 +439,14 @@ mod tests {
             for j in d.parcels_of(t) {
                 let p = &d.parcels[j];
                 assert_eq!((p.transfer, p.start), (t, at));
-                assert!(p.len() > 0 && p.len() <= d.slot_len && p.len() <= L.max_parcel);
+                assert!(p.len() > 0 && p.len() <= L.max_parcel);
                 assert_eq!(p.slot, j % d.slots);
+                assert!(p.offset + p.len() <= d.ring_len());
+                if d.slots == d.parcels.len() {
+                    // No reuse: the parcels tile the ring.
+                    let before: usize = d.parcels[..j].iter().map(Parcel::len).sum();
+                    assert_eq!(p.offset, before);
+                }
                 assert_eq!(p.pieces.start, next_piece);
                 let mut q = p.start;
                 for piece in &d.pieces[p.pieces.clone()] {
@@ -439,7 +461,8 @@ mod tests {
             assert_eq!(at, transfer.len);
         }
         assert_eq!(next_piece, d.pieces.len());
-        assert!(d.ring_len() <= L.max_ring.max(d.slot_len));
+        let total: usize = d.transfers.iter().map(|t| t.len).sum();
+        assert!(d.ring_len() <= total.min(L.max_ring.max(L.max_parcel)));
     }
 
     #[test]
@@ -516,10 +539,13 @@ mod tests {
     #[test]
     fn large_transfers_reuse_a_bounded_ring() {
         let s = Schedule::product((8192, 8192, 8192), 1024, true, ALL_HOST);
-        assert_eq!(s.up.slot_len, L.max_parcel);
         assert!(s.up.ring_len() <= L.max_ring);
+        assert_eq!(s.up.ring_len(), s.up.slots * L.max_parcel);
         assert!(s.up.parcels.len() > s.up.slots);
-        // Small products: every parcel in flight at once.
+        // Smaller products: every parcel in flight at once, the ring no larger than the data.
+        let s = Schedule::product((1024, 1024, 1024), 1024, true, ALL_HOST);
+        assert_eq!(s.up.slots, s.up.parcels.len());
+        assert_eq!(s.up.ring_len(), 2 * 1024 * 1024);
         let s = Schedule::product((256, 256, 256), 256, true, ALL_HOST);
         assert_eq!(s.up.slots, s.up.parcels.len());
         assert_eq!(s.host_bytes(), 3 * 256 * 256 * 4);

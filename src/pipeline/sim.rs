@@ -180,6 +180,22 @@ impl Link for SimLink {
         Ok(st.completed.get(&mark).copied().unwrap_or(0) >= recorded)
     }
 
+    fn block(&self, mark: Mark) -> Result<(), GpuDotError> {
+        loop {
+            {
+                let st = self.state.borrow();
+                let recorded = st.recorded.get(&mark).copied().unwrap_or(0);
+                if st.completed.get(&mark).copied().unwrap_or(0) >= recorded {
+                    return Ok(());
+                }
+            }
+            assert!(
+                self.progress(1),
+                "the simulated streams deadlocked while waiting for {mark:?}"
+            );
+        }
+    }
+
     fn drain(&self) -> Result<(), GpuDotError> {
         while self.progress(64) {}
         let st = self.state.borrow();
