@@ -16,12 +16,9 @@ use crate::sgemm::{self, DeviceOperand};
 
 /// Split-K ranges are multiples of the kernels' K tile.
 const SPLIT_K_GRANULE: usize = 16;
-/// Fewest K elements one split should get in the fixed plan: below this the partial products
-/// and the reduction cost more than the extra blocks gain, as a rule.
+/// Fewest K elements one split should get: below this the partial products and the
+/// reduction cost more than the extra blocks gain.
 const MIN_K_PER_SPLIT: usize = 256;
-/// Fewest K elements per split among the autotuner's candidates: small products with few
-/// tiles (256³ makes 16) may gain from short splits, which only measuring can tell.
-const MIN_K_PER_SHORT_SPLIT: usize = 64;
 const MAX_SPLITS: usize = 64;
 /// Big tiles from this many per multiprocessor·(240/132) on: fewer leave the device
 /// under-filled at two resident blocks per multiprocessor (measured on an H200: 1024³, 64 big
@@ -67,13 +64,8 @@ fn tiles(config: TileConfig, m: usize, n: usize) -> usize {
 /// Splits that bring `tiles` small-tile blocks to about one full wave on `sms`
 /// multiprocessors, keeping at least [`MIN_K_PER_SPLIT`] of K per split.
 fn splits_for(tiles: usize, k: usize, sms: usize) -> u32 {
-    splits_keeping(tiles, k, sms, MIN_K_PER_SPLIT)
-}
-
-/// As [`splits_for`], keeping at least `min_k` of K per split.
-fn splits_keeping(tiles: usize, k: usize, sms: usize, min_k: usize) -> u32 {
     let want = (SMALL_BLOCKS_PER_SM * sms) / tiles.max(1);
-    let most = (k / min_k).clamp(1, MAX_SPLITS);
+    let most = (k / MIN_K_PER_SPLIT).clamp(1, MAX_SPLITS);
     want.clamp(1, most) as u32
 }
 
@@ -122,8 +114,7 @@ pub(crate) fn candidates(m: usize, k: usize, n: usize, sms: usize) -> Vec<Plan> 
     let mut plans = vec![first];
     for config in [TileConfig::Big, TileConfig::Small] {
         let t = tiles(config, m, n);
-        let short = splits_keeping(t, k, sms, MIN_K_PER_SHORT_SPLIT);
-        for splits in [1, splits_for(t, k, sms), short] {
+        for splits in [1, splits_for(t, k, sms)] {
             let plan = Plan::Tile { config, splits };
             if (splits > 1 || !must_split) && !plans.contains(&plan) {
                 plans.push(plan);
@@ -338,27 +329,6 @@ mod tests {
                     matches!(plan, Plan::Tile { splits, .. } if splits > 1),
                     "{plan:?}"
                 );
-            }
-        }
-    }
-
-    #[test]
-    fn small_products_may_try_short_splits() {
-        let c = candidates(256, 256, 256, 132);
-        assert_eq!(c[0], heuristic(256, 256, 256, 132));
-        assert!(
-            c.iter().any(|p| matches!(p, Plan::Tile { splits: 4, .. })),
-            "{c:?}"
-        );
-        // Never more splits than K has granules of the shortest split.
-        for (m, k, n) in [(256, 100, 256), (64, 64, 64), (192, 192, 192)] {
-            for p in candidates(m, k, n, 132) {
-                if let Plan::Tile { splits, .. } = p {
-                    assert!(
-                        splits as usize <= (k / MIN_K_PER_SHORT_SPLIT).max(1),
-                        "{p:?}"
-                    );
-                }
             }
         }
     }
