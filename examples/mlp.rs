@@ -1,30 +1,40 @@
-//! Trains a small neural network twice, from the same initial weights on the same batches:
-//! once with ndarray alone, once with gpu-dot and the weights kept on the GPU. Then it checks
-//! that both runs learned the same thing.
+//! Trains a small neural network three times, from the same initial weights on the same
+//! batches: once with ndarray alone and twice with gpu-dot (the weights kept on the GPU, and
+//! the activations on the GPU or on the host). Then it checks that every run learned the same
+//! thing.
 //!
 //! The network is `input → hidden (ReLU) → output`, trained with plain stochastic gradient
 //! descent on a mean-squared-error loss. The data are synthetic: random inputs, and targets
 //! made by a fixed random "teacher" network of the same shape, so there is something to learn.
 //!
-//! The GPU run shows how a training loop uses gpu-dot:
-//! - the weights `W1` and `W2` are [`GpuMatrix`]es: uploaded once at the start, downloaded
-//!   once at the end, and never copied in between;
-//! - every product is one [`try_general_mat_mul`] call, `C = alpha·A·B + beta·C`, where each
-//!   of A, B and C may be a host array or a device matrix (here: the batch and the activations
-//!   on the host, the weights on the device);
+//! Two gpu-dot runs show how a training loop uses gpu-dot:
+//! - **device** (the one to copy): everything but the batch lives on the device, as in
+//!   PyTorch. The weights `W1` and `W2` and the activations `H`, `dY`, `dH` are
+//!   [`GpuMatrix`]es; each step uploads its batch and targets ([`GpuMatrix::assign`]), runs
+//!   five products, the ReLU ([`GpuMatrix::relu`]) and its gradient
+//!   ([`GpuMatrix::relu_backward`]) on the device, and reads back only `dY` (64 floats a
+//!   sample) for the loss;
+//! - **host activations** (the drop-in): only the weights live on the device; the batch and
+//!   the activations stay host arrays and the ReLU and the loss run on the CPU, so every
+//!   product moves its activations across the link.
+//!
+//! In both, every product is one [`try_general_mat_mul`] call, `C = alpha·A·B + beta·C`, where
+//! each of A, B and C may be a host array or a device matrix:
 //! - the SGD step `W ← W − lr·Aᵀ·G` is a single such call with `alpha = −lr` and `beta = 1`,
 //!   written straight into the device matrix;
+//! - the loss's gradient `dY = (2/len)·(H·W2 − T)` (device run) is one call with the targets
+//!   uploaded into `dY` and `beta = −2/len`;
 //! - `W2ᵀ` is [`GpuMatrix::t`], a transposed view (no copy).
 //!
-//! It prints the losses of both runs, their wall times and where the GPU run ran. Without a
-//! usable GPU the GPU run is skipped (the reason is printed) and the CPU run still runs.
+//! It prints the losses of the runs, their wall times and where the GPU runs ran. Without a
+//! usable GPU the GPU runs are skipped (the reason is printed) and the CPU run still runs.
 //!
 //! Then, unless `--no-torch`, it times PyTorch's same loop (same sizes, FP32 with TF32 off,
 //! weights on the GPU, its own random data of the same shape) through `python3` in the same
 //! call: once copying each batch from host memory (`torch_host_batches_s`) and once with the
 //! data on the device (`torch_device_s`); without python3 or PyTorch that part is skipped
-//! with a note. `--json PATH` writes the run's record: the four times, the configuration and
-//! whether the two Rust runs agreed.
+//! with a note. `--json PATH` writes the run's record: the five times, the configuration and
+//! whether the Rust runs agreed.
 //!
 //! ```text
 //! cargo run --release --example mlp                # 8192 samples, 512 → 1024 → 64, 10 epochs
@@ -33,8 +43,8 @@
 //! cargo run --release --example mlp -- --json mlp.json   # also write the record
 //! ```
 //!
-//! The exit status is 0 when both runs agree (or the GPU run was skipped), 1 when they do not
-//! or the GPU failed, 2 for bad arguments.
+//! The exit status is 0 when the gpu-dot runs agree with the ndarray run (or were skipped), 1
+//! when they do not or the GPU failed, 2 for bad arguments.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -334,10 +344,82 @@ fn train_cpu(x: &Array2<f32>, targets: &Array2<f32>, init: &Weights, cfg: &Confi
     }
 }
 
-/// Trains with gpu-dot, the weights on the device: the same steps as [`train_cpu`], each
-/// product one `try_general_mat_mul` call. The batch and the activations stay host arrays
-/// (the ReLU and the loss run on the CPU); the weights are uploaded once and downloaded once.
+/// Trains with gpu-dot, everything but the data on the device: the same steps as
+/// [`train_cpu`], each product one `try_general_mat_mul` call between device matrices. Each
+/// step uploads its batch and targets and downloads `dY` for the loss; the weights are
+/// uploaded once and downloaded once.
 fn train_gpu(
+    x: &Array2<f32>,
+    targets: &Array2<f32>,
+    init: &Weights,
+    cfg: &Config,
+) -> Result<Run, GpuDotError> {
+    let start = Instant::now();
+    let lr = cfg.learning_rate;
+    let mut w1 = GpuMatrix::from_array(&init.w1)?; // upload, once
+    let mut w2 = GpuMatrix::from_array(&init.w2)?;
+    let b = cfg.batch;
+    let mut xg = GpuMatrix::zeros((b, cfg.inputs))?; // the batch
+    let mut h = GpuMatrix::zeros((b, cfg.hidden))?;
+    let mut dy = GpuMatrix::zeros((b, cfg.outputs))?;
+    let mut dh = GpuMatrix::zeros((b, cfg.hidden))?;
+    let mut dy_host = Array2::zeros((b, cfg.outputs));
+    // dL/dY = (2 / len)·(Y − T) for the mean over all `len` outputs of the batch.
+    let scale = 2.0 / (b * cfg.outputs) as f32;
+    let mut losses = Vec::new();
+    let mut p = 0.0; // seconds in products
+    for _epoch in 0..cfg.epochs {
+        let mut loss_sum = 0.0;
+        for (xb, tb) in batches(x, targets, cfg) {
+            // The batch, and its targets into dY for the loss's gradient below.
+            xg.assign(&xb)?;
+            dy.assign(&tb)?;
+            // Forward: H = relu(X·W1).
+            timed(&mut p, || try_general_mat_mul(1.0, &xg, &w1, 0.0, &mut h))?;
+            h.relu()?;
+            // Y = H·W2 and the loss's gradient in one product:
+            // dY = scale·(H·W2) − scale·T, T being in dY already.
+            timed(&mut p, || {
+                try_general_mat_mul(scale, &h, &w2, -scale, &mut dy)
+            })?;
+            dy.copy_to(&mut dy_host)?;
+            loss_sum += dy_host
+                .iter()
+                .map(|&g| (f64::from(g) / f64::from(scale)).powi(2))
+                .sum::<f64>()
+                / dy_host.len() as f64;
+            // Backward: dH = dY·W2ᵀ (with W2 before its update), masked by the ReLU.
+            timed(&mut p, || {
+                try_general_mat_mul(1.0, &dy, &w2.t(), 0.0, &mut dh)
+            })?;
+            dh.relu_backward(&h)?;
+            // SGD: W2 ← W2 − lr·Hᵀ·dY and W1 ← W1 − lr·Xᵀ·dH.
+            timed(&mut p, || {
+                try_general_mat_mul(-lr, &h.t(), &dy, 1.0, &mut w2)
+            })?;
+            timed(&mut p, || {
+                try_general_mat_mul(-lr, &xg.t(), &dh, 1.0, &mut w1)
+            })?;
+        }
+        losses.push(loss_sum / cfg.steps_per_epoch() as f64);
+    }
+    let weights = Weights {
+        w1: w1.to_array()?, // download, once
+        w2: w2.to_array()?,
+    };
+    Ok(Run {
+        losses,
+        weights,
+        seconds: start.elapsed().as_secs_f64(),
+        product_seconds: p,
+    })
+}
+
+/// Trains with gpu-dot, the weights on the device and the activations on the host: the same
+/// steps as [`train_cpu`], each product one `try_general_mat_mul` call. The batch and the
+/// activations stay host arrays (the ReLU and the loss run on the CPU); the weights are
+/// uploaded once and downloaded once.
+fn train_gpu_host_activations(
     x: &Array2<f32>,
     targets: &Array2<f32>,
     init: &Weights,
@@ -397,10 +479,11 @@ fn relative_difference(a: &Array2<f32>, b: &Array2<f32>, c: &Array2<f32>) -> f64
     (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
 }
 
-/// Prints each epoch's loss, of the ndarray run and, when there is one, of the gpu-dot run;
-/// returns whether the two agree within [`LOSS_TOLERANCE`] at every epoch.
-fn compare_losses(cpu: &Run, gpu: Option<&Run>) -> bool {
-    println!("\nepoch   loss (ndarray)   loss (gpu-dot)   relative difference");
+/// Prints each epoch's loss, of the ndarray run and, when there is one, of the gpu-dot run
+/// called `name`; returns whether the two agree within [`LOSS_TOLERANCE`] at every epoch.
+fn compare_losses(cpu: &Run, gpu: Option<&Run>, name: &str) -> bool {
+    println!("\ngpu-dot run: {name}");
+    println!("epoch   loss (ndarray)   loss (gpu-dot)   relative difference");
     let mut agree = true;
     for (epoch, &c) in cpu.losses.iter().enumerate() {
         let Some(g) = gpu.map(|run| run.losses[epoch]) else {
@@ -512,9 +595,17 @@ print(json.dumps([train(c["epochs"], False), train(c["epochs"], True)]))
     }
 }
 
+/// The two gpu-dot runs.
+struct GpuRuns {
+    /// Everything but the data on the device ([`train_gpu`]).
+    device: Run,
+    /// The activations on the host ([`train_gpu_host_activations`]).
+    host_activations: Run,
+}
+
 /// Times PyTorch's loop (unless `--no-torch`), prints the comparison and writes the JSON
 /// record when `--json` asks for it.
-fn record(cfg: &Config, cpu: &Run, gpu: Option<&Run>, agree: Option<bool>) {
+fn record(cfg: &Config, cpu: &Run, gpu: Option<&GpuRuns>, agree: Option<bool>) {
     let torch = if cfg.torch {
         torch_times(cfg)
     } else {
@@ -525,11 +616,17 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&Run>, agree: Option<bool>) {
             println!("PyTorch, batches copied from host memory: {h:8.3} s");
             println!("PyTorch, data on the device:              {d:8.3} s");
             if let Some(g) = gpu {
-                println!(
-                    "gpu-dot / PyTorch (host batches): {:.2}; ndarray / gpu-dot: {:.2}",
-                    g.seconds / h,
-                    cpu.seconds / g.seconds
-                );
+                for (name, run) in [
+                    ("device", &g.device),
+                    ("host activations", &g.host_activations),
+                ] {
+                    println!(
+                        "gpu-dot ({name}) / PyTorch (host batches): {:.2}; \
+                         ndarray / gpu-dot ({name}): {:.2}",
+                        run.seconds / h,
+                        cpu.seconds / run.seconds
+                    );
+                }
             }
             (Some(*h), Some(*d), None)
         }
@@ -553,8 +650,10 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&Run>, agree: Option<bool>) {
             "steps": cfg.steps_per_epoch() * cfg.epochs,
             "learning_rate": cfg.learning_rate, "seed": cfg.seed,
         },
-        "gpu_dot_s": gpu.map(|g| g.seconds),
-        "gpu_dot_products_s": gpu.map(|g| g.product_seconds),
+        "gpu_dot_s": gpu.map(|g| g.device.seconds),
+        "gpu_dot_products_s": gpu.map(|g| g.device.product_seconds),
+        "gpu_dot_host_activations_s": gpu.map(|g| g.host_activations.seconds),
+        "gpu_dot_host_activations_products_s": gpu.map(|g| g.host_activations.product_seconds),
         "ndarray_s": cpu.seconds,
         "ndarray_products_s": cpu.product_seconds,
         "torch_host_batches_s": host_s,
@@ -566,6 +665,27 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&Run>, agree: Option<bool>) {
         Ok(()) => println!("wrote {path}"),
         Err(e) => eprintln!("could not write {path}: {e}"),
     }
+}
+
+/// A training function: [`train_gpu`] or [`train_gpu_host_activations`].
+type Train = fn(&Array2<f32>, &Array2<f32>, &Weights, &Config) -> Result<Run, GpuDotError>;
+
+/// Runs `train` on one batch until the autotuner has settled every shape the step multiplies
+/// (at most 100 times; untimed: the first call also creates the context and loads the
+/// kernels), then on the whole configuration.
+fn warm_then_time(
+    train: Train,
+    (x, targets, init): (&Array2<f32>, &Array2<f32>, &Weights),
+    cfg: &Config,
+    one_step: &Config,
+) -> Result<Run, GpuDotError> {
+    for _ in 0..100 {
+        train(x, targets, init, one_step)?;
+        if gpu_dot::tuning_in_progress() == 0 {
+            break;
+        }
+    }
+    train(x, targets, init, cfg)
 }
 
 fn main() -> ExitCode {
@@ -606,7 +726,7 @@ fn main() -> ExitCode {
         );
     };
 
-    // Each run starts with one untimed step (the first batch, on a copy of the weights), so
+    // Each run starts with untimed steps (the first batch, on a copy of the weights), so
     // that one-time costs stay out of the timings: on the GPU, creating the CUDA context,
     // loading or compiling the kernels and autotuning each product's shape.
     let one_step = Config {
@@ -620,19 +740,25 @@ fn main() -> ExitCode {
     let cpu = train_cpu(&x, &targets, &init, &cfg);
     report("ndarray (CPU):", &cpu);
     if cpu.losses.iter().any(|loss| !loss.is_finite()) {
-        compare_losses(&cpu, None);
+        compare_losses(&cpu, None, "not run");
         eprintln!("training diverged (the loss is not finite): try a smaller --lr");
         return ExitCode::FAILURE;
     }
 
-    // Run 2: gpu-dot, weights on the device.
-    let gpu = match train_gpu(&x, &targets, &init, &one_step)
-        .and_then(|_| train_gpu(&x, &targets, &init, &cfg))
-    {
-        Ok(run) => run,
+    // Runs 2 and 3: gpu-dot, weights on the device; activations on the device, then on
+    // the host.
+    let data = (&x, &targets, &init);
+    let gpu = match warm_then_time(train_gpu, data, &cfg, &one_step).and_then(|device| {
+        let host_activations = warm_then_time(train_gpu_host_activations, data, &cfg, &one_step)?;
+        Ok(GpuRuns {
+            device,
+            host_activations,
+        })
+    }) {
+        Ok(runs) => runs,
         Err(GpuDotError::NoDevice { reason }) => {
-            println!("gpu-dot (weights on the GPU): skipped, no GPU to run on: {reason}");
-            compare_losses(&cpu, None);
+            println!("gpu-dot: skipped, no GPU to run on: {reason}");
+            compare_losses(&cpu, None, "skipped");
             record(&cfg, &cpu, None, None);
             return ExitCode::SUCCESS;
         }
@@ -641,25 +767,35 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    report("gpu-dot (weights on the GPU):", &gpu);
-    println!(
-        "speed-up of gpu-dot over ndarray: {:.2}× (wall time, transfers included)",
-        cpu.seconds / gpu.seconds
-    );
-
-    let losses_agree = compare_losses(&cpu, Some(&gpu));
-    let weights_agree = compare_weights(&init, &cpu, &gpu);
-    record(&cfg, &cpu, Some(&gpu), Some(losses_agree && weights_agree));
-    if !(losses_agree && weights_agree) {
+    let mut agree = true;
+    for (name, run) in [
+        ("gpu-dot (device):", &gpu.device),
+        ("gpu-dot (host activations):", &gpu.host_activations),
+    ] {
+        report(name, run);
+        println!(
+            "  speed-up over ndarray: {:.2}× (wall time, transfers included)",
+            cpu.seconds / run.seconds
+        );
+    }
+    for (name, run) in [
+        ("device", &gpu.device),
+        ("host activations", &gpu.host_activations),
+    ] {
+        agree &= compare_losses(&cpu, Some(run), name);
+        agree &= compare_weights(&init, &cpu, run);
+    }
+    record(&cfg, &cpu, Some(&gpu), Some(agree));
+    if !agree {
         eprintln!(
-            "MISMATCH: the two runs differ by more than the tolerance \
+            "MISMATCH: a gpu-dot run differs from the ndarray run by more than the tolerance \
              (losses {LOSS_TOLERANCE:.0e} relative at each epoch, \
              weights {WEIGHT_TOLERANCE:.0e} of how far training moved them)"
         );
         return ExitCode::FAILURE;
     }
     println!(
-        "both runs agree: losses within {LOSS_TOLERANCE:.0e} (relative) at every epoch, \
+        "every run agrees: losses within {LOSS_TOLERANCE:.0e} (relative) at every epoch, \
          final weights within {WEIGHT_TOLERANCE:.0e} of how far training moved them"
     );
     ExitCode::SUCCESS

@@ -31,6 +31,8 @@
 // sgemm_axpby(int M, int N, float alpha, const float* T, long long ldt, float beta, float* C,
 //      long long ldc): C = alpha*T + beta*C (beta == 0: C not read; T null: alpha*T is 0).
 //      block 256, smem 0, any grid (grid-stride).
+// elem_relu(long long N, float* X): X = max(X, 0); elem_relu_backward(long long N, float* G,
+//      const float* H): G = H > 0 ? G : 0. block 256, smem 0, any grid (grid-stride).
 // sgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0
 //      TB=false ('n' second letter): grid = ceil(N/16)    TB=true: grid = ceil(N/8)
 // sgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0
@@ -602,6 +604,23 @@ extern "C" __global__ void __launch_bounds__(256)
         float* c = C + i * ldc + j;
         *c = beta == 0.f ? t : fmaf(beta, *c, t);
     }
+}
+
+// The ReLU of a training loop's hidden layer, in place over N floats: X = max(X, 0), a NaN
+// becoming 0 (as `f32::max(x, 0.0)` on the host). block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256) elem_relu(long long N, float* __restrict__ X) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
+        X[i] = fmaxf(X[i], 0.f);
+}
+
+// The gradient through that ReLU, in place over N floats: G = H > 0 ? G : 0, H the layer's
+// output (a NaN in H passes nothing). block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256)
+    elem_relu_backward(long long N, float* __restrict__ G, const float* __restrict__ H) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
+        G[i] = H[i] > 0.f ? G[i] : 0.f;
 }
 
 // M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA=false) or A[k*lda] (TA=true).

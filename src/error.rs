@@ -51,7 +51,9 @@ pub enum GpuDotError {
         bytes: usize,
     },
     /// The output of a general product ([`try_general_mat_mul`](crate::try_general_mat_mul))
-    /// does not have the shape `m × n` of the product.
+    /// does not have the shape `m × n` of the product, or the operands of an element-wise
+    /// operation ([`GpuMatrix::copy_to`](crate::GpuMatrix::copy_to),
+    /// [`GpuMatrix::relu_backward`](crate::GpuMatrix::relu_backward)) differ in shape.
     OutputShape {
         /// The product's shape.
         expected: (usize, usize),

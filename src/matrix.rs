@@ -28,7 +28,7 @@ use crate::context;
 use crate::dispatch::{self, CpuReason, Route};
 use crate::error::GpuDotError;
 use crate::options::{Backend, DotOptions};
-use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
+use crate::pipeline::{self, DevMat, Dst, Elementwise, Gemm, Src};
 
 /// An `f32` matrix in device memory, row-major.
 ///
@@ -121,6 +121,52 @@ impl GpuMatrix {
         assert_eq!(a.dim(), self.dim(), "assign: shapes differ");
         let gpu = context::gpu()?;
         pipeline::upload_into(gpu, a.view(), &mut self.buf)
+    }
+
+    /// Downloads the matrix into `out` (any layout), which must have the same shape, else
+    /// [`GpuDotError::OutputShape`]. Allocates nothing once the crate's staging buffers are
+    /// warm: the form for a training loop that reads a small result every step.
+    pub fn copy_to<S: DataMut<Elem = f32>>(
+        &self,
+        out: &mut ArrayBase<S, Ix2>,
+    ) -> Result<(), GpuDotError> {
+        self.same_shape(out.dim())?;
+        let gpu = context::gpu()?;
+        pipeline::download_into(gpu, &self.buf, &mut out.view_mut())
+    }
+
+    /// The ReLU, in place on the device: every entry below zero (and every NaN) becomes zero,
+    /// as `x.max(0.0)` does on the host.
+    pub fn relu(&mut self) -> Result<(), GpuDotError> {
+        let gpu = context::gpu()?;
+        let len = self.rows * self.cols;
+        pipeline::elementwise(gpu, Elementwise::Relu(&mut self.buf), len)
+    }
+
+    /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
+    /// loss with respect to a layer's output and `activation` that output (after its
+    /// [`relu`](GpuMatrix::relu)), zeroes every entry of `self` where `activation` is not
+    /// positive. The shapes must be equal, else [`GpuDotError::OutputShape`].
+    pub fn relu_backward(&mut self, activation: &GpuMatrix) -> Result<(), GpuDotError> {
+        self.same_shape(activation.dim())?;
+        let gpu = context::gpu()?;
+        let len = self.rows * self.cols;
+        let op = Elementwise::ReluBackward {
+            g: &mut self.buf,
+            h: &activation.buf,
+        };
+        pipeline::elementwise(gpu, op, len)
+    }
+
+    fn same_shape(&self, found: (usize, usize)) -> Result<(), GpuDotError> {
+        if found == self.dim() {
+            Ok(())
+        } else {
+            Err(GpuDotError::OutputShape {
+                expected: self.dim(),
+                found,
+            })
+        }
     }
 
     /// `(rows, cols)`.

@@ -71,6 +71,8 @@ impl Family {
                 e.extend(per_layout("sgemv_n1", &[""]));
                 e.push("sgemm_splitk_reduce".into());
                 e.push("sgemm_axpby".into());
+                e.push("elem_relu".into());
+                e.push("elem_relu_backward".into());
                 e
             }
         }

@@ -374,3 +374,60 @@ fn sgd_updates_of_device_weights_match_the_cpu() {
     assert!(err < 1e-4, "max difference {err}");
     let _ = x.as_operand();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn relu_and_its_gradient_on_the_device_match_the_host() {
+    for (r, c) in [(1, 1), (3, 1000), (256, 1024), (1023, 2049)] {
+        let mut h0 = random(r, c);
+        // Special values where a sloppy kernel would differ: NaN (becomes 0, as `max`),
+        // -0.0 (not positive), infinities and the smallest subnormals.
+        let specials = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-45, -1e-45];
+        for (x, &v) in h0.iter_mut().step_by(7).zip(specials.iter().cycle()) {
+            *x = v;
+        }
+        let g0 = random(r, c);
+        let mut h = GpuMatrix::from_array(&h0).unwrap();
+        let mut g = GpuMatrix::from_array(&g0).unwrap();
+        h.relu().unwrap();
+        g.relu_backward(&h).unwrap();
+        let h_cpu = h0.mapv(|v| v.max(0.0));
+        let g_cpu = ndarray::Zip::from(&g0)
+            .and(&h_cpu)
+            .map_collect(|&g, &a| if a > 0.0 { g } else { 0.0 });
+        let (h_gpu, g_gpu) = (h.to_array().unwrap(), g.to_array().unwrap());
+        // Bit for bit (-0.0 and 0.0 alike are what `max` may give for -0.0).
+        for (a, b) in h_gpu.iter().zip(&h_cpu) {
+            assert!(a == b && !a.is_nan(), "relu: {a} against {b} ({r}×{c})");
+        }
+        for (a, b) in g_gpu.iter().zip(&g_cpu) {
+            assert_eq!(a.to_bits(), b.to_bits(), "relu gradient ({r}×{c})");
+        }
+        // copy_to into an F-order array and into a stepped view gives the same values.
+        let mut f = Array2::<f32>::from_elem((r, c).f(), f32::NAN);
+        g.copy_to(&mut f).unwrap();
+        assert_eq!(f, g_gpu);
+        let mut big = Array2::<f32>::from_elem((2 * r, c), f32::NAN);
+        g.copy_to(&mut big.slice_mut(s![..;2, ..])).unwrap();
+        assert_eq!(big.slice(s![..;2, ..]), g_gpu);
+        assert!(big.slice(s![1..;2, ..]).iter().all(|x| x.is_nan()));
+    }
+    // Shapes must agree: a typed error, and nothing changes.
+    let mut g = GpuMatrix::from_array(&random(4, 5)).unwrap();
+    let before = g.to_array().unwrap();
+    let h = GpuMatrix::zeros((5, 4)).unwrap();
+    assert!(matches!(
+        g.relu_backward(&h),
+        Err(GpuDotError::OutputShape {
+            expected: (4, 5),
+            found: (5, 4)
+        })
+    ));
+    let mut wrong = Array2::<f32>::zeros((4, 6));
+    assert!(matches!(
+        g.copy_to(&mut wrong),
+        Err(GpuDotError::OutputShape { .. })
+    ));
+    assert_eq!(g.to_array().unwrap(), before);
+    assert!(wrong.iter().all(|&x| x == 0.0));
+}

@@ -771,6 +771,69 @@ pub(crate) fn download_fresh(
     Ok(unsafe { out.assume_init() })
 }
 
+/// Downloads the row-major device buffer `src` into `out` (any layout, same shape).
+pub(crate) fn download_into(
+    gpu: &Gpu,
+    src: &CudaSlice<f32>,
+    out: &mut ArrayViewMut2<'_, f32>,
+) -> Result<(), GpuDotError> {
+    assert!(src.len() >= out.len(), "device buffer too small");
+    let mut ws = workspace::take(gpu)?;
+    let ptr = src.device_ptr(&ws.lanes.compute).0;
+    let host = HostMat::of_view_mut(out);
+    transfer(gpu, &mut ws, None, Some((host, ptr, false)))?;
+    workspace::give_back(gpu, ws);
+    Ok(())
+}
+
+/// An element-wise operation on device buffers of `len` floats ([`elementwise`]).
+pub(crate) enum Elementwise<'a> {
+    /// `x = max(x, 0)`.
+    Relu(&'a mut CudaSlice<f32>),
+    /// `g = h > 0 ? g : 0`.
+    ReluBackward {
+        g: &'a mut CudaSlice<f32>,
+        h: &'a CudaSlice<f32>,
+    },
+}
+
+/// Runs `op` over the first `len` floats of its buffers and waits for it.
+pub(crate) fn elementwise(gpu: &Gpu, op: Elementwise<'_>, len: usize) -> Result<(), GpuDotError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let stream = gpu.stream()?;
+    let n = len as i64;
+    let cfg = sgemm::grid_stride(len);
+    match op {
+        Elementwise::Relu(x) => {
+            assert!(x.len() >= len, "buffer too small");
+            let func = gpu.function(Family::Fast, "elem_relu")?;
+            let mut builder = stream.launch_builder(&func);
+            builder.arg(&n).arg(x);
+            // SAFETY: arguments match `elem_relu(long long N, float* X)` in order and type; X
+            // holds at least N floats (asserted above); the kernel loops over all N elements
+            // whatever the grid.
+            unsafe { builder.launch(cfg) }
+        }
+        Elementwise::ReluBackward { g, h } => {
+            assert!(g.len() >= len && h.len() >= len, "buffer too small");
+            let func = gpu.function(Family::Fast, "elem_relu_backward")?;
+            let mut builder = stream.launch_builder(&func);
+            builder.arg(&n).arg(g).arg(h);
+            // SAFETY: arguments match `elem_relu_backward(long long N, float* G, const float*
+            // H)` in order and type; G and H hold at least N floats each (asserted above) and
+            // are different buffers (one borrowed mutably); the kernel loops over all N
+            // elements whatever the grid.
+            unsafe { builder.launch(cfg) }
+        }
+    }
+    .map_err(GpuDotError::at("launching an element-wise kernel"))?;
+    stream
+        .synchronize()
+        .map_err(GpuDotError::at("waiting for an element-wise kernel"))
+}
+
 /// A new device buffer of `len` zeros (at least one float).
 pub(crate) fn zeros(gpu: &Gpu, len: usize) -> Result<CudaSlice<f32>, GpuDotError> {
     let stream = gpu.stream()?;
