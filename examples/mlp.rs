@@ -56,9 +56,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-/// How far the losses of the two runs may differ, relative to the ndarray run's loss, at every
-/// epoch. The GPU adds up each product's terms in another order than ndarray does, so each
-/// product differs in the last bits of f32 (1e-7 to 1e-6 relative). SGD carries those
+/// How far the losses of two runs may differ, relative to the ndarray run's loss, at every
+/// epoch. Where the GPU adds up each product's terms in another order than ndarray does (a
+/// split-K plan sums ranges of k apart; the device run forms `dY` from `H·W2` and `T` in one
+/// fused step), products differ in the last bits of f32 (1e-7 to 1e-6 relative); where both
+/// add them in the same order with fused multiply-adds, they agree bit for bit. SGD carries those
 /// differences from step to step, and a ReLU near zero may switch on in one run and off in the
 /// other, so the runs drift apart, slowly: computing every product of one run in f64 (rounded
 /// to f32) instead moves the losses by less than 1e-6 in the default run and by less than 3e-5

@@ -382,7 +382,14 @@ fn relu_and_its_gradient_on_the_device_match_the_host() {
         let mut h0 = random(r, c);
         // Special values where a sloppy kernel would differ: NaN (becomes 0, as `max`),
         // -0.0 (not positive), infinities and the smallest subnormals.
-        let specials = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-45, -1e-45];
+        let specials = [
+            f32::NAN,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e-45,
+            -1e-45,
+        ];
         for (x, &v) in h0.iter_mut().step_by(7).zip(specials.iter().cycle()) {
             *x = v;
         }
