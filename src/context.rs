@@ -7,14 +7,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
-use once_cell::sync::{Lazy, OnceCell};
+use once_cell::sync::OnceCell;
 
 use crate::cache;
 use crate::error::GpuDotError;
@@ -70,9 +70,12 @@ impl fmt::Display for DeviceStatus {
 /// Never panics: a missing driver, a missing NVRTC or a machine without a device give
 /// [`DeviceStatus::Unavailable`] with the reason.
 pub fn device_status() -> DeviceStatus {
-    match &*GPU {
+    match gpu() {
         Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
-        Err(reason) => DeviceStatus::Unavailable(reason.clone()),
+        Err(e) => DeviceStatus::Unavailable(match e {
+            GpuDotError::NoDevice { reason } => reason,
+            other => other.to_string(),
+        }),
     }
 }
 
@@ -98,7 +101,7 @@ pub fn nvrtc_compilations() -> usize {
 
 /// The modules loaded so far, with what each cost on first use.
 pub fn module_loads() -> Vec<ModuleLoad> {
-    match &*GPU {
+    match gpu() {
         Ok(gpu) => Family::ALL
             .iter()
             .filter_map(|f| gpu.modules[f.index()].get().map(|m| m.cost.clone()))
@@ -118,6 +121,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuDeviceTotalMem_v2",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
     "cuCtxSetCurrent",
     "cuCtxGetCurrent",
     "cuCtxSynchronize",
@@ -164,18 +168,133 @@ const NVRTC_SYMBOLS: &[&str] = &[
 
 static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
-static GPU: Lazy<Result<Gpu, String>> = Lazy::new(|| {
+/// The context in use, or why there is none; `None` before the first GPU use.
+type Slot = Option<Result<Arc<Gpu>, String>>;
+
+/// The context in use: made on first GPU use, rebuilt after a fault ([`gpu`]).
+static SLOT: Mutex<Slot> = Mutex::new(None);
+
+/// Set when a driver call reports a fault that poisons the context (see
+/// [`GpuDotError::DeviceFault`]); the next [`gpu`] call rebuilds the context.
+static FAULTED: AtomicBool = AtomicBool::new(false);
+
+/// How many times the context has been made: 1 for the first, one more for each rebuild.
+/// Readers of device memory that may outlive a rebuild ([`GpuMatrix`](crate::GpuMatrix))
+/// hold the read lock while they use or free it; a rebuild holds the write lock while it
+/// resets the device.
+static GENERATION: RwLock<u64> = RwLock::new(0);
+
+/// How long a rebuild waits for the operations still running on a faulted context to end
+/// (each fails at its next driver call).
+const REBUILD_WAIT: Duration = Duration::from_secs(20);
+
+/// The context, or why there is none. After a fault ([`GpuDotError::DeviceFault`]) the first
+/// call waits for the operations still running on the old context to fail, resets the device
+/// and makes a new context: modules are loaded again (from the disk cache) and the pools start
+/// empty; tuned plans are kept.
+pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
+    let mut slot = SLOT.lock().unwrap_or_else(|p| p.into_inner());
+    match &*slot {
+        Some(Ok(gpu)) if !FAULTED.load(Ordering::Acquire) => return Ok(gpu.clone()),
+        Some(Err(reason)) => {
+            return Err(GpuDotError::NoDevice {
+                reason: reason.clone(),
+            })
+        }
+        Some(Ok(_)) => rebuild(&mut slot)?,
+        None => {
+            *slot = Some(make(1));
+        }
+    }
+    match slot.as_ref().expect("made above") {
+        Ok(gpu) => Ok(gpu.clone()),
+        Err(reason) => Err(GpuDotError::NoDevice {
+            reason: reason.clone(),
+        }),
+    }
+}
+
+/// Records that a driver call reported a fault that poisons the context.
+pub(crate) fn note_fault() {
+    FAULTED.store(true, Ordering::Release);
+}
+
+/// Whether the context in use has faulted (and waits for its rebuild).
+pub(crate) fn faulted() -> bool {
+    FAULTED.load(Ordering::Acquire)
+}
+
+/// The generation of the context in use, read-locked: device memory of another generation
+/// must not be used or freed (the device was reset since).
+pub(crate) fn generation() -> std::sync::RwLockReadGuard<'static, u64> {
+    GENERATION.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes the context of generation `generation`.
+fn make(generation: u64) -> Result<Arc<Gpu>, String> {
+    *GENERATION.write().unwrap_or_else(|p| p.into_inner()) = generation;
     // cudarc panics when a symbol it expects is missing from an old driver; that must not
     // take the caller down.
-    std::panic::catch_unwind(Gpu::new)
+    std::panic::catch_unwind(|| Gpu::new(generation))
         .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
-});
+        .map(Arc::new)
+}
 
-/// The global context, or why there is none.
-pub(crate) fn gpu() -> Result<&'static Gpu, GpuDotError> {
-    GPU.as_ref().map_err(|reason| GpuDotError::NoDevice {
-        reason: reason.clone(),
-    })
+/// Replaces the faulted context in `slot` with a new one (see [`gpu`]).
+fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
+    let Some(Ok(old)) = slot.as_ref() else {
+        unreachable!("a faulted context is in the slot")
+    };
+    let start = Instant::now();
+    while Arc::strong_count(old) > 1 {
+        if start.elapsed() > REBUILD_WAIT {
+            return Err(GpuDotError::NoDevice {
+                reason: format!(
+                    "the device faulted, and {} operations still hold its context after {} s",
+                    Arc::strong_count(old) - 1,
+                    REBUILD_WAIT.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let Some(Ok(old)) = slot.take() else {
+        unreachable!("checked above")
+    };
+    let (generation, device) = (old.generation, old.ctx.cu_device());
+    // Everything the crate keeps of the old context goes while its handles are still valid
+    // (their frees fail on a poisoned context; the reset below reclaims the memory).
+    crate::pipeline::trim();
+    drop(old);
+    {
+        // Device memory of the old context that users still hold (device matrices) is never
+        // touched again: its owners see another generation and forget it.
+        let mut current = GENERATION.write().unwrap_or_else(|p| p.into_inner());
+        *current = generation + 1;
+        // SAFETY: `device` is the ordinal's device handle, valid for the process; no
+        // operation of the crate uses the old context any more (the last holder of it is
+        // gone, and device matrices of that generation are never used or freed again).
+        // Other users of the device's primary context in this process lost it to the fault
+        // already: a poisoned context fails every call.
+        let reset = unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(device).result() };
+        if let Err(e) = reset {
+            *slot = Some(Err(format!(
+                "the device faulted and could not be reset: {e}"
+            )));
+            return Ok(());
+        }
+    }
+    FAULTED.store(false, Ordering::Release);
+    REBUILDS.fetch_add(1, Ordering::SeqCst);
+    *slot = Some(make(generation + 1));
+    Ok(())
+}
+
+static REBUILDS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many times this process has rebuilt the CUDA context after a fault.
+pub fn context_rebuilds() -> usize {
+    REBUILDS.load(Ordering::SeqCst)
 }
 
 pub(crate) struct LoadedModule {
@@ -186,6 +305,8 @@ pub(crate) struct LoadedModule {
 
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
+    /// Which context this is ([`GENERATION`]).
+    pub(crate) generation: u64,
     pub(crate) info: DeviceInfo,
     arch: String,
     modules: [OnceCell<LoadedModule>; Family::COUNT],
@@ -196,7 +317,7 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
-    fn new() -> Result<Gpu, String> {
+    fn new(generation: u64) -> Result<Gpu, String> {
         let start = Instant::now();
         // SAFETY: these only try to open the shared libraries; no symbol is called.
         let (driver, nvrtc) = unsafe {
@@ -276,6 +397,7 @@ impl Gpu {
         let (major, minor) = info.compute_capability;
         Ok(Gpu {
             ctx,
+            generation,
             arch: format!("sm_{major}{minor}"),
             info,
             modules: Default::default(),

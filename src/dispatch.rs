@@ -181,7 +181,7 @@ where
         beta: 0.0,
         c: &mut Dst::Fresh(&mut c),
     };
-    let done = pipeline::gemm(gpu, opts, product).map_err(|f| f.error)?;
+    let done = pipeline::gemm(&gpu, opts, product).map_err(|f| f.error)?;
     // SAFETY: a GPU product with m, n ≥ 1 that returned Ok has written every element of C
     // (its download pieces cover all m·n elements, and it returns only once all of them are
     // unpacked).

@@ -82,6 +82,23 @@ pub enum GpuDotError {
         /// cuBLAS's status.
         status: String,
     },
+    /// The device faulted (an illegal address, a trap, an uncorrectable ECC error, ...): a
+    /// fault poisons the device's CUDA context for the whole process, so every operation
+    /// running on it at that moment fails with this error. The next GPU call resets the
+    /// device and makes a new context (modules loaded again, tuned plans kept); device
+    /// matrices made before then are lost ([`MatrixLost`](Self::MatrixLost)).
+    DeviceFault {
+        /// What the crate was doing when the driver reported it.
+        context: &'static str,
+        /// The driver's error, with its `CUresult` code.
+        source: DriverError,
+    },
+    /// A [`GpuMatrix`](crate::GpuMatrix) made before the device was reset after a
+    /// [`DeviceFault`](Self::DeviceFault): its contents are gone. Make it again.
+    MatrixLost {
+        /// The matrix's shape.
+        dim: (usize, usize),
+    },
     /// An environment variable holds a value the crate does not understand.
     InvalidEnv {
         /// The variable's name.
@@ -95,15 +112,20 @@ pub enum GpuDotError {
 
 impl GpuDotError {
     /// Wraps a driver error, turning `CUDA_ERROR_OUT_OF_MEMORY` into [`OutOfMemory`](Self::OutOfMemory).
+    /// A fault that poisons the context ([`DeviceFault`](Self::DeviceFault)) is recorded, so
+    /// that the next GPU call rebuilds the context.
     pub(crate) fn driver(context: &'static str, bytes: usize, source: DriverError) -> Self {
         if source.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             GpuDotError::OutOfMemory { bytes }
+        } else if is_sticky(source.0) {
+            crate::context::note_fault();
+            GpuDotError::DeviceFault { context, source }
         } else {
             GpuDotError::Driver { context, source }
         }
     }
 
-    /// A closure for `map_err` on driver calls that allocate nothing.
+    /// A closure for `map_err` on driver calls that allocate nothing (see [`driver`](Self::driver)).
     pub(crate) fn at(context: &'static str) -> impl Fn(DriverError) -> Self {
         move |source| Self::driver(context, 0, source)
     }
@@ -124,6 +146,24 @@ impl GpuDotError {
         };
         GpuDotError::Compile { kernel, log }
     }
+}
+
+/// The driver's errors after which the context is unusable: every later call in it fails.
+fn is_sticky(code: CUresult) -> bool {
+    use CUresult::*;
+    matches!(
+        code,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_ECC_UNCORRECTABLE
+    )
 }
 
 impl fmt::Display for GpuDotError {
@@ -159,6 +199,15 @@ impl fmt::Display for GpuDotError {
             GpuDotError::HostThread { what } => write!(f, "host copy failed: {what}"),
             #[cfg(feature = "cublas")]
             GpuDotError::Cublas { status } => write!(f, "cuBLAS failed: {status}"),
+            GpuDotError::DeviceFault { context, source } => write!(
+                f,
+                "the device faulted while {context} ({source:?}); its context is rebuilt on \
+                 the next GPU call"
+            ),
+            GpuDotError::MatrixLost { dim: (r, c) } => write!(
+                f,
+                "this {r} × {c} device matrix was lost when the device was reset after a fault"
+            ),
             GpuDotError::InvalidEnv {
                 var,
                 value,
@@ -171,7 +220,9 @@ impl fmt::Display for GpuDotError {
 impl std::error::Error for GpuDotError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            GpuDotError::Driver { source, .. } => Some(source),
+            GpuDotError::Driver { source, .. } | GpuDotError::DeviceFault { source, .. } => {
+                Some(source)
+            }
             _ => None,
         }
     }

@@ -114,13 +114,15 @@ pub mod profile;
 mod registry;
 mod sgemm;
 mod staging;
+mod testing;
 mod tuner;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
 pub use cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use context::{
-    device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus, ModuleLoad,
+    context_rebuilds, device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus,
+    ModuleLoad,
 };
 pub use crew::ENV_HOST_THREADS;
 pub use dispatch::{flops, CpuReason, Product, Route};
@@ -257,6 +259,13 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
         "ndarray: inputs {} × {}, {} × {}, and output {} × {} are not compatible for matrix multiplication",
         a.0, a.1, b.0, b.1, c.0, c.1
     );
+}
+
+/// Hooks for the crate's fault tests (a kernel that faults, kernel sources replaced before
+/// compilation); not part of the API.
+#[doc(hidden)]
+pub mod __testing {
+    pub use crate::testing::{override_kernel_source, raise_device_fault, Fault};
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

@@ -20,11 +20,13 @@
 //! ```
 
 use std::fmt;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use ndarray::{Array2, ArrayBase, Data, DataMut, Ix2};
 
-use crate::context;
+use crate::context::{self, Gpu};
 use crate::dispatch::{self, CpuReason, Route};
 use crate::error::GpuDotError;
 use crate::options::{Backend, DotOptions};
@@ -35,9 +37,24 @@ use crate::pipeline::{self, DevMat, Dst, Elementwise, Gemm, Src};
 /// Made by [`GpuMatrix::from_array`] (upload), [`GpuMatrix::zeros`] or a product; read back
 /// with [`GpuMatrix::to_array`]. Every operation has completed on the device when it returns.
 pub struct GpuMatrix {
-    buf: CudaSlice<f32>,
+    /// Freed on drop, unless the context it belongs to was reset since (then its memory is
+    /// gone with the context, and freeing its address could free another allocation).
+    buf: ManuallyDrop<CudaSlice<f32>>,
     rows: usize,
     cols: usize,
+    /// The context generation it was made in.
+    generation: u64,
+}
+
+impl Drop for GpuMatrix {
+    fn drop(&mut self) {
+        let current = context::generation();
+        if *current == self.generation {
+            // SAFETY: `buf` is not used again (this is the drop), and the context it belongs
+            // to is the one in use: the read guard keeps a reset from coming in between.
+            unsafe { ManuallyDrop::drop(&mut self.buf) };
+        }
+    }
 }
 
 /// A borrowed view of a [`GpuMatrix`], possibly transposed ([`GpuMatrix::t`]).
@@ -69,15 +86,34 @@ impl GpuMatrix {
     pub fn from_array<S: Data<Elem = f32>>(a: &ArrayBase<S, Ix2>) -> Result<Self, GpuDotError> {
         let gpu = context::gpu()?;
         let (rows, cols) = a.dim();
-        let buf = pipeline::upload(gpu, a.view())?;
-        Ok(GpuMatrix { buf, rows, cols })
+        let buf = pipeline::upload(&gpu, a.view())?;
+        Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
+    }
+
+    fn new(gpu: &Gpu, buf: CudaSlice<f32>, (rows, cols): (usize, usize)) -> GpuMatrix {
+        GpuMatrix {
+            buf: ManuallyDrop::new(buf),
+            rows,
+            cols,
+            generation: gpu.generation,
+        }
+    }
+
+    /// The context, if this matrix belongs to it.
+    fn gpu(&self) -> Result<Arc<Gpu>, GpuDotError> {
+        let gpu = context::gpu()?;
+        if gpu.generation == self.generation {
+            Ok(gpu)
+        } else {
+            Err(GpuDotError::MatrixLost { dim: self.dim() })
+        }
     }
 
     /// A `rows × cols` matrix of zeros on the device.
     pub fn zeros((rows, cols): (usize, usize)) -> Result<Self, GpuDotError> {
         let gpu = context::gpu()?;
-        let buf = pipeline::zeros(gpu, checked_len(rows, cols)?)?;
-        Ok(GpuMatrix { buf, rows, cols })
+        let buf = pipeline::zeros(&gpu, checked_len(rows, cols)?)?;
+        Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
 
     /// The product `a · b` of any two operands (host arrays, device matrices or views), left
@@ -109,8 +145,8 @@ impl GpuMatrix {
 
     /// Downloads the matrix into a new host array (C order).
     pub fn to_array(&self) -> Result<Array2<f32>, GpuDotError> {
-        let gpu = context::gpu()?;
-        pipeline::download_fresh(gpu, &self.buf, (self.rows, self.cols))
+        let gpu = self.gpu()?;
+        pipeline::download_fresh(&gpu, &self.buf, (self.rows, self.cols))
     }
 
     /// Replaces the contents with `a`, which must have the same shape.
@@ -119,8 +155,8 @@ impl GpuMatrix {
         a: &ArrayBase<S, Ix2>,
     ) -> Result<(), GpuDotError> {
         assert_eq!(a.dim(), self.dim(), "assign: shapes differ");
-        let gpu = context::gpu()?;
-        pipeline::upload_into(gpu, a.view(), &mut self.buf)
+        let gpu = self.gpu()?;
+        pipeline::upload_into(&gpu, a.view(), &mut self.buf)
     }
 
     /// Downloads the matrix into `out` (any layout), which must have the same shape, else
@@ -131,16 +167,16 @@ impl GpuMatrix {
         out: &mut ArrayBase<S, Ix2>,
     ) -> Result<(), GpuDotError> {
         self.same_shape(out.dim())?;
-        let gpu = context::gpu()?;
-        pipeline::download_into(gpu, &self.buf, &mut out.view_mut())
+        let gpu = self.gpu()?;
+        pipeline::download_into(&gpu, &self.buf, &mut out.view_mut())
     }
 
     /// The ReLU, in place on the device: every entry below zero (and every NaN) becomes zero,
     /// as `x.max(0.0)` does on the host.
     pub fn relu(&mut self) -> Result<(), GpuDotError> {
-        let gpu = context::gpu()?;
+        let gpu = self.gpu()?;
         let len = self.rows * self.cols;
-        pipeline::elementwise(gpu, Elementwise::Relu(&mut self.buf), len)
+        pipeline::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
     }
 
     /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
@@ -149,13 +185,18 @@ impl GpuMatrix {
     /// positive. The shapes must be equal, else [`GpuDotError::OutputShape`].
     pub fn relu_backward(&mut self, activation: &GpuMatrix) -> Result<(), GpuDotError> {
         self.same_shape(activation.dim())?;
-        let gpu = context::gpu()?;
+        let gpu = self.gpu()?;
+        if activation.generation != gpu.generation {
+            return Err(GpuDotError::MatrixLost {
+                dim: activation.dim(),
+            });
+        }
         let len = self.rows * self.cols;
         let op = Elementwise::ReluBackward {
             g: &mut self.buf,
             h: &activation.buf,
         };
-        pipeline::elementwise(gpu, op, len)
+        pipeline::elementwise(&gpu, op, len)
     }
 
     fn same_shape(&self, found: (usize, usize)) -> Result<(), GpuDotError> {
@@ -273,6 +314,7 @@ impl AsOperand for GpuView<'_> {
             },
             rows,
             cols,
+            generation: self.mat.generation,
         })
     }
 }
@@ -288,6 +330,7 @@ impl AsOperand for GpuMatrix {
             },
             rows,
             cols,
+            generation: self.generation,
         })
     }
 }
@@ -305,6 +348,7 @@ impl AsOutput for GpuMatrix {
             rows: self.rows,
             cols: self.cols,
             ld: self.cols.max(1),
+            generation: self.generation,
         })
     }
 }
@@ -429,7 +473,7 @@ fn general(
             });
         }
         let gpu = context::gpu()?;
-        return pipeline::gemm(gpu, opts, product(alpha, a, b, beta, c))
+        return pipeline::gemm(&gpu, opts, product(alpha, a, b, beta, c))
             .map(|done| dispatch::gpu_route(opts, done))
             .map_err(|f| f.error);
     };
@@ -460,7 +504,7 @@ fn general(
         Err(e) if fall_back => return cpu(CpuReason::GpuUnavailable(e), c),
         Err(e) => return Err(e),
     };
-    match pipeline::gemm(gpu, opts, product(alpha, a, b, beta, c)) {
+    match pipeline::gemm(&gpu, opts, product(alpha, a, b, beta, c)) {
         Ok(done) => Ok(dispatch::gpu_route(opts, done)),
         Err(f) if fall_back && !f.touched => cpu(CpuReason::GpuUnavailable(f.error), c),
         Err(f) => Err(f.error),

@@ -64,7 +64,7 @@ pub struct Timing {
 
 /// Random row-major operands of an `m × k × n` product, resident on the device.
 pub struct DeviceProblem {
-    gpu: &'static Gpu,
+    gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     dims: (usize, usize, usize),
     host_a: Array2<f32>,
@@ -133,7 +133,7 @@ impl DeviceProblem {
             ld: n,
         };
         crate::tuner::launch_isolated(
-            self.gpu,
+            &self.gpu,
             &self.stream,
             kernel,
             self.dims,
@@ -173,7 +173,7 @@ impl DeviceProblem {
         kernel: Kernel,
         iters: u64,
     ) -> Result<std::time::Duration, GpuDotError> {
-        let watch = Stopwatch::new(self.gpu)?;
+        let watch = Stopwatch::new(&self.gpu)?;
         let stream = self.stream.clone();
         let ms = watch.time(&stream, || (0..iters).try_for_each(|_| self.launch(kernel)))?;
         Ok(std::time::Duration::from_secs_f64(ms as f64 / 1e3))
@@ -198,7 +198,7 @@ impl DeviceProblem {
         for _ in 0..warmup {
             launch(self)?;
         }
-        let watch = Stopwatch::new(self.gpu)?;
+        let watch = Stopwatch::new(&self.gpu)?;
         let stream = self.stream.clone();
         let mut times = Vec::with_capacity(reps.max(1));
         for _ in 0..reps.max(1) {

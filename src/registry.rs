@@ -43,7 +43,8 @@ impl Family {
 
     /// The source NVRTC compiles: the family's file with `common.cuh` spliced in.
     pub(crate) fn source(self) -> String {
-        self.raw_source().replace("#include \"common.cuh\"", COMMON)
+        crate::testing::source_override(self)
+            .unwrap_or_else(|| self.raw_source().replace("#include \"common.cuh\"", COMMON))
     }
 
     /// Every entry point the module holds.

@@ -93,8 +93,26 @@ fn a_second_process_loads_the_kernels_from_the_disk_cache() {
     assert!(fourth.loads.iter().all(|l| l.1), "{fourth:?}");
 }
 
+/// Set in a child process: the largest file it may write, in bytes (`RLIMIT_FSIZE`), which
+/// makes every larger write fail as on a full disk.
+const FILE_SIZE_LIMIT: &str = "GPU_DOT_TEST_CACHE_FSIZE";
+
 /// One GPU product, checked, then the report line.
 fn child() {
+    if let Ok(limit) = std::env::var(FILE_SIZE_LIMIT) {
+        let limit: u64 = limit.parse().expect("a byte count");
+        // SAFETY: ignoring SIGXFSZ (so that a write past the limit fails with EFBIG instead
+        // of killing the process) and lowering this process's own file-size limit affect
+        // nothing but this child.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let rl = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &rl), 0, "setrlimit");
+        }
+    }
     assert!(
         matches!(device_status(), DeviceStatus::Ready(_)),
         "{}",
@@ -136,12 +154,25 @@ fn child() {
 
 /// Runs the test binary as a child with the cache in `dir`, and parses its report.
 fn run_child(dir: &Path, label: &str) -> ChildReport {
-    let out = Command::new(std::env::current_exe().unwrap())
+    finish(spawn_child(dir, &[]), label)
+}
+
+/// Starts the test binary as a child with the cache in `dir` and the extra variables `env`.
+fn spawn_child(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
         .args(["--exact", NAME, "--nocapture", "--include-ignored"])
         .env(CHILD, "1")
         .env(ENV_CACHE_DIR, dir)
-        .output()
-        .unwrap();
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child, asserts that it passed, and parses its report.
+fn finish(child: std::process::Child, label: &str) -> ChildReport {
+    let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -209,4 +240,102 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The cache under stress, each time with a GPU product checked in every child process:
+/// - four processes compiling into one empty folder at once: all succeed, the folder ends
+///   with one entry per family and no temporary file, and a fifth process compiles nothing;
+/// - truncated entries: compiled again and rewritten, never loaded;
+/// - a folder that cannot be written (read-only, and a path through a regular file): only
+///   compilations;
+/// - a full disk: simulated by a file-size limit below a CUBIN's size (writes fail with
+///   EFBIG), and, when `GPU_DOT_TEST_FULL_DIR` names a folder on a full filesystem (a small
+///   tmpfs, filled), on that too: only compilations, and no temporary file left behind.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_cache_under_stress_costs_at_most_a_compilation() {
+    let dir = TempDir::new();
+    // Four at once into the same empty folder.
+    let children: Vec<_> = (0..4).map(|_| spawn_child(&dir.0, &[])).collect();
+    let reports: Vec<ChildReport> = children
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| finish(c, &format!("concurrent {i}")))
+        .collect();
+    let families = reports[0].loads.len();
+    assert!(families >= 1);
+    let files = cache_files(&dir.0);
+    assert_eq!(
+        files.len(),
+        families,
+        "entries after concurrent writers: {files:?}"
+    );
+    assert_eq!(temp_files(&dir.0), 0, "temporary files left behind");
+    let after = run_child(&dir.0, "after the concurrent writers");
+    assert_eq!(after.compilations, 0, "{after:?}");
+
+    // Truncated entries: to half their length, and to nothing.
+    for (i, file) in files.iter().enumerate() {
+        let len = std::fs::metadata(file).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+        f.set_len(if i % 2 == 0 { len / 2 } else { 0 }).unwrap();
+    }
+    let truncated = run_child(&dir.0, "after truncation");
+    assert_eq!(truncated.compilations, families, "{truncated:?}");
+    assert!(truncated.loads.iter().all(|l| !l.1), "{truncated:?}");
+    let rewritten = run_child(&dir.0, "after rewriting");
+    assert_eq!(rewritten.compilations, 0, "{rewritten:?}");
+
+    // A folder that cannot be written: read-only (root writes anyway, so also a path that
+    // runs through a regular file).
+    let ro = TempDir::new();
+    std::fs::set_permissions(&ro.0, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let report = run_child(&ro.0, "read-only folder");
+    assert_eq!(report.compilations, families, "{report:?}");
+    let root_writes = !cache_files(&ro.0).is_empty();
+    println!("read-only folder written anyway (running as root): {root_writes}");
+    std::fs::set_permissions(&ro.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = dir.0.join("a-regular-file");
+    std::fs::write(&file, b"not a folder").unwrap();
+    let report = run_child(&file.join("cache"), "a path through a regular file");
+    assert_eq!(report.compilations, families, "{report:?}");
+
+    // A full disk, simulated: no file may grow past 4 KiB (a CUBIN is larger).
+    let full = TempDir::new();
+    let report = finish(
+        spawn_child(&full.0, &[(FILE_SIZE_LIMIT, "4096")]),
+        "file-size limit",
+    );
+    assert_eq!(report.compilations, families, "{report:?}");
+    assert!(
+        cache_files(&full.0).is_empty(),
+        "an entry was written past the limit"
+    );
+    assert_eq!(temp_files(&full.0), 0, "temporary files left behind");
+    // And a real full filesystem, when the run provides one.
+    match std::env::var_os("GPU_DOT_TEST_FULL_DIR") {
+        Some(full) => {
+            let full = PathBuf::from(full);
+            let before = std::fs::read_dir(&full).unwrap().count();
+            let report = run_child(&full, "full filesystem");
+            assert_eq!(report.compilations, families, "{report:?}");
+            assert_eq!(
+                std::fs::read_dir(&full).unwrap().count(),
+                before,
+                "the full filesystem gained a file"
+            );
+        }
+        None => println!("no full filesystem given (GPU_DOT_TEST_FULL_DIR): simulated only"),
+    }
+}
+
+/// Temporary files of unfinished cache writes in `dir`.
+fn temp_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+                .count()
+        })
+        .unwrap_or(0)
 }

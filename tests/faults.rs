@@ -523,3 +523,192 @@ fn products_succeed_on_every_family(when: &str) {
         assert_close(&p.c, &a, &b, &format!("{kernel} {when}"));
     }
 }
+
+/// A sticky fault, raised by a kernel that traps and then by one that writes to an illegal
+/// address (through the crate's hidden test hook), while eight threads multiply: every
+/// product either succeeds with the right answer or fails with a typed error, no thread
+/// hangs, `gpu_dot` (Auto) always answers correctly (on the CPU while the GPU is down), the
+/// context is rebuilt with its tuned plans kept, device matrices made before the fault report
+/// themselves lost, and the next products run on the GPU again.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_device_fault_is_recovered_while_threads_multiply() {
+    const NAME: &str = "a_device_fault_is_recovered_while_threads_multiply";
+    if !is_child(NAME) {
+        let _device = device_lock();
+        expect_device();
+        return run_child(NAME, &[]);
+    }
+    use gpu_dot::__testing::{raise_device_fault, Fault};
+    use gpu_dot::{context_rebuilds, tuned_plans, GpuMatrix};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    expect_device();
+    products_succeed_on_every_family("before the faults");
+    let shapes = [
+        (300, 200, 500),
+        (512, 512, 512),
+        (1024, 256, 1000),
+        (1, 2048, 1024),
+    ];
+    let gpu = DotOptions::builtin().backend(Backend::Gpu);
+    for &(m, k, n) in &shapes {
+        let (a, b) = (random(m, k), random(k, n));
+        for _ in 0..4 {
+            assert_close(&a.gpu_dot_with(&b, &gpu).unwrap().c, &a, &b, "warm-up");
+        }
+    }
+    let plans_before = tuned_plans().len();
+    assert!(plans_before > 0, "nothing was tuned");
+
+    for (round, kind) in [Fault::Trap, Fault::IllegalAddress].into_iter().enumerate() {
+        let old = GpuMatrix::from_array(&random(64, 64)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let workers: Vec<_> = (0..8)
+            .map(|t| {
+                let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+                std::thread::spawn(move || {
+                    let mut i = t;
+                    while !stop.load(Ordering::Relaxed) {
+                        let (m, k, n) = shapes[i % shapes.len()];
+                        i += 1;
+                        let (a, b) = (random(m, k), random(k, n));
+                        if t % 2 == 0 {
+                            // Auto: always an answer, and always the right one.
+                            assert_close(&a.gpu_dot(&b), &a, &b, "gpu_dot under a fault");
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        let opts = DotOptions::builtin().backend(Backend::Gpu);
+                        match a.gpu_dot_with(&b, &opts) {
+                            Ok(p) => {
+                                assert_close(&p.c, &a, &b, "GPU under a fault");
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(
+                                GpuDotError::DeviceFault { .. }
+                                | GpuDotError::Driver { .. }
+                                | GpuDotError::NoDevice { .. },
+                            ) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("unexpected error under a fault: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let rebuilds = context_rebuilds();
+        match raise_device_fault(kind) {
+            Err(GpuDotError::DeviceFault { context, source }) => {
+                println!("{kind:?}: DeviceFault while {context}: {source:?}")
+            }
+            other => panic!("{kind:?}: expected a DeviceFault, got {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for w in workers {
+            while !w.is_finished() {
+                assert!(Instant::now() < deadline, "a worker hung after the fault");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            w.join()
+                .expect("a worker panicked (a wrong answer or an unexpected error)");
+        }
+        println!(
+            "{kind:?}: {} products answered, {} failed with typed errors",
+            ok.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed)
+        );
+        // The next product runs on the GPU, in a rebuilt context, and is right.
+        let (a, b) = (random(700, 300), random(300, 500));
+        let p = a.gpu_dot_with(&b, &gpu).expect("a product after the fault");
+        assert!(p.route.is_gpu(), "{}", p.route);
+        assert_close(&p.c, &a, &b, "after the fault");
+        assert_eq!(context_rebuilds(), rebuilds + 1, "one rebuild per fault");
+        assert_eq!(context_rebuilds(), round + 1);
+        assert!(tuned_plans().len() >= plans_before, "tuned plans were lost");
+        // The matrix made before the fault is gone, and says so; dropping it is safe.
+        assert!(matches!(
+            old.to_array(),
+            Err(GpuDotError::MatrixLost { dim: (64, 64) })
+        ));
+        let host = random(64, 64);
+        assert!(matches!(
+            GpuMatrix::product(&host, &old),
+            Err(GpuDotError::MatrixLost { .. })
+        ));
+        drop(old);
+        let fresh = GpuMatrix::from_array(&host).unwrap();
+        assert_eq!(fresh.to_array().unwrap(), host);
+        products_succeed_on_every_family(&format!("after {kind:?}"));
+    }
+}
+
+/// NVRTC rejecting one of the crate's kernel families, through the crate (a test-only source
+/// override): the product asking for that family gets [`GpuDotError::Compile`] with NVRTC's
+/// log, `Auto` answers on the CPU, the other families still compile and run, and the rejected
+/// source leaves nothing in the kernel cache.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families() {
+    const NAME: &str = "an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families";
+    if !is_child(NAME) {
+        let _device = device_lock();
+        expect_device();
+        let dir = std::env::temp_dir().join(format!("gpu-dot-nvrtc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run_child(NAME, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    use gpu_dot::__testing::override_kernel_source;
+    let broken =
+        r#"extern "C" __global__ void sgemm_tiled_16_nn(float* x) { x[0] = not_declared; }"#;
+    assert!(override_kernel_source("tiled", Some(broken.into())));
+    assert!(!override_kernel_source("no such family", None));
+    let (a, b) = (random(300, 200), random(200, 100));
+    let gpu = DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .kernel(Kernel::Tiled16);
+    match a.gpu_dot_with(&b, &gpu) {
+        Err(GpuDotError::Compile { kernel, log }) => {
+            println!("NVRTC's log for the tiled family:\n{log}");
+            assert_eq!(kernel, "tiled");
+            assert!(
+                log.contains("not_declared"),
+                "the log misses the error: {log}"
+            );
+        }
+        other => panic!("expected a Compile error, got {other:?}"),
+    }
+    // Auto falls back to the CPU and says why; the answer is right.
+    let auto = DotOptions::builtin()
+        .backend(Backend::Auto)
+        .kernel(Kernel::Tiled16)
+        .min_gpu_flops(0);
+    let p = a.gpu_dot_with(&b, &auto).unwrap();
+    match &p.route {
+        Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::Compile { .. })) => {}
+        other => panic!("expected a CPU fallback for the compile error, got {other}"),
+    }
+    assert_close(&p.c, &a, &b, "Auto after a rejection");
+    // The other families compile and run.
+    for kernel in [Kernel::Naive, Kernel::Reg128, Kernel::Auto] {
+        let opts = DotOptions::builtin().backend(Backend::Gpu).kernel(kernel);
+        let p = a.gpu_dot_with(&b, &opts).unwrap();
+        assert!(p.route.is_gpu());
+        assert_close(&p.c, &a, &b, "another family after a rejection");
+    }
+    // Two families were cached (naive and the fast family), the rejected one not.
+    let dir = gpu_dot::kernel_cache_dir().expect("the cache is on");
+    let entries = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(Result::ok).count())
+        .unwrap_or(0);
+    assert_eq!(entries, 2, "cache entries in {}", dir.display());
+}

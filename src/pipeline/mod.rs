@@ -68,6 +68,8 @@ pub(crate) enum Src<'a> {
         mat: DevMat<'a>,
         rows: usize,
         cols: usize,
+        /// The context generation the matrix was made in.
+        generation: u64,
     },
 }
 
@@ -76,6 +78,14 @@ impl Src<'_> {
         match self {
             Src::Host(v) => v.dim(),
             Src::Device { rows, cols, .. } => (*rows, *cols),
+        }
+    }
+
+    /// A device matrix's context generation, and its shape.
+    fn generation(&self) -> Option<(u64, (usize, usize))> {
+        match self {
+            Src::Host(_) => None,
+            Src::Device { generation, .. } => Some((*generation, self.dim())),
         }
     }
 
@@ -100,6 +110,8 @@ pub(crate) enum Dst<'a> {
         rows: usize,
         cols: usize,
         ld: usize,
+        /// The context generation the matrix was made in.
+        generation: u64,
     },
 }
 
@@ -109,6 +121,14 @@ impl Dst<'_> {
             Dst::Host(v) => v.dim(),
             Dst::Fresh(a) => a.dim(),
             Dst::Device { rows, cols, .. } => (*rows, *cols),
+        }
+    }
+
+    /// A device matrix's context generation, and its shape.
+    fn generation(&self) -> Option<(u64, (usize, usize))> {
+        match self {
+            Dst::Device { generation, .. } => Some((*generation, self.dim())),
+            _ => None,
         }
     }
 }
@@ -158,6 +178,18 @@ pub(crate) fn gemm(gpu: &Gpu, opts: &DotOptions, mut g: Gemm) -> Result<Done, Fa
         error,
         touched: false,
     })?;
+    // Device matrices of an older context are gone (the device was reset after a fault).
+    let lost = [g.a.generation(), g.b.generation(), g.c.generation()]
+        .into_iter()
+        .flatten()
+        .find(|&(generation, _)| generation != gpu.generation)
+        .map(|(_, dim)| GpuDotError::MatrixLost { dim });
+    if let Some(error) = lost {
+        return Err(Failure {
+            error,
+            touched: false,
+        });
+    }
     let mut first = true;
     loop {
         let mut touched = false;

@@ -210,8 +210,12 @@ pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
     }
 }
 
-/// Returns a workspace whose work is complete to the pool, or frees it when the pool is full.
+/// Returns a workspace whose work is complete to the pool, or frees it when the pool is full
+/// or the context has faulted.
 pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
+    if crate::context::faulted() {
+        return drop(ws);
+    }
     let mut pool = idle();
     let pinned: usize = pool.iter().map(Workspace::pinned_bytes).sum();
     let device: usize = pool.iter().map(Workspace::device_bytes).sum();

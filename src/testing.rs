@@ -1,0 +1,105 @@
+//! Hooks for the crate's own fault tests: a kernel that faults on the device, and kernel
+//! sources replaced before they are compiled. Hidden from the documentation; not part of the
+//! API, and never used by the crate itself.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use cudarc::driver::PushKernelArg;
+use cudarc::nvrtc::Ptx;
+use once_cell::sync::Lazy;
+
+use crate::cache;
+use crate::context;
+use crate::error::GpuDotError;
+use crate::registry::Family;
+
+/// How [`raise_device_fault`]'s kernel faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The kernel executes a trap instruction.
+    Trap,
+    /// The kernel writes to an address outside every allocation.
+    IllegalAddress,
+}
+
+const FAULT_SOURCE: &str = r#"
+extern "C" __global__ void fault_trap(float* x) {
+    if (threadIdx.x == 0) __trap();
+    x[threadIdx.x] = 1.0f;
+}
+extern "C" __global__ void fault_illegal_address(float* x) {
+    // An address in the first page, which the driver never maps.
+    float* bad = (float*)(unsigned long long)(16 + 4 * threadIdx.x);
+    *bad = x[0];
+}
+"#;
+
+/// Launches a kernel that faults on the device the crate uses, on one of the crate's streams,
+/// and waits for it: the error it returns is the driver's report of the fault
+/// ([`GpuDotError::DeviceFault`] for a fault that poisons the context). Products running on
+/// other threads at that moment fail with it too; the next GPU call rebuilds the context.
+pub fn raise_device_fault(kind: Fault) -> Result<(), GpuDotError> {
+    let gpu = context::gpu()?;
+    let (major, minor) = gpu.info.compute_capability;
+    let options = [format!("--gpu-architecture=sm_{major}{minor}")];
+    let cubin = cache::compile("fault", FAULT_SOURCE, &options)?;
+    let module = gpu
+        .ctx
+        .load_module(Ptx::from_binary(cubin))
+        .map_err(GpuDotError::at("loading the fault kernels"))?;
+    let entry = match kind {
+        Fault::Trap => "fault_trap",
+        Fault::IllegalAddress => "fault_illegal_address",
+    };
+    let func = module
+        .load_function(entry)
+        .map_err(GpuDotError::at("looking up a fault kernel"))?;
+    let stream = gpu.stream()?;
+    let mut x = crate::sgemm::alloc(&stream, 32)?;
+    let mut builder = stream.launch_builder(&func);
+    builder.arg(&mut x);
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the fault kernels take one `float*`, here a buffer of 32 floats (one per
+    // thread). They fault on purpose: the fault poisons only the device's context, which the
+    // crate then rebuilds; no host memory is touched.
+    unsafe { builder.launch(cfg) }.map_err(GpuDotError::at("launching a fault kernel"))?;
+    stream
+        .synchronize()
+        .map_err(GpuDotError::at("waiting for a fault kernel"))
+}
+
+static OVERRIDES: Lazy<Mutex<HashMap<&'static str, String>>> =
+    Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// Makes the crate compile `source` instead of the kernel family named `family` ("naive",
+/// "tiled" or "sgemm_fast") from the next time it compiles that family in this process;
+/// `None` restores the family's own source. Returns false for an unknown family.
+pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
+    let Some(f) = Family::ALL.iter().find(|f| f.name() == family) else {
+        return false;
+    };
+    OVERRIDES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
+    match source {
+        Some(s) => map.insert(f.name(), s),
+        None => map.remove(f.name()),
+    };
+    true
+}
+
+/// The source that replaces `family`'s, if a test asked for one.
+pub(crate) fn source_override(family: Family) -> Option<String> {
+    if OVERRIDES_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        let map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(family.name()).cloned()
+    } else {
+        None
+    }
+}
+
+static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
