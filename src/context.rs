@@ -191,7 +191,9 @@ const REBUILD_WAIT: Duration = Duration::from_secs(20);
 /// The context, or why there is none. After a fault ([`GpuDotError::DeviceFault`]) the first
 /// call waits for the operations still running on the old context to fail, resets the device
 /// and makes a new context: modules are loaded again (from the disk cache) and the pools start
-/// empty; tuned plans are kept.
+/// empty; tuned plans are kept. Where the driver refuses a new context after a fault, the GPU
+/// stays unavailable for the rest of the process ([`GpuDotError::NoDevice`], which sends
+/// `Auto` to the CPU).
 pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
     let mut slot = SLOT.lock().unwrap_or_else(|p| p.into_inner());
     match &*slot {
@@ -285,8 +287,18 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
         }
     }
     FAULTED.store(false, Ordering::Release);
-    REBUILDS.fetch_add(1, Ordering::SeqCst);
-    *slot = Some(make(generation + 1));
+    *slot = Some(make(generation + 1).map_err(|e| {
+        // Some drivers refuse every new context of a process after a fault (seen on an H200
+        // with driver 580: each attempt fails with the fault's own error); then only a new
+        // process can use the device again.
+        format!(
+            "the device faulted, and CUDA could not make a new context in this process ({e}): \
+             restart the process to use the GPU again"
+        )
+    }));
+    if matches!(slot, Some(Ok(_))) {
+        REBUILDS.fetch_add(1, Ordering::SeqCst);
+    }
     Ok(())
 }
 

@@ -86,7 +86,9 @@ pub enum GpuDotError {
     /// fault poisons the device's CUDA context for the whole process, so every operation
     /// running on it at that moment fails with this error. The next GPU call resets the
     /// device and makes a new context (modules loaded again, tuned plans kept); device
-    /// matrices made before then are lost ([`MatrixLost`](Self::MatrixLost)).
+    /// matrices made before then are lost ([`MatrixLost`](Self::MatrixLost)). Where the
+    /// driver refuses a new context after a fault (as some do until the process ends), later
+    /// GPU calls get [`NoDevice`](Self::NoDevice) saying so, and `Auto` computes on the CPU.
     DeviceFault {
         /// What the crate was doing when the driver reported it.
         context: &'static str,
