@@ -179,9 +179,10 @@ static SLOT: Mutex<Slot> = Mutex::new(None);
 static FAULTED: AtomicBool = AtomicBool::new(false);
 
 /// How many times the context has been made: 1 for the first, one more for each rebuild.
-/// Readers of device memory that may outlive a rebuild ([`GpuMatrix`](crate::GpuMatrix))
-/// hold the read lock while they use or free it; a rebuild holds the write lock while it
-/// resets the device.
+/// Device memory that may outlive a rebuild ([`GpuMatrix`](crate::GpuMatrix)) is freed under
+/// the read lock, and only when its generation is current; an operation that uses it holds the
+/// context's `Arc`, which a rebuild waits for. A rebuild holds the write lock while it resets
+/// the device.
 static GENERATION: RwLock<u64> = RwLock::new(0);
 
 /// How long a rebuild waits for the operations still running on a faulted context to end
