@@ -54,7 +54,8 @@ fn gemm(c: &mut Criterion) {
             group.bench_function("gpu_dot_host_to_host", |bench| {
                 bench.iter(|| a.gpu_dot_with(&b, &opts).expect("gpu product").c)
             });
-            let mut problem = DeviceProblem::new(size, size, size, 3).expect("device problem");
+            let mut problem =
+                DeviceProblem::<f32>::new(size, size, size, 3).expect("device problem");
             for kernel in Kernel::ALL {
                 group.bench_function(BenchmarkId::new("device_kernel", kernel.name()), |bench| {
                     bench.iter_custom(|iters| problem.elapsed(kernel, iters).expect("kernel runs"))

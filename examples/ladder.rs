@@ -1,16 +1,19 @@
 //! The kernel ladder: every kernel's device-side throughput over a suite of shapes, against
-//! cuBLAS SGEMM (FP32) measured in the same run when built with `--features cublas`, with each
-//! result's error against an f64 reference.
+//! cuBLAS SGEMM (FP32) and DGEMM measured in the same run when built with `--features cublas`,
+//! with each result's error against a higher-precision reference (f64 for f32 products; rows
+//! to about twice f64 precision for f64 products).
 //!
 //!     cargo run --release --features cublas --example ladder -- \
-//!         [--quick] [--json PATH] [--plot PATH.svg]
+//!         [--quick] [--dtype f32|f64|both] [--json PATH] [--plot PATH.svg]
 //!
 //! Prints the table the crate's history is told in (GFLOP/s per kernel at 1024³ and 4096³,
 //! speed-up over naive, fraction of cuBLAS), then the whole suite, and writes one JSON record
-//! per kernel and shape and an SVG plot of GFLOP/s against size.
+//! per element type, kernel and shape (field `dtype`) and an SVG plot of GFLOP/s against size
+//! (one panel per element type). The f64 ladder times the register-blocked kernels and `auto`;
+//! the naive and tiled f64 kernels are checked by the tests.
 
-use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, Timing};
-use gpu_dot::{device_status, DeviceStatus, Kernel};
+use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, SampledReference, Timing};
+use gpu_dot::{device_status, DeviceStatus, Dtype, Element, Kernel};
 
 const SUITE: [(usize, usize, usize); 14] = [
     (256, 256, 256),
@@ -40,6 +43,7 @@ const KERNELS: [Kernel; 6] = [
 
 #[derive(Clone)]
 struct Record {
+    dtype: Dtype,
     name: String,
     dims: (usize, usize, usize),
     ms: f64,
@@ -51,19 +55,45 @@ fn reps_for(first_ms: f64) -> usize {
     ((300.0 / first_ms.max(1e-3)) as usize).clamp(5, 50)
 }
 
-fn measure(
-    problem: &mut DeviceProblem,
-    reference: &ndarray::Array2<f64>,
+/// The error measure of one problem's results.
+enum Reference {
+    Full(ndarray::Array2<f64>),
+    Sampled(SampledReference),
+}
+
+impl Reference {
+    fn of<A: Element>(p: &DeviceProblem<A>) -> Reference {
+        match A::DTYPE {
+            Dtype::F32 => Reference::Full(reference_f64(p.a(), p.b())),
+            _ => Reference::Sampled(SampledReference::new(p.a(), p.b(), 32)),
+        }
+    }
+
+    fn error<A: Element>(&self, c: &ndarray::Array2<A>) -> f64 {
+        match self {
+            Reference::Full(r) => relative_error_to(c.view(), r),
+            Reference::Sampled(r) => r.relative_error(c.view()),
+        }
+    }
+}
+
+type Run<'f, A> = dyn FnMut(&mut DeviceProblem<A>) -> ndarray::Array2<A> + 'f;
+type Time<'f, A> = dyn FnMut(&mut DeviceProblem<A>, usize) -> Timing + 'f;
+
+fn measure<A: Element>(
+    problem: &mut DeviceProblem<A>,
+    reference: &Reference,
     name: &str,
     dims: (usize, usize, usize),
-    run: &mut dyn FnMut(&mut DeviceProblem) -> ndarray::Array2<f32>,
-    time: &mut dyn FnMut(&mut DeviceProblem, usize) -> Timing,
+    run: &mut Run<'_, A>,
+    time: &mut Time<'_, A>,
 ) -> Record {
     let c = run(problem);
-    let rel_err = relative_error_to(c.view(), reference);
+    let rel_err = reference.error(&c);
     let probe = time(problem, 1);
     let t = time(problem, reps_for(probe.median_ms));
     Record {
+        dtype: A::DTYPE,
         name: name.to_string(),
         dims,
         ms: t.median_ms,
@@ -89,16 +119,183 @@ fn civil_date() -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// Measures every kernel of `kernels` (and cuBLAS, with the feature) over `suite` in `A`.
+fn run_suite<A: Element>(suite: &[(usize, usize, usize)], kernels: &[Kernel]) -> Vec<Record>
+where
+    DeviceProblem<A>: Cublas<A>,
+{
+    let mut records: Vec<Record> = Vec::new();
+    for (i, &(m, k, n)) in suite.iter().enumerate() {
+        let mut problem =
+            DeviceProblem::<A>::new(m, k, n, 1000 + i as u64).expect("device problem");
+        let reference = Reference::of(&problem);
+        if let Some(r) = problem.measure_cublas(&reference, (m, k, n)) {
+            records.push(r);
+        }
+        for &kernel in kernels {
+            let r = measure(
+                &mut problem,
+                &reference,
+                kernel.name(),
+                (m, k, n),
+                &mut |p| p.run(kernel).expect("kernel runs"),
+                &mut |p, reps| p.time(kernel, 1, reps).expect("kernel timing"),
+            );
+            records.push(r);
+        }
+        for r in records.iter().filter(|r| r.dims == (m, k, n)) {
+            println!(
+                "{} {m:>5}×{k:>5}×{n:>5} {:<8} {:10.3} ms {:9.1} GFLOP/s  rel err {:.2e}",
+                A::DTYPE,
+                r.name,
+                r.ms,
+                r.gflops,
+                r.rel_err
+            );
+        }
+    }
+    records
+}
+
+/// cuBLAS in the same run, when built with the feature.
+trait Cublas<A: Element> {
+    fn measure_cublas(
+        &mut self,
+        reference: &Reference,
+        dims: (usize, usize, usize),
+    ) -> Option<Record>;
+}
+
+impl<A: Element> Cublas<A> for DeviceProblem<A>
+where
+    DeviceProblem<A>: MaybeCublas<A>,
+{
+    fn measure_cublas(
+        &mut self,
+        reference: &Reference,
+        dims: (usize, usize, usize),
+    ) -> Option<Record> {
+        self.cublas_record(reference, dims)
+    }
+}
+
+trait MaybeCublas<A: Element> {
+    fn cublas_record(
+        &mut self,
+        reference: &Reference,
+        dims: (usize, usize, usize),
+    ) -> Option<Record>;
+}
+
+#[cfg(feature = "cublas")]
+impl<A: Element> MaybeCublas<A> for DeviceProblem<A>
+where
+    cudarc::cublas::CudaBlas: cudarc::cublas::Gemm<A>,
+{
+    fn cublas_record(
+        &mut self,
+        reference: &Reference,
+        dims: (usize, usize, usize),
+    ) -> Option<Record> {
+        Some(measure(
+            self,
+            reference,
+            "cublas",
+            dims,
+            &mut |p| p.run_cublas().expect("cuBLAS runs"),
+            &mut |p, reps| p.time_cublas(1, reps).expect("cuBLAS timing"),
+        ))
+    }
+}
+
+#[cfg(not(feature = "cublas"))]
+impl<A: Element> MaybeCublas<A> for DeviceProblem<A> {
+    fn cublas_record(&mut self, _: &Reference, _: (usize, usize, usize)) -> Option<Record> {
+        None
+    }
+}
+
+/// The tables of one element type's records.
+fn report(dtype: Dtype, kernels: &[Kernel], suite: &[(usize, usize, usize)], records: &[Record]) {
+    let find = |name: &str, dims| {
+        records
+            .iter()
+            .find(|r| r.dtype == dtype && r.name == name && r.dims == dims)
+    };
+    let cublas = |dims| find("cublas", dims);
+
+    println!("\n{dtype}: | kernel | GFLOP/s 1024³ | GFLOP/s 4096³ | vs naive 4096³ | vs cuBLAS 1024³ | vs cuBLAS 4096³ |");
+    println!("|---|---|---|---|---|---|");
+    let (d1, d4) = ((1024, 1024, 1024), (4096, 4096, 4096));
+    let naive4 = find("naive", d4).map_or(f64::NAN, |r| r.gflops);
+    let ratio = |name: &str, d| match (find(name, d), cublas(d)) {
+        (Some(r), Some(c)) => format!("{:.2}×", r.gflops / c.gflops),
+        _ => "–".into(),
+    };
+    for name in kernels.iter().map(|k| k.name()).chain(["cublas"]) {
+        let (Some(r1), Some(r4)) = (find(name, d1), find(name, d4)) else {
+            continue;
+        };
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.2}× | {} | {} |",
+            r1.gflops,
+            r4.gflops,
+            r4.gflops / naive4,
+            ratio(name, d1),
+            ratio(name, d4)
+        );
+    }
+
+    println!("\n{dtype}: | m×k×n | auto GFLOP/s | cuBLAS GFLOP/s | auto / cuBLAS | auto rel err | cuBLAS rel err |");
+    println!("|---|---|---|---|---|---|");
+    let (mut log_sum, mut counted, mut lowest) = (0.0, 0, f64::INFINITY);
+    for &dims in suite {
+        let (m, k, n) = dims;
+        let auto = find("auto", dims).expect("measured");
+        match cublas(dims) {
+            Some(c) => {
+                let q = auto.gflops / c.gflops;
+                log_sum += q.ln();
+                counted += 1;
+                lowest = lowest.min(q);
+                println!(
+                    "| {m}×{k}×{n} | {:.0} | {:.0} | {q:.2}× | {:.2e} | {:.2e} |",
+                    auto.gflops, c.gflops, auto.rel_err, c.rel_err
+                );
+            }
+            None => println!(
+                "| {m}×{k}×{n} | {:.0} | – | – | {:.2e} | – |",
+                auto.gflops, auto.rel_err
+            ),
+        }
+    }
+    if counted > 0 {
+        println!(
+            "\n{dtype}: geometric mean of auto / cuBLAS over {counted} shapes: {:.3}× (lowest {lowest:.2}×)",
+            (log_sum / counted as f64).exp()
+        );
+    }
+}
+
 fn main() {
     let (mut json_path, mut plot_path, mut quick) = (None, None, false);
+    let mut dtypes = vec![Dtype::F32, Dtype::F64];
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json_path = Some(args.next().expect("--json takes a path")),
             "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
             "--quick" => quick = true,
+            "--dtype" => {
+                dtypes = match args.next().expect("--dtype takes f32, f64 or both").as_str() {
+                    "f32" => vec![Dtype::F32],
+                    "f64" => vec![Dtype::F64],
+                    "both" => vec![Dtype::F32, Dtype::F64],
+                    other => panic!("--dtype {other}: expected f32, f64 or both"),
+                }
+            }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick] [--json PATH] [--plot PATH]"
+                "unknown argument {other}; usage: ladder [--quick] [--dtype f32|f64|both] [--json PATH] [--plot PATH]"
             ),
         }
     }
@@ -118,105 +315,32 @@ fn main() {
     } else {
         SUITE.to_vec()
     };
+    let f64_kernels = [Kernel::Reg64, Kernel::Reg128, Kernel::Auto];
 
     let mut records: Vec<Record> = Vec::new();
-    for (i, &(m, k, n)) in suite.iter().enumerate() {
-        let mut problem = DeviceProblem::new(m, k, n, 1000 + i as u64).expect("device problem");
-        let reference = reference_f64(problem.a(), problem.b());
-        #[cfg(feature = "cublas")]
-        {
-            let r = measure(
-                &mut problem,
-                &reference,
-                "cublas",
-                (m, k, n),
-                &mut |p| p.run_cublas().expect("cuBLAS runs"),
-                &mut |p, reps| p.time_cublas(1, reps).expect("cuBLAS timing"),
-            );
-            records.push(r);
-        }
-        for kernel in KERNELS {
-            let r = measure(
-                &mut problem,
-                &reference,
-                kernel.name(),
-                (m, k, n),
-                &mut |p| p.run(kernel).expect("kernel runs"),
-                &mut |p, reps| p.time(kernel, 1, reps).expect("kernel timing"),
-            );
-            records.push(r);
-        }
-        for r in records.iter().filter(|r| r.dims == (m, k, n)) {
-            println!(
-                "{m:>5}×{k:>5}×{n:>5} {:<8} {:10.3} ms {:9.1} GFLOP/s  rel err {:.2e}",
-                r.name, r.ms, r.gflops, r.rel_err
-            );
-        }
-    }
-
-    let find = |name: &str, dims| records.iter().find(|r| r.name == name && r.dims == dims);
-    let cublas = |dims| find("cublas", dims);
-
-    println!("\n| kernel | GFLOP/s 1024³ | GFLOP/s 4096³ | vs naive 4096³ | vs cuBLAS 1024³ | vs cuBLAS 4096³ |");
-    println!("|---|---|---|---|---|---|");
-    let (d1, d4) = ((1024, 1024, 1024), (4096, 4096, 4096));
-    let naive4 = find("naive", d4).map_or(f64::NAN, |r| r.gflops);
-    let ratio = |name: &str, d| match (find(name, d), cublas(d)) {
-        (Some(r), Some(c)) => format!("{:.2}×", r.gflops / c.gflops),
-        _ => "–".into(),
-    };
-    for name in KERNELS.iter().map(|k| k.name()).chain(["cublas"]) {
-        let (Some(r1), Some(r4)) = (find(name, d1), find(name, d4)) else {
-            continue;
+    for &dtype in &dtypes {
+        let (kernels, got) = match dtype {
+            Dtype::F32 => (&KERNELS[..], run_suite::<f32>(&suite, &KERNELS)),
+            _ => (&f64_kernels[..], run_suite::<f64>(&suite, &f64_kernels)),
         };
-        println!(
-            "| {name} | {:.0} | {:.0} | {:.2}× | {} | {} |",
-            r1.gflops,
-            r4.gflops,
-            r4.gflops / naive4,
-            ratio(name, d1),
-            ratio(name, d4)
-        );
-    }
-
-    println!("\n| m×k×n | auto GFLOP/s | cuBLAS GFLOP/s | auto / cuBLAS | auto rel err | cuBLAS rel err |");
-    println!("|---|---|---|---|---|---|");
-    let mut log_sum = 0.0;
-    let mut counted = 0;
-    for &dims in &suite {
-        let (m, k, n) = dims;
-        let auto = find("auto", dims).expect("measured");
-        match cublas(dims) {
-            Some(c) => {
-                let q = auto.gflops / c.gflops;
-                log_sum += q.ln();
-                counted += 1;
-                println!(
-                    "| {m}×{k}×{n} | {:.0} | {:.0} | {q:.2}× | {:.2e} | {:.2e} |",
-                    auto.gflops, c.gflops, auto.rel_err, c.rel_err
-                );
-            }
-            None => println!(
-                "| {m}×{k}×{n} | {:.0} | – | – | {:.2e} | – |",
-                auto.gflops, auto.rel_err
-            ),
-        }
-    }
-    if counted > 0 {
-        println!(
-            "\ngeometric mean of auto / cuBLAS over {counted} shapes: {:.3}×",
-            (log_sum / counted as f64).exp()
-        );
+        report(dtype, kernels, &suite, &got);
+        records.extend(got);
     }
 
     let date = civil_date();
     if let Some(path) = json_path {
+        let cublas = |r: &Record| {
+            records
+                .iter()
+                .find(|c| c.dtype == r.dtype && c.name == "cublas" && c.dims == r.dims)
+        };
         let json: Vec<_> = records
             .iter()
             .filter(|r| r.name != "cublas")
             .map(|r| {
-                let c = cublas(r.dims);
+                let c = cublas(r);
                 serde_json::json!({
+                    "dtype": r.dtype.name(),
                     "kernel": r.name,
                     "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
                     "ms": r.ms,
@@ -233,23 +357,49 @@ fn main() {
         println!("wrote {path}");
     }
     if let Some(path) = plot_path {
-        plot(&path, &records, &format!("{} · {date}", info.name)).expect("write the plot");
+        plot(&path, &records, &dtypes, &format!("{} · {date}", info.name)).expect("write the plot");
         println!("wrote {path}");
     }
 }
 
 /// GFLOP/s against size for the square shapes, one line per kernel and cuBLAS.
-fn plot(path: &str, records: &[Record], title: &str) -> Result<(), Box<dyn std::error::Error>> {
+fn plot(
+    path: &str,
+    records: &[Record],
+    dtypes: &[Dtype],
+    title: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 560 * dtypes.len() as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    for (&dtype, area) in dtypes.iter().zip(root.split_evenly((dtypes.len(), 1))) {
+        plot_one(&area, records, dtype, title)?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn plot_one<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    records: &[Record],
+    dtype: Dtype,
+    title: &str,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     use plotters::prelude::*;
     let squares: Vec<&Record> = records
         .iter()
-        .filter(|r| r.dims.0 == r.dims.1 && r.dims.1 == r.dims.2)
+        .filter(|r| r.dtype == dtype && r.dims.0 == r.dims.1 && r.dims.1 == r.dims.2)
         .collect();
     let max = squares.iter().map(|r| r.gflops).fold(1.0, f64::max) * 1.1;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("SGEMM GFLOP/s, {title}"), ("sans-serif", 20))
+    let gemm = match dtype {
+        Dtype::F32 => "SGEMM",
+        _ => "DGEMM",
+    };
+    let mut chart = ChartBuilder::on(root)
+        .caption(format!("{gemm} GFLOP/s, {title}"), ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(60)
@@ -284,6 +434,5 @@ fn plot(path: &str, records: &[Record], title: &str) -> Result<(), Box<dyn std::
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
-    root.present()?;
     Ok(())
 }

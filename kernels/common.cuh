@@ -21,5 +21,9 @@ __device__ __forceinline__ i64 elem_offset(i64 r, i64 c, i64 ld) {
     int M, int N, int K, const float *__restrict__ A, i64 lda, const float *__restrict__ B, \
         i64 ldb, float *__restrict__ C, i64 ldc
 #define SGEMM_ARGS M, N, K, A, lda, B, ldb, C, ldc
+// The same for any element type T.
+#define GEMM_PARAMS(T)                                                                   \
+    int M, int N, int K, const T *__restrict__ A, i64 lda, const T *__restrict__ B, i64 ldb, \
+        T *__restrict__ C, i64 ldc
 
 #endif  // GPU_DOT_COMMON_CUH

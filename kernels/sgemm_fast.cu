@@ -128,6 +128,18 @@ struct Cfg {
 #endif
 typedef SGF_BIG_CFG CfgBig;
 typedef SGF_SMALL_CFG CfgSmall;
+// The crate's kernel table (src/engine/table.rs) holds these figures; a unit test checks the
+// table against the @launch lines, and the asserts below tie the lines to the code.
+// @launch sgemm_fast_128x128 tile=128x128 block=256 smem=50688 bk=16 minsm=0
+// @launch sgemm_fast_64x64 tile=64x64 block=64 smem=34816 bk=16 minsm=0
+#if !defined(SGF_BIG_VARIANT) && !defined(SGF_SMALL_VARIANT)
+static_assert(CfgBig::BM == 128 && CfgBig::BN == 128 && CfgBig::NT == 256 &&
+                  CfgBig::SMEM_BYTES == 50688 && CfgBig::BK == 16,
+              "@launch sgemm_fast_128x128");
+static_assert(CfgSmall::BM == 64 && CfgSmall::BN == 64 && CfgSmall::NT == 64 &&
+                  CfgSmall::SMEM_BYTES == 34816 && CfgSmall::BK == 16,
+              "@launch sgemm_fast_64x64");
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a smem

@@ -1,4 +1,5 @@
-// The shared-memory tiled SGEMM with boundary checks.
+// The shared-memory tiled GEMM with boundary checks, instantiated for f32 (`sgemm_tiled_*`) and
+// f64 (`dgemm_tiled_*`).
 //
 // Each block computes a TILE x TILE tile of C, one element per thread. The K loop walks over
 // TILE-wide panels: the block stages a TILE x TILE tile of op(A) and one of op(B) in shared
@@ -17,28 +18,28 @@
 // barriers stay convergent).
 #include "common.cuh"
 
-template <int TILE, bool TA, bool TB>
-__device__ __forceinline__ void sgemm_tiled(SGEMM_PARAMS) {
-    __shared__ __align__(16) float As[TILE][TILE + (TA ? 1 : 0)];  // op(A)(row0 + i, k0 + kk)
-    __shared__ __align__(16) float Bs[TILE][TILE + (TB ? 1 : 0)];  // op(B)(k0 + kk, col0 + j)
+template <typename T, int TILE, bool TA, bool TB>
+__device__ __forceinline__ void gemm_tiled(GEMM_PARAMS(T)) {
+    __shared__ __align__(16) T As[TILE][TILE + (TA ? 1 : 0)];  // op(A)(row0 + i, k0 + kk)
+    __shared__ __align__(16) T Bs[TILE][TILE + (TB ? 1 : 0)];  // op(B)(k0 + kk, col0 + j)
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * TILE;
     const int row_tiles = (M + TILE - 1) / TILE;
 
     for (int tile_row = blockIdx.y; tile_row < row_tiles; tile_row += gridDim.y) {
         const int row0 = tile_row * TILE;
-        float acc = 0.0f;
+        T acc = 0;
         for (int k0 = 0; k0 < K; k0 += TILE) {
             // op(A) tile: the thread index that moves fastest walks the contiguous direction.
             {
                 const int i = TA ? tx : ty, kk = TA ? ty : tx;
                 const int r = row0 + i, k = k0 + kk;
-                As[i][kk] = (r < M && k < K) ? A[elem_offset<TA>(r, k, lda)] : 0.0f;
+                As[i][kk] = (r < M && k < K) ? A[elem_offset<TA>(r, k, lda)] : T(0);
             }
             {
                 const int kk = TB ? tx : ty, j = TB ? ty : tx;
                 const int k = k0 + kk, c = col0 + j;
-                Bs[kk][j] = (k < K && c < N) ? B[elem_offset<TB>(k, c, ldb)] : 0.0f;
+                Bs[kk][j] = (k < K && c < N) ? B[elem_offset<TB>(k, c, ldb)] : T(0);
             }
             __syncthreads();
 #pragma unroll
@@ -50,16 +51,18 @@ __device__ __forceinline__ void sgemm_tiled(SGEMM_PARAMS) {
     }
 }
 
-#define TILED_ENTRY(T, SUFFIX, TA, TB)                                                   \
-    extern "C" __global__ void __launch_bounds__(T * T) sgemm_tiled_##T##_##SUFFIX(SGEMM_PARAMS) { \
-        sgemm_tiled<T, TA, TB>(SGEMM_ARGS);                                              \
+#define TILED_ENTRY(L, T, TILE, SUFFIX, TA, TB)                                  \
+    extern "C" __global__ void __launch_bounds__(TILE * TILE)                      \
+        L##gemm_tiled_##TILE##_##SUFFIX(GEMM_PARAMS(T)) {                          \
+        gemm_tiled<T, TILE, TA, TB>(SGEMM_ARGS);                                   \
     }
+#define TILED_ENTRIES(L, T, TILE)                  \
+    TILED_ENTRY(L, T, TILE, nn, false, false)      \
+    TILED_ENTRY(L, T, TILE, nt, false, true)       \
+    TILED_ENTRY(L, T, TILE, tn, true, false)       \
+    TILED_ENTRY(L, T, TILE, tt, true, true)
 
-TILED_ENTRY(16, nn, false, false)
-TILED_ENTRY(16, nt, false, true)
-TILED_ENTRY(16, tn, true, false)
-TILED_ENTRY(16, tt, true, true)
-TILED_ENTRY(32, nn, false, false)
-TILED_ENTRY(32, nt, false, true)
-TILED_ENTRY(32, tn, true, false)
-TILED_ENTRY(32, tt, true, true)
+TILED_ENTRIES(s, float, 16)
+TILED_ENTRIES(s, float, 32)
+TILED_ENTRIES(d, double, 16)
+TILED_ENTRIES(d, double, 32)

@@ -120,7 +120,7 @@ impl GpuDotError {
         if source.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             GpuDotError::OutOfMemory { bytes }
         } else if is_sticky(source.0) {
-            crate::context::note_fault();
+            crate::device::context::note_fault();
             GpuDotError::DeviceFault { context, source }
         } else {
             GpuDotError::Driver { context, source }

@@ -6,29 +6,50 @@
 
 use ndarray::{ArrayBase, Data, Ix2};
 
+use crate::element::Element;
+
 /// How an operand's memory is presented to a kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Layout {
-    /// Row-major and contiguous: copied row by row.
+    /// Each row contiguous (C order, or a window of a C-order array): copied row by row.
     C,
-    /// Column-major and contiguous: copied as its transpose, read transposed by the kernels.
+    /// Each column contiguous (F order, or a window of one): copied as its transpose, read
+    /// transposed by the kernels.
     F,
-    /// Neither (gaps, steps, negative or zero strides): gathered element by element.
+    /// Neither (steps, negative or zero strides): gathered element by element.
     Copied,
     /// Already on the device (a [`GpuMatrix`](crate::GpuMatrix) or a view of one): read in
     /// place.
     Device,
 }
 
-/// Classifies a view's memory layout without copying anything.
-pub fn layout_of<S: Data<Elem = f32>>(a: &ArrayBase<S, Ix2>) -> Layout {
-    if a.is_standard_layout() {
-        Layout::C
-    } else if a.t().is_standard_layout() {
-        Layout::F
-    } else {
-        Layout::Copied
-    }
+/// Classifies a view's memory layout without copying anything: what the route report says
+/// and how the pipeline packs the operand.
+pub fn layout_of<A: Element, S: Data<Elem = A>>(a: &ArrayBase<S, Ix2>) -> Layout {
+    classify(a).0
+}
+
+/// The one layout classifier: the layout, and whether the operand is packed as its
+/// transpose (read column by column) because its columns are the denser direction.
+pub(crate) fn classify<A, S: Data<Elem = A>>(a: &ArrayBase<S, Ix2>) -> (Layout, bool) {
+    let (rows, cols) = a.dim();
+    let (rs, cs) = (a.strides()[0], a.strides()[1]);
+    let trans = rows > 1 && cols > 1 && rs.unsigned_abs() < cs.unsigned_abs();
+    // Whether the walk along the packed order's rows is contiguous.
+    let runs = |inner: usize, outer: usize, inner_stride: isize, outer_stride: isize| {
+        if inner > 1 {
+            inner_stride == 1
+        } else {
+            outer <= 1 || outer_stride == 1
+        }
+    };
+    let layout = match trans {
+        false if runs(cols, rows, cs, rs) => Layout::C,
+        true if runs(rows, cols, rs, cs) => Layout::F,
+        _ => Layout::Copied,
+    };
+    (layout, trans)
 }
 
 #[cfg(test)]
@@ -42,9 +63,15 @@ mod tests {
         assert_eq!(layout_of(&a), Layout::C);
         assert_eq!(layout_of(&a.t()), Layout::F);
         assert_eq!(layout_of(&a.slice(s![2..6, ..])), Layout::C);
-        assert_eq!(layout_of(&a.slice(s![1..8, 2..9])), Layout::Copied);
-        assert_eq!(layout_of(&a.slice(s![..;2, ..])), Layout::Copied);
-        assert_eq!(layout_of(&a.slice(s![..;-1, ..])), Layout::Copied);
+        // Windows keep their rows (or columns) contiguous: packed run by run.
+        assert_eq!(layout_of(&a.slice(s![1..8, 2..9])), Layout::C);
+        assert_eq!(layout_of(&a.t().slice(s![1..8, 2..9])), Layout::F);
+        assert_eq!(layout_of(&a.slice(s![.., ..;2])), Layout::Copied);
+        assert!(!classify(&a.slice(s![.., ..;2])).1);
+        assert!(classify(&a.t()).1);
+        assert_eq!(layout_of(&a.slice(s![..;2, ..])), Layout::C);
+        assert_eq!(layout_of(&a.slice(s![..;-1, ..])), Layout::C);
+        assert_eq!(layout_of(&a.slice(s![.., ..;-1])), Layout::Copied);
         let row = Array1::<f32>::zeros(3);
         assert_eq!(layout_of(&row.broadcast((4, 3)).unwrap()), Layout::Copied);
     }

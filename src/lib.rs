@@ -100,34 +100,31 @@
 
 #![warn(missing_docs)]
 
-mod cache;
-mod context;
-mod crew;
-mod dispatch;
+mod device;
+mod element;
+mod engine;
 mod error;
-mod fast;
+mod host;
 mod layout;
 mod matrix;
 mod options;
 mod pipeline;
 pub mod profile;
-mod registry;
-mod sgemm;
-mod staging;
-mod testing;
-mod tuner;
+mod route;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
-pub use cache::{kernel_cache_dir, ENV_CACHE_DIR};
-pub use context::{
+pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
+pub use device::context::{
     context_rebuilds, device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus,
     ModuleLoad,
 };
-pub use crew::ENV_HOST_THREADS;
-pub use dispatch::{flops, CpuReason, Product, Route};
+pub use element::{Dtype, Element};
+pub use engine::plan::Plan;
+pub use engine::table::TileConfig;
+pub use engine::tuner::{tuned_plans, tuning_in_progress};
 pub use error::GpuDotError;
-pub use fast::Plan;
+pub use host::crew::ENV_HOST_THREADS;
 pub use layout::{layout_of, Layout};
 pub use matrix::{
     general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, AsOutput, GpuMatrix,
@@ -138,17 +135,21 @@ pub use options::{
     ENV_KERNEL, ENV_MIN_FLOPS,
 };
 pub use pipeline::{retained_memory, trim};
-pub use registry::TileConfig;
-pub use tuner::{tuned_plans, tuning_in_progress};
+pub use route::{flops, CpuReason, Product, Route};
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
 /// changes whenever a kernel does, so compiled code can be identified across processes.
 pub const KERNELS_HASH: &str = env!("GPU_DOT_KERNELS_HASH");
 
-/// Matrix multiplication of 2-D `f32` arrays on the GPU, with ndarray's `dot` as fallback.
+/// Matrix multiplication of 2-D `f32` and `f64` arrays on the GPU, with ndarray's `dot` as
+/// fallback.
 pub trait GpuDot {
+    /// The element type (`f32` or `f64`).
+    type Elem: Element;
+
     /// Matrix product `self · rhs`: an `m × k` matrix times a `k × n` matrix gives an `m × n`
-    /// matrix, equal to ndarray's `self.dot(rhs)` within floating-point tolerance.
+    /// matrix, equal to ndarray's `self.dot(rhs)` within floating-point tolerance and in the
+    /// same memory order (F order when both operands are column-major, else C order).
     ///
     /// Runs on the GPU when the product is large enough and a GPU is usable, else on the CPU
     /// (see the [crate docs](crate)); it never panics because of the GPU. Options come from
@@ -165,8 +166,11 @@ pub trait GpuDot {
     /// let a = arr2(&[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]); // 2 × 3
     /// let b = arr2(&[[1.0f32], [0.0], [-1.0]]); // 3 × 1
     /// assert_eq!(a.gpu_dot(&b), arr2(&[[-2.0], [-2.0]]));
+    ///
+    /// let a = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
+    /// assert_eq!(a.gpu_dot(&a.t()), a.dot(&a.t()));
     /// ```
-    fn gpu_dot<S2: Data<Elem = f32>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<f32>;
+    fn gpu_dot<S2: Data<Elem = Self::Elem>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<Self::Elem>;
 
     /// Matrix product `self · rhs`, as [`gpu_dot`](GpuDot::gpu_dot), but with every failure
     /// returned as a [`GpuDotError`]: never panics.
@@ -182,10 +186,10 @@ pub trait GpuDot {
     ///     Err(GpuDotError::ShapeMismatch { m: 2, k: 3, k2: 4, n: 5 })
     /// ));
     /// ```
-    fn try_gpu_dot<S2: Data<Elem = f32>>(
+    fn try_gpu_dot<S2: Data<Elem = Self::Elem>>(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
-    ) -> Result<Array2<f32>, GpuDotError>;
+    ) -> Result<Array2<Self::Elem>, GpuDotError>;
 
     /// Matrix product `self · rhs` with explicit options, returning the product and the route
     /// it took (GPU and which kernel, or CPU and why). Never panics.
@@ -201,40 +205,42 @@ pub trait GpuDot {
     /// assert_eq!(p.c, a.dot(&a));
     /// assert!(matches!(p.route, Route::Cpu(_)));
     /// ```
-    fn gpu_dot_with<S2: Data<Elem = f32>>(
+    fn gpu_dot_with<S2: Data<Elem = Self::Elem>>(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
         opts: &DotOptions,
-    ) -> Result<Product, GpuDotError>;
+    ) -> Result<Product<Self::Elem>, GpuDotError>;
 }
 
-impl<S: Data<Elem = f32>> GpuDot for ArrayBase<S, Ix2> {
+impl<A: Element, S: Data<Elem = A>> GpuDot for ArrayBase<S, Ix2> {
+    type Elem = A;
+
     #[track_caller]
-    fn gpu_dot<S2: Data<Elem = f32>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<f32> {
+    fn gpu_dot<S2: Data<Elem = A>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<A> {
         let ((m, k), (k2, n)) = (self.dim(), rhs.dim());
-        if dispatch::check_shapes((m, k), (k2, n)).is_err() {
+        if route::check_shapes((m, k), (k2, n)).is_err() {
             dot_shape_error(m, k, k2, n);
         }
-        match dispatch::dot(self, rhs, &DotOptions::default()) {
+        match route::dot(self, rhs, &DotOptions::default(), true) {
             Ok(product) => product.c,
-            // Only a GPU failure under `Backend::Gpu` from the environment gets here.
+            // Only a host allocation failure for the result gets here.
             Err(_) => self.dot(rhs),
         }
     }
 
-    fn try_gpu_dot<S2: Data<Elem = f32>>(
+    fn try_gpu_dot<S2: Data<Elem = A>>(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
-    ) -> Result<Array2<f32>, GpuDotError> {
-        Ok(dispatch::dot(self, rhs, &DotOptions::from_env()?)?.c)
+    ) -> Result<Array2<A>, GpuDotError> {
+        Ok(route::dot(self, rhs, &DotOptions::from_env()?, false)?.c)
     }
 
-    fn gpu_dot_with<S2: Data<Elem = f32>>(
+    fn gpu_dot_with<S2: Data<Elem = A>>(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
         opts: &DotOptions,
-    ) -> Result<Product, GpuDotError> {
-        dispatch::dot(self, rhs, opts)
+    ) -> Result<Product<A>, GpuDotError> {
+        route::dot(self, rhs, opts, false)
     }
 }
 
@@ -265,11 +271,11 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 /// compilation); not part of the API.
 #[doc(hidden)]
 pub mod __testing {
-    pub use crate::testing::{override_kernel_source, raise_device_fault, Fault};
+    pub use crate::device::testing::{override_kernel_source, raise_device_fault, Fault};
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.
 #[doc(hidden)]
 pub mod __fuzz {
-    pub use crate::staging::{pack, unpack};
+    pub use crate::host::staging::{pack, unpack};
 }

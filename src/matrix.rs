@@ -26,27 +26,29 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array2, ArrayBase, Data, DataMut, Ix2};
 
-use crate::context::{self, Gpu};
-use crate::dispatch::{self, CpuReason, Route};
+use crate::device::context::{self, Gpu};
+use crate::element::Element;
+use crate::engine::launch::{self, Elementwise};
 use crate::error::GpuDotError;
-use crate::options::{Backend, DotOptions};
-use crate::pipeline::{self, DevMat, Dst, Elementwise, Gemm, Src};
+use crate::options::DotOptions;
+use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
+use crate::route::{self, Decision, Route};
 
-/// An `f32` matrix in device memory, row-major.
+/// A matrix of `f32` (or `f64`: `GpuMatrix<f64>`) in device memory, row-major.
 ///
 /// Made by [`GpuMatrix::from_array`] (upload), [`GpuMatrix::zeros`] or a product; read back
 /// with [`GpuMatrix::to_array`]. Every operation has completed on the device when it returns.
-pub struct GpuMatrix {
+pub struct GpuMatrix<A: Element = f32> {
     /// Freed on drop, unless the context it belongs to was reset since (then its memory is
     /// gone with the context, and freeing its address could free another allocation).
-    buf: ManuallyDrop<CudaSlice<f32>>,
+    buf: ManuallyDrop<CudaSlice<A>>,
     rows: usize,
     cols: usize,
     /// The context generation it was made in.
     generation: u64,
 }
 
-impl Drop for GpuMatrix {
+impl<A: Element> Drop for GpuMatrix<A> {
     fn drop(&mut self) {
         let current = context::generation();
         if *current == self.generation {
@@ -58,39 +60,46 @@ impl Drop for GpuMatrix {
 }
 
 /// A borrowed view of a [`GpuMatrix`], possibly transposed ([`GpuMatrix::t`]).
-#[derive(Clone, Copy)]
-pub struct GpuView<'a> {
-    mat: &'a GpuMatrix,
+pub struct GpuView<'a, A: Element = f32> {
+    mat: &'a GpuMatrix<A>,
     trans: bool,
 }
 
-impl fmt::Debug for GpuMatrix {
+impl<A: Element> Clone for GpuView<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A: Element> Copy for GpuView<'_, A> {}
+
+impl<A: Element> fmt::Debug for GpuMatrix<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GpuMatrix({} × {})", self.rows, self.cols)
+        write!(f, "GpuMatrix<{}>({} × {})", A::DTYPE, self.rows, self.cols)
     }
 }
 
-impl fmt::Debug for GpuView<'_> {
+impl<A: Element> fmt::Debug for GpuView<'_, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (r, c) = self.dim();
         write!(
             f,
-            "GpuView({r} × {c}{})",
+            "GpuView<{}>({r} × {c}{})",
+            A::DTYPE,
             if self.trans { ", transposed" } else { "" }
         )
     }
 }
 
-impl GpuMatrix {
+impl<A: Element> GpuMatrix<A> {
     /// Uploads `a` (any layout) to the device.
-    pub fn from_array<S: Data<Elem = f32>>(a: &ArrayBase<S, Ix2>) -> Result<Self, GpuDotError> {
+    pub fn from_array<S: Data<Elem = A>>(a: &ArrayBase<S, Ix2>) -> Result<Self, GpuDotError> {
         let gpu = context::gpu()?;
         let (rows, cols) = a.dim();
         let buf = pipeline::upload(&gpu, a.view())?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
 
-    fn new(gpu: &Gpu, buf: CudaSlice<f32>, (rows, cols): (usize, usize)) -> GpuMatrix {
+    fn new(gpu: &Gpu, buf: CudaSlice<A>, (rows, cols): (usize, usize)) -> GpuMatrix<A> {
         GpuMatrix {
             buf: ManuallyDrop::new(buf),
             rows,
@@ -112,48 +121,48 @@ impl GpuMatrix {
     /// A `rows × cols` matrix of zeros on the device.
     pub fn zeros((rows, cols): (usize, usize)) -> Result<Self, GpuDotError> {
         let gpu = context::gpu()?;
-        let buf = pipeline::zeros(&gpu, checked_len(rows, cols)?)?;
+        let buf = pipeline::zeros(&gpu, checked_len::<A>(rows, cols)?)?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
 
     /// The product `a · b` of any two operands (host arrays, device matrices or views), left
     /// on the device. Shapes must agree (`a` is m × k, `b` is k × n), else
     /// [`GpuDotError::ShapeMismatch`].
-    pub fn product(a: &impl AsOperand, b: &impl AsOperand) -> Result<GpuMatrix, GpuDotError> {
+    pub fn product(
+        a: &impl AsOperand<A>,
+        b: &impl AsOperand<A>,
+    ) -> Result<GpuMatrix<A>, GpuDotError> {
         Self::product_with(a, b, &DotOptions::from_env()?)
     }
 
     /// [`GpuMatrix::product`] with explicit options (kernel, autotuning, panel height; the
     /// backend must not be [`Backend::Cpu`]).
     pub fn product_with(
-        a: &impl AsOperand,
-        b: &impl AsOperand,
+        a: &impl AsOperand<A>,
+        b: &impl AsOperand<A>,
         opts: &DotOptions,
-    ) -> Result<GpuMatrix, GpuDotError> {
+    ) -> Result<GpuMatrix<A>, GpuDotError> {
         let (a, b) = (a.as_operand(), b.as_operand());
         let ((m, k), (k2, n)) = (a.0.dim(), b.0.dim());
-        dispatch::check_shapes((m, k), (k2, n))?;
+        route::check_shapes((m, k), (k2, n))?;
         let mut c = GpuMatrix::zeros((m, n))?;
-        general(1.0, &a, &b, 0.0, &mut c.as_output(), opts, false)?;
+        general(A::one(), &a, &b, A::zero(), &mut c.as_output(), opts, false)?;
         Ok(c)
     }
 
     /// `self · rhs`, left on the device.
-    pub fn dot(&self, rhs: &impl AsOperand) -> Result<GpuMatrix, GpuDotError> {
+    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
         GpuMatrix::product(self, rhs)
     }
 
     /// Downloads the matrix into a new host array (C order).
-    pub fn to_array(&self) -> Result<Array2<f32>, GpuDotError> {
+    pub fn to_array(&self) -> Result<Array2<A>, GpuDotError> {
         let gpu = self.gpu()?;
         pipeline::download_fresh(&gpu, &self.buf, (self.rows, self.cols))
     }
 
     /// Replaces the contents with `a`, which must have the same shape.
-    pub fn assign<S: Data<Elem = f32>>(
-        &mut self,
-        a: &ArrayBase<S, Ix2>,
-    ) -> Result<(), GpuDotError> {
+    pub fn assign<S: Data<Elem = A>>(&mut self, a: &ArrayBase<S, Ix2>) -> Result<(), GpuDotError> {
         assert_eq!(a.dim(), self.dim(), "assign: shapes differ");
         let gpu = self.gpu()?;
         pipeline::upload_into(&gpu, a.view(), &mut self.buf)
@@ -162,7 +171,7 @@ impl GpuMatrix {
     /// Downloads the matrix into `out` (any layout), which must have the same shape, else
     /// [`GpuDotError::OutputShape`]. Allocates nothing once the crate's staging buffers are
     /// warm: the form for a training loop that reads a small result every step.
-    pub fn copy_to<S: DataMut<Elem = f32>>(
+    pub fn copy_to<S: DataMut<Elem = A>>(
         &self,
         out: &mut ArrayBase<S, Ix2>,
     ) -> Result<(), GpuDotError> {
@@ -176,14 +185,14 @@ impl GpuMatrix {
     pub fn relu(&mut self) -> Result<(), GpuDotError> {
         let gpu = self.gpu()?;
         let len = self.rows * self.cols;
-        pipeline::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
+        launch::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
     }
 
     /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
     /// loss with respect to a layer's output and `activation` that output (after its
     /// [`relu`](GpuMatrix::relu)), zeroes every entry of `self` where `activation` is not
     /// positive. The shapes must be equal, else [`GpuDotError::OutputShape`].
-    pub fn relu_backward(&mut self, activation: &GpuMatrix) -> Result<(), GpuDotError> {
+    pub fn relu_backward(&mut self, activation: &GpuMatrix<A>) -> Result<(), GpuDotError> {
         self.same_shape(activation.dim())?;
         let gpu = self.gpu()?;
         if activation.generation != gpu.generation {
@@ -196,7 +205,7 @@ impl GpuMatrix {
             g: &mut self.buf,
             h: &activation.buf,
         };
-        pipeline::elementwise(&gpu, op, len)
+        launch::elementwise(&gpu, op, len)
     }
 
     fn same_shape(&self, found: (usize, usize)) -> Result<(), GpuDotError> {
@@ -226,7 +235,7 @@ impl GpuMatrix {
     }
 
     /// The matrix as a view.
-    pub fn view(&self) -> GpuView<'_> {
+    pub fn view(&self) -> GpuView<'_, A> {
         GpuView {
             mat: self,
             trans: false,
@@ -234,7 +243,7 @@ impl GpuMatrix {
     }
 
     /// The transpose, as a view (no copy: kernels read it transposed).
-    pub fn t(&self) -> GpuView<'_> {
+    pub fn t(&self) -> GpuView<'_, A> {
         GpuView {
             mat: self,
             trans: true,
@@ -242,7 +251,7 @@ impl GpuMatrix {
     }
 }
 
-impl<'a> GpuView<'a> {
+impl<'a, A: Element> GpuView<'a, A> {
     /// `(rows, cols)` of the view.
     pub fn dim(&self) -> (usize, usize) {
         let (r, c) = self.mat.dim();
@@ -254,7 +263,7 @@ impl<'a> GpuView<'a> {
     }
 
     /// The transpose of the view.
-    pub fn t(&self) -> GpuView<'a> {
+    pub fn t(&self) -> GpuView<'a, A> {
         GpuView {
             mat: self.mat,
             trans: !self.trans,
@@ -262,14 +271,14 @@ impl<'a> GpuView<'a> {
     }
 
     /// `self · rhs`, left on the device.
-    pub fn dot(&self, rhs: &impl AsOperand) -> Result<GpuMatrix, GpuDotError> {
+    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
         GpuMatrix::product(self, rhs)
     }
 }
 
-fn checked_len(rows: usize, cols: usize) -> Result<usize, GpuDotError> {
+fn checked_len<A: Element>(rows: usize, cols: usize) -> Result<usize, GpuDotError> {
     rows.checked_mul(cols)
-        .filter(|&l| l <= isize::MAX as usize / 4)
+        .filter(|&l| l <= isize::MAX as usize / A::DTYPE.size())
         .ok_or(GpuDotError::TooLarge {
             dims: (rows, 0, cols),
         })
@@ -277,34 +286,34 @@ fn checked_len(rows: usize, cols: usize) -> Result<usize, GpuDotError> {
 
 /// An operand of the general product: a host array or view of any layout, or a device matrix
 /// or view. Made by [`AsOperand::as_operand`].
-pub struct Operand<'a>(pub(crate) Src<'a>);
+pub struct Operand<'a, A: Element = f32>(pub(crate) Src<'a, A>);
 
 /// The output of the general product: a host array or mutable view, or a device matrix. Made
 /// by [`AsOutput::as_output`].
-pub struct Output<'a>(pub(crate) Dst<'a>);
+pub struct Output<'a, A: Element = f32>(pub(crate) Dst<'a, A>);
 
-/// What the general product reads: every 2-D `f32` ndarray array or view, [`GpuMatrix`] and
-/// [`GpuView`].
-pub trait AsOperand {
+/// What the general product reads: every 2-D ndarray array or view of an [`Element`] type,
+/// [`GpuMatrix`] and [`GpuView`].
+pub trait AsOperand<A: Element> {
     /// The operand, borrowed.
-    fn as_operand(&self) -> Operand<'_>;
+    fn as_operand(&self) -> Operand<'_, A>;
 }
 
-/// What the general product writes: every mutable 2-D `f32` ndarray array or view, and
-/// [`GpuMatrix`].
-pub trait AsOutput {
+/// What the general product writes: every mutable 2-D ndarray array or view of an
+/// [`Element`] type, and [`GpuMatrix`].
+pub trait AsOutput<A: Element> {
     /// The output, borrowed mutably.
-    fn as_output(&mut self) -> Output<'_>;
+    fn as_output(&mut self) -> Output<'_, A>;
 }
 
-impl<S: Data<Elem = f32>> AsOperand for ArrayBase<S, Ix2> {
-    fn as_operand(&self) -> Operand<'_> {
+impl<A: Element, S: Data<Elem = A>> AsOperand<A> for ArrayBase<S, Ix2> {
+    fn as_operand(&self) -> Operand<'_, A> {
         Operand(Src::Host(self.view()))
     }
 }
 
-impl AsOperand for GpuView<'_> {
-    fn as_operand(&self) -> Operand<'_> {
+impl<A: Element> AsOperand<A> for GpuView<'_, A> {
+    fn as_operand(&self) -> Operand<'_, A> {
         let (rows, cols) = self.dim();
         Operand(Src::Device {
             mat: DevMat {
@@ -319,8 +328,8 @@ impl AsOperand for GpuView<'_> {
     }
 }
 
-impl AsOperand for GpuMatrix {
-    fn as_operand(&self) -> Operand<'_> {
+impl<A: Element> AsOperand<A> for GpuMatrix<A> {
+    fn as_operand(&self) -> Operand<'_, A> {
         let (rows, cols) = self.dim();
         Operand(Src::Device {
             mat: DevMat {
@@ -335,14 +344,14 @@ impl AsOperand for GpuMatrix {
     }
 }
 
-impl<S: DataMut<Elem = f32>> AsOutput for ArrayBase<S, Ix2> {
-    fn as_output(&mut self) -> Output<'_> {
+impl<A: Element, S: DataMut<Elem = A>> AsOutput<A> for ArrayBase<S, Ix2> {
+    fn as_output(&mut self) -> Output<'_, A> {
         Output(Dst::Host(self.view_mut()))
     }
 }
 
-impl AsOutput for GpuMatrix {
-    fn as_output(&mut self) -> Output<'_> {
+impl<A: Element> AsOutput<A> for GpuMatrix<A> {
+    fn as_output(&mut self) -> Output<'_, A> {
         Output(Dst::Device {
             buf: &mut self.buf,
             rows: self.rows,
@@ -367,18 +376,24 @@ impl AsOutput for GpuMatrix {
 /// let mut c = arr2(&[[1.0f32, 1.0], [1.0, 1.0]]);
 /// gpu_dot::general_mat_mul(2.0, &a, &a, 1.0, &mut c);
 /// assert_eq!(c, arr2(&[[15.0, 21.0], [31.0, 45.0]]));
+///
+/// let a = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
+/// let mut c = arr2(&[[1.0f64, 1.0], [1.0, 1.0]]);
+/// gpu_dot::general_mat_mul(2.0, &a, &a, 1.0, &mut c);
+/// assert_eq!(c, arr2(&[[15.0, 21.0], [31.0, 45.0]]));
 /// ```
 #[track_caller]
-pub fn general_mat_mul<S1, S2, S3>(
-    alpha: f32,
+pub fn general_mat_mul<A, S1, S2, S3>(
+    alpha: A,
     a: &ArrayBase<S1, Ix2>,
     b: &ArrayBase<S2, Ix2>,
-    beta: f32,
+    beta: A,
     c: &mut ArrayBase<S3, Ix2>,
 ) where
-    S1: Data<Elem = f32>,
-    S2: Data<Elem = f32>,
-    S3: DataMut<Elem = f32>,
+    A: Element,
+    S1: Data<Elem = A>,
+    S2: Data<Elem = A>,
+    S3: DataMut<Elem = A>,
 {
     let ((m, k), (k2, n)) = (a.dim(), b.dim());
     if k != k2 || c.dim() != (m, n) {
@@ -396,23 +411,23 @@ pub fn general_mat_mul<S1, S2, S3>(
 /// matrices or views) into a host array or a [`GpuMatrix`], with options from the environment.
 /// Returns the route taken. Never panics: incompatible shapes are
 /// [`GpuDotError::ShapeMismatch`].
-pub fn try_general_mat_mul(
-    alpha: f32,
-    a: &impl AsOperand,
-    b: &impl AsOperand,
-    beta: f32,
-    c: &mut impl AsOutput,
+pub fn try_general_mat_mul<A: Element>(
+    alpha: A,
+    a: &impl AsOperand<A>,
+    b: &impl AsOperand<A>,
+    beta: A,
+    c: &mut impl AsOutput<A>,
 ) -> Result<Route, GpuDotError> {
     general_mat_mul_with(alpha, a, b, beta, c, &DotOptions::from_env()?)
 }
 
 /// [`try_general_mat_mul`] with explicit options.
-pub fn general_mat_mul_with(
-    alpha: f32,
-    a: &impl AsOperand,
-    b: &impl AsOperand,
-    beta: f32,
-    c: &mut impl AsOutput,
+pub fn general_mat_mul_with<A: Element>(
+    alpha: A,
+    a: &impl AsOperand<A>,
+    b: &impl AsOperand<A>,
+    beta: A,
+    c: &mut impl AsOutput<A>,
     opts: &DotOptions,
 ) -> Result<Route, GpuDotError> {
     general(
@@ -426,87 +441,32 @@ pub fn general_mat_mul_with(
     )
 }
 
-/// The pipeline's description of `C = alpha·A·B + beta·C`.
-fn product<'g, 'a, 'b, 'c>(
-    alpha: f32,
-    a: &'g Operand<'a>,
-    b: &'g Operand<'b>,
-    beta: f32,
-    c: &'g mut Output<'c>,
-) -> Gemm<'g, 'a, 'b, 'c> {
-    Gemm {
+/// The general product through the router; the CPU product, when routed there, is ndarray's
+/// `general_mat_mul` into the host output.
+fn general<A: Element>(
+    alpha: A,
+    a: &Operand<A>,
+    b: &Operand<A>,
+    beta: A,
+    c: &mut Output<A>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Route, GpuDotError> {
+    let g = Gemm {
         alpha,
         a: &a.0,
         b: &b.0,
         beta,
         c: &mut c.0,
-    }
-}
-
-/// The general product with routing: all-host products go to the CPU when the options say so,
-/// below the threshold, and when the GPU fails under [`Backend::Auto`] (or under any backend
-/// with `always_fall_back`) before writing any of C; any device operand means the GPU.
-fn general(
-    alpha: f32,
-    a: &Operand,
-    b: &Operand,
-    beta: f32,
-    c: &mut Output,
-    opts: &DotOptions,
-    always_fall_back: bool,
-) -> Result<Route, GpuDotError> {
-    let ((m, k), (k2, n)) = (a.0.dim(), b.0.dim());
-    dispatch::check_shapes((m, k), (k2, n))?;
-    if c.0.dim() != (m, n) {
-        return Err(GpuDotError::OutputShape {
-            expected: (m, n),
-            found: c.0.dim(),
-        });
-    }
-    if m == 0 || n == 0 {
-        return Ok(Route::Empty);
-    }
-    let (Src::Host(av), Src::Host(bv), Dst::Host(_)) = (&a.0, &b.0, &c.0) else {
-        if opts.backend == Backend::Cpu {
-            return Err(GpuDotError::NoDevice {
-                reason: "the CPU backend cannot take device operands".into(),
-            });
+    };
+    match route::route(g, opts, fall_back)? {
+        Decision::Done(route) => Ok(route),
+        Decision::Cpu(why) => {
+            let (Src::Host(av), Src::Host(bv), Dst::Host(cv)) = (&a.0, &b.0, &mut c.0) else {
+                unreachable!("the router sends only host products to the CPU")
+            };
+            ndarray::linalg::general_mat_mul(alpha, av, bv, beta, cv);
+            Ok(Route::Cpu(why))
         }
-        let gpu = context::gpu()?;
-        return pipeline::gemm(&gpu, opts, product(alpha, a, b, beta, c))
-            .map(|done| dispatch::gpu_route(opts, done))
-            .map_err(|f| f.error);
-    };
-    let cpu = |why, c: &mut Output| {
-        let Dst::Host(cv) = &mut c.0 else {
-            unreachable!("checked above")
-        };
-        ndarray::linalg::general_mat_mul(alpha, av, bv, beta, cv);
-        Ok(Route::Cpu(why))
-    };
-    let flops = dispatch::flops(m, k, n);
-    match opts.backend {
-        Backend::Cpu => return cpu(CpuReason::Requested, c),
-        Backend::Auto if flops < opts.min_gpu_flops => {
-            return cpu(
-                CpuReason::BelowThreshold {
-                    flops,
-                    threshold: opts.min_gpu_flops,
-                },
-                c,
-            )
-        }
-        _ => {}
-    }
-    let fall_back = always_fall_back || opts.backend == Backend::Auto;
-    let gpu = match context::gpu() {
-        Ok(gpu) => gpu,
-        Err(e) if fall_back => return cpu(CpuReason::GpuUnavailable(e), c),
-        Err(e) => return Err(e),
-    };
-    match pipeline::gemm(&gpu, opts, product(alpha, a, b, beta, c)) {
-        Ok(done) => Ok(dispatch::gpu_route(opts, done)),
-        Err(f) if fall_back && !f.touched => cpu(CpuReason::GpuUnavailable(f.error), c),
-        Err(f) => Err(f.error),
     }
 }

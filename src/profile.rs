@@ -8,14 +8,21 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ndarray::{Array2, ArrayView2};
 
-use crate::context::{self, Gpu, Stopwatch};
+use crate::device::context::{self, Gpu, Stopwatch};
+use crate::element::{Dtype, Element};
+use crate::engine::launch::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;
 use crate::options::Kernel;
-use crate::sgemm::{self, DeviceOperand};
 
 /// A `rows × cols` matrix of uniform random values in [-1, 1), never all zero, from `seed`
 /// (SplitMix64; the same seed gives the same matrix on every machine).
 pub fn random_matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
+    random_matrix_of(rows, cols, seed)
+}
+
+/// [`random_matrix`] for any element type: the `f32` values have 24 random bits, the `f64`
+/// values 53.
+pub fn random_matrix_of<A: Element>(rows: usize, cols: usize, seed: u64) -> Array2<A> {
     let mut state = seed;
     Array2::from_shape_simple_fn((rows, cols), || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -23,25 +30,112 @@ pub fn random_matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
-        ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        match A::DTYPE {
+            Dtype::F32 => A::from_f64(f64::from(
+                ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0,
+            )),
+            _ => A::from_f64(((z >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0),
+        }
     })
 }
 
-/// ‖c − a·b‖_F / ‖a·b‖_F with the reference product computed in f64 on the CPU.
+/// Row `i` of `a · b` to about twice `f64` precision, as unevaluated sums `hi + lo`
+/// (compensated dot products: Ogita, Rump and Oishi's Dot2, with FMA).
+fn row_dot2<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>, i: usize) -> Vec<(f64, f64)> {
+    let (k, n) = b.dim();
+    (0..n)
+        .map(|j| {
+            let (mut s, mut c) = (0.0f64, 0.0f64);
+            for q in 0..k {
+                let (x, y) = (a[[i, q]].to_f64(), b[[q, j]].to_f64());
+                let p = x * y;
+                let pe = x.mul_add(y, -p);
+                let t = s + p;
+                let z = t - s;
+                let se = (s - (t - z)) + (p - z);
+                s = t;
+                c += pe + se;
+            }
+            let hi = s + c;
+            (hi, c - (hi - s))
+        })
+        .collect()
+}
+
+/// Rows of `a · b` to about twice `f64` precision, for the error of `f64` products, whose
+/// own error is far below an `f64` reference's: up to `samples` rows spread evenly over the
+/// product (all rows when there are no more), computed on several threads.
+pub struct SampledReference {
+    rows: Vec<usize>,
+    values: Vec<Vec<(f64, f64)>>,
+}
+
+impl SampledReference {
+    /// The reference rows of `a · b`.
+    pub fn new<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>, samples: usize) -> Self {
+        let m = a.nrows();
+        let rows: Vec<usize> = if m <= samples.max(1) {
+            (0..m).collect()
+        } else {
+            (0..samples).map(|s| s * m / samples).collect()
+        };
+        let values = std::thread::scope(|scope| {
+            let handles: Vec<_> = rows
+                .iter()
+                .map(|&i| scope.spawn(move || row_dot2(a, b, i)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a reference row"))
+                .collect()
+        });
+        SampledReference { rows, values }
+    }
+
+    /// ‖c − a·b‖_F / ‖a·b‖_F over the sampled rows.
+    pub fn relative_error<A: Element>(&self, c: ArrayView2<A>) -> f64 {
+        let (mut diff, mut norm) = (0.0f64, 0.0f64);
+        for (&i, row) in self.rows.iter().zip(&self.values) {
+            for (j, &(hi, lo)) in row.iter().enumerate() {
+                let d = (c[[i, j]].to_f64() - hi) - lo;
+                diff += d * d;
+                norm += hi * hi;
+            }
+        }
+        if norm == 0.0 {
+            diff.sqrt()
+        } else {
+            (diff / norm).sqrt()
+        }
+    }
+}
+
+/// ‖c − a·b‖_F / ‖a·b‖_F over up to `samples` rows of `c` ([`SampledReference`]).
+pub fn relative_error_sampled<A: Element>(
+    c: ArrayView2<A>,
+    a: ArrayView2<A>,
+    b: ArrayView2<A>,
+    samples: usize,
+) -> f64 {
+    SampledReference::new(a, b, samples).relative_error(c)
+}
+
+/// ‖c − a·b‖_F / ‖a·b‖_F with the reference product computed in f64 on the CPU (for `f32`
+/// products; see [`relative_error_sampled`] for `f64`).
 pub fn relative_error(c: ArrayView2<f32>, a: ArrayView2<f32>, b: ArrayView2<f32>) -> f64 {
     relative_error_to(c, &reference_f64(a, b))
 }
 
 /// `a · b` computed in f64 on the CPU.
-pub fn reference_f64(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f64> {
-    a.mapv(f64::from).dot(&b.mapv(f64::from))
+pub fn reference_f64<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>) -> Array2<f64> {
+    a.mapv(Element::to_f64).dot(&b.mapv(Element::to_f64))
 }
 
 /// ‖c − reference‖_F / ‖reference‖_F (NaN when `c` holds a NaN).
-pub fn relative_error_to(c: ArrayView2<f32>, reference: &Array2<f64>) -> f64 {
+pub fn relative_error_to<A: Element>(c: ArrayView2<A>, reference: &Array2<f64>) -> f64 {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &r) in c.iter().zip(reference.iter()) {
-        diff += (x as f64 - r).powi(2);
+        diff += (x.to_f64() - r).powi(2);
         norm += r * r;
     }
     if norm == 0.0 {
@@ -62,23 +156,24 @@ pub struct Timing {
     pub gflops: f64,
 }
 
-/// Random row-major operands of an `m × k × n` product, resident on the device.
-pub struct DeviceProblem {
+/// Random row-major operands of an `m × k × n` product of `f32` (or `f64`:
+/// `DeviceProblem<f64>`), resident on the device.
+pub struct DeviceProblem<A: Element = f32> {
     gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     dims: (usize, usize, usize),
-    host_a: Array2<f32>,
-    host_b: Array2<f32>,
-    a: CudaSlice<f32>,
-    b: CudaSlice<f32>,
-    c: CudaSlice<f32>,
+    host_a: Array2<A>,
+    host_b: Array2<A>,
+    a: CudaSlice<A>,
+    b: CudaSlice<A>,
+    c: CudaSlice<A>,
     /// The split-K workspace, kept across launches.
-    scratch: Option<CudaSlice<f32>>,
+    scratch: Option<DevBuf>,
     #[cfg(feature = "cublas")]
     blas: Option<cudarc::cublas::CudaBlas>,
 }
 
-impl DeviceProblem {
+impl<A: Element> DeviceProblem<A> {
     /// Uploads random `m × k` and `k × n` operands (drawn from `seed`) and allocates `C`.
     pub fn new(m: usize, k: usize, n: usize, seed: u64) -> Result<Self, GpuDotError> {
         assert!(
@@ -90,11 +185,11 @@ impl DeviceProblem {
             .ctx
             .new_stream()
             .map_err(GpuDotError::at("creating a stream"))?;
-        let host_a = random_matrix(m, k, seed);
-        let host_b = random_matrix(k, n, seed ^ 0x5EED);
-        let a = sgemm::upload(&stream, host_a.as_slice().expect("fresh array"))?;
-        let b = sgemm::upload(&stream, host_b.as_slice().expect("fresh array"))?;
-        let c = sgemm::alloc(&stream, m * n)?;
+        let host_a = random_matrix_of::<A>(m, k, seed);
+        let host_b = random_matrix_of::<A>(k, n, seed ^ 0x5EED);
+        let a = launch::upload(&stream, host_a.as_slice().expect("fresh array"))?;
+        let b = launch::upload(&stream, host_b.as_slice().expect("fresh array"))?;
+        let c = launch::alloc::<A>(&stream, m * n)?;
         Ok(DeviceProblem {
             gpu,
             stream,
@@ -111,12 +206,12 @@ impl DeviceProblem {
     }
 
     /// The left operand, as uploaded.
-    pub fn a(&self) -> ArrayView2<'_, f32> {
+    pub fn a(&self) -> ArrayView2<'_, A> {
         self.host_a.view()
     }
 
     /// The right operand, as uploaded.
-    pub fn b(&self) -> ArrayView2<'_, f32> {
+    pub fn b(&self) -> ArrayView2<'_, A> {
         self.host_b.view()
     }
 
@@ -132,30 +227,30 @@ impl DeviceProblem {
             trans: false,
             ld: n,
         };
-        crate::tuner::launch_isolated(
+        let mut c = self.c.as_view_mut();
+        let args = GemmArgs::new(self.dims, &a, &b, &c, n)?;
+        crate::engine::tuner::launch_isolated(
             &self.gpu,
             &self.stream,
             kernel,
             self.dims,
-            &a,
-            &b,
-            &mut self.c.as_view_mut(),
-            n,
+            args,
+            &mut c,
             &mut self.scratch,
         )
         .map(|_| ())
     }
 
     /// Runs `kernel` once on a NaN-poisoned output and returns the product.
-    pub fn run(&mut self, kernel: Kernel) -> Result<Array2<f32>, GpuDotError> {
+    pub fn run(&mut self, kernel: Kernel) -> Result<Array2<A>, GpuDotError> {
         self.run_by(|p| p.launch(kernel))
     }
 
     fn run_by(
         &mut self,
         launch: impl FnOnce(&mut Self) -> Result<(), GpuDotError>,
-    ) -> Result<Array2<f32>, GpuDotError> {
-        sgemm::poison(&self.stream, &mut self.c)?;
+    ) -> Result<Array2<A>, GpuDotError> {
+        launch::poison(&self.stream, &mut self.c)?;
         launch(self)?;
         let data = self
             .stream
@@ -218,13 +313,16 @@ impl DeviceProblem {
 /// cuBLAS as a reference (feature `cublas`): same operands, same output buffer. The crate's
 /// products never come from cuBLAS.
 #[cfg(feature = "cublas")]
-impl DeviceProblem {
-    /// Runs cuBLAS SGEMM (FP32 math, no TF32) once on a NaN-poisoned output.
-    pub fn run_cublas(&mut self) -> Result<Array2<f32>, GpuDotError> {
+impl<A: Element> DeviceProblem<A>
+where
+    cudarc::cublas::CudaBlas: cudarc::cublas::Gemm<A>,
+{
+    /// Runs cuBLAS SGEMM (FP32 math, no TF32) or DGEMM once on a NaN-poisoned output.
+    pub fn run_cublas(&mut self) -> Result<Array2<A>, GpuDotError> {
         self.run_by(|p| p.launch_cublas())
     }
 
-    /// Times cuBLAS SGEMM as [`time`](Self::time) times a kernel.
+    /// Times cuBLAS SGEMM or DGEMM as [`time`](Self::time) times a kernel.
     pub fn time_cublas(&mut self, warmup: usize, reps: usize) -> Result<Timing, GpuDotError> {
         self.time_by(warmup, reps, |p| p.launch_cublas())
     }
@@ -242,12 +340,15 @@ impl DeviceProblem {
                 });
             }
             let blas = CudaBlas::new(self.stream.clone()).map_err(failed)?;
-            // SAFETY: the handle is valid; CUBLAS_PEDANTIC_MATH keeps FP32 arithmetic (no TF32).
-            unsafe {
-                sys::cublasSetMathMode(*blas.handle(), sys::cublasMath_t::CUBLAS_PEDANTIC_MATH)
+            if A::DTYPE == Dtype::F32 {
+                // SAFETY: the handle is valid; CUBLAS_PEDANTIC_MATH keeps FP32 arithmetic (no
+                // TF32). DGEMM keeps the default mode: its FP64 tensor cores are exact FP64.
+                unsafe {
+                    sys::cublasSetMathMode(*blas.handle(), sys::cublasMath_t::CUBLAS_PEDANTIC_MATH)
+                }
+                .result()
+                .map_err(failed)?;
             }
-            .result()
-            .map_err(failed)?;
             self.blas = Some(blas);
         }
         let blas = self.blas.as_ref().expect("set above");
@@ -259,16 +360,16 @@ impl DeviceProblem {
             m: n as i32,
             n: m as i32,
             k: k as i32,
-            alpha: 1.0f32,
+            alpha: A::one(),
             lda: n as i32,
             ldb: k as i32,
-            beta: 0.0f32,
+            beta: A::zero(),
             ldc: n as i32,
         };
         // SAFETY: B is k × n with ld n, A is m × k with ld k, C is m × n with ld n, all
         // row-major and fully allocated (DeviceProblem::new); the dimensions fit in i32
         // (checked when the problem's kernels launch, and by `check_dims` here).
-        sgemm::check_dims(m, k, n)?;
+        launch::check_dims(m, k, n)?;
         unsafe { blas.gemm(cfg, &self.b, &self.a, &mut self.c) }.map_err(failed)
     }
 }

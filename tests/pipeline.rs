@@ -200,7 +200,7 @@ fn matrices_round_trip_through_the_device_exactly() {
         GpuMatrix::from_array(&stepped).unwrap().to_array().unwrap(),
         stepped
     );
-    let z = GpuMatrix::zeros((5, 7)).unwrap().to_array().unwrap();
+    let z = GpuMatrix::<f32>::zeros((5, 7)).unwrap().to_array().unwrap();
     assert!(z.iter().all(|&x| x == 0.0));
 }
 

@@ -13,7 +13,7 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::check;
+use common::{check, check64, reference64};
 use gpu_dot::{
     device_status, flops, layout_of, Backend, CpuReason, DeviceStatus, DotOptions, GpuDot,
     GpuDotError, Kernel, Route, DEFAULT_MIN_GPU_FLOPS,
@@ -137,25 +137,26 @@ impl Operand {
     }
 
     fn view(&self) -> ArrayView2<'_, f32> {
+        self.view_of(&self.store)
+    }
+
+    /// The same recipe over `store` (the storage, or its values in another element type).
+    fn view_of<'s, A>(&self, store: &'s Array2<A>) -> ArrayView2<'s, A> {
         let (rows, cols) = self.dim;
         let v = match self.recipe {
-            Recipe::C => self.store.view(),
-            Recipe::F => self.store.t(),
+            Recipe::C => store.view(),
+            Recipe::F => store.t(),
             Recipe::Window {
                 top,
                 left,
                 f: false,
                 ..
-            } => self.store.slice(s![top..top + rows, left..left + cols]),
+            } => store.slice(s![top..top + rows, left..left + cols]),
             Recipe::Window {
                 top, left, f: true, ..
-            } => self
-                .store
-                .t()
-                .slice_move(s![top..top + rows, left..left + cols]),
-            Recipe::Steps { rows: sr, cols: sc } => self.store.slice(s![..;sr, ..;sc]),
-            Recipe::Broadcast(_) => self
-                .store
+            } => store.t().slice_move(s![top..top + rows, left..left + cols]),
+            Recipe::Steps { rows: sr, cols: sc } => store.slice(s![..;sr, ..;sc]),
+            Recipe::Broadcast(_) => store
                 .broadcast((rows, cols))
                 .expect("a length-1 axis broadcasts"),
         };
@@ -411,6 +412,51 @@ fn every_kernel_matches_the_reference_on_the_gpu() {
                 other => return Err(TestCaseError::fail(format!("{kernel}: ran {other:?}"))),
             }
             check(&p.c, &a, &b, &r, &format!("{kernel} (autotune {autotune})"));
+        }
+    });
+}
+
+/// The same property for `f64`: every kernel, every random shape and layout pair, checked
+/// against a reference of about twice f64 precision, output poisoned first; the result's memory
+/// order is ndarray's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_kernel_matches_the_reference_on_the_gpu_in_f64() {
+    if let DeviceStatus::Unavailable(reason) = device_status() {
+        panic!("this test needs a CUDA GPU: {reason}");
+    }
+    let cap = max_dim().min(MAX_DIM);
+    println!("m, k, n in 0..={cap}");
+    proptest!(config(1000), |(case in case(cap), autotune in any::<bool>())| {
+        let (a, b) = case.operands();
+        // Values with more bits than f32 holds, in the same layouts.
+        let widen = |o: &Operand| o.store.mapv(|x| f64::from(x) * (1.0 + f64::EPSILON * 3.0) + 1e-9);
+        let (sa, sb) = (widen(&a), widen(&b));
+        let (a, b) = (a.view_of(&sa), b.view_of(&sb));
+        let r = reference64(&a, &b);
+        let ndarrays = a.dot(&b);
+        for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
+            let opts = DotOptions::builtin()
+                .backend(Backend::Gpu)
+                .kernel(kernel)
+                .autotune(autotune)
+                .poison_output(true);
+            let p = a
+                .gpu_dot_with(&b, &opts)
+                .map_err(|e| TestCaseError::fail(format!("{kernel}: {e}")))?;
+            prop_assert_eq!(p.c.dim(), (case.m, case.n));
+            prop_assert_eq!(p.c.strides(), ndarrays.strides(), "{}: memory order", kernel);
+            match p.route {
+                Route::Empty => prop_assert!(case.is_empty(), "{}: Route::Empty", kernel),
+                Route::Gpu { kernel: ran, dtype, a_layout, b_layout, .. } => {
+                    prop_assert!(!case.is_empty(), "{}: an empty product ran", kernel);
+                    prop_assert_eq!(ran, kernel);
+                    prop_assert_eq!(dtype, gpu_dot::Dtype::F64);
+                    prop_assert_eq!((a_layout, b_layout), (layout_of(&a), layout_of(&b)));
+                }
+                other => return Err(TestCaseError::fail(format!("{kernel}: ran {other:?}"))),
+            }
+            check64(&p.c, &a, &b, &r, &format!("{kernel} f64 (autotune {autotune})"));
         }
     });
 }

@@ -27,9 +27,9 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{result, CudaEvent, CudaStream};
 
 use super::schedule::{Direction, Schedule, What};
-use crate::crew::{self, Watch};
 use crate::error::GpuDotError;
-use crate::staging::{HostMat, Ring};
+use crate::host::crew::{self, Watch};
+use crate::host::staging::{HostMat, Ring};
 
 /// Host bytes of copying worth one more helper thread: fewer bytes per thread and waking it
 /// costs more than it saves (one thread copies about 5 GB/s on an H200 host, so 128 KiB is
@@ -50,6 +50,8 @@ pub(crate) struct Endpoints {
     /// written yet), the whole result: its pages are touched, in parallel and ahead of the
     /// results, so that the page faults are off the critical path.
     pub(crate) fresh: Option<HostMat>,
+    /// Bytes per element of every host matrix and device buffer of the run.
+    pub(crate) width: usize,
 }
 
 /// The streams a run uses: three for several panels, one (in every role) otherwise.
@@ -100,30 +102,30 @@ pub(crate) trait Link {
     /// panel marks are never used.
     fn separate(&self) -> bool;
 
-    /// Enqueues a copy of `len` floats from staging at `src` to the device at `dst` on the up
+    /// Enqueues a copy of `bytes` bytes from staging at `src` to the device at `dst` on the up
     /// lane.
     ///
     /// # Safety
-    /// `src` must hold `len` floats that nothing writes until the copy has completed, and
-    /// `dst` must be valid for `len` floats that nothing else uses until then.
+    /// `src` must hold `bytes` bytes that nothing writes until the copy has completed, and
+    /// `dst` must be valid for `bytes` bytes that nothing else uses until then.
     unsafe fn copy_up(
         &self,
         dst: CUdeviceptr,
-        src: *const f32,
-        len: usize,
+        src: *const u8,
+        bytes: usize,
     ) -> Result<(), GpuDotError>;
 
-    /// Enqueues a copy of `len` floats from the device at `src` to staging at `dst` on the
+    /// Enqueues a copy of `bytes` bytes from the device at `src` to staging at `dst` on the
     /// down lane.
     ///
     /// # Safety
-    /// `dst` must be valid for `len` floats that nothing reads or writes until the copy has
-    /// completed, and `src` must hold `len` floats written by work ordered before the copy.
+    /// `dst` must be valid for `bytes` bytes that nothing reads or writes until the copy has
+    /// completed, and `src` must hold `bytes` bytes written by work ordered before the copy.
     unsafe fn copy_down(
         &self,
-        dst: *mut f32,
+        dst: *mut u8,
         src: CUdeviceptr,
-        len: usize,
+        bytes: usize,
     ) -> Result<(), GpuDotError>;
 
     /// Records `mark` after the work enqueued so far on `lane`.
@@ -204,14 +206,14 @@ impl Link for CudaLink<'_> {
     unsafe fn copy_up(
         &self,
         dst: CUdeviceptr,
-        src: *const f32,
-        len: usize,
+        src: *const u8,
+        bytes: usize,
     ) -> Result<(), GpuDotError> {
         // SAFETY: the caller guarantees `src` and `dst` (see the trait).
         unsafe {
             result::memcpy_htod_async(
                 dst,
-                std::slice::from_raw_parts(src, len),
+                std::slice::from_raw_parts(src, bytes),
                 self.streams.up.cu_stream(),
             )
         }
@@ -220,14 +222,14 @@ impl Link for CudaLink<'_> {
 
     unsafe fn copy_down(
         &self,
-        dst: *mut f32,
+        dst: *mut u8,
         src: CUdeviceptr,
-        len: usize,
+        bytes: usize,
     ) -> Result<(), GpuDotError> {
         // SAFETY: the caller guarantees `src` and `dst` (see the trait).
         unsafe {
             result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(dst, len),
+                std::slice::from_raw_parts_mut(dst, bytes),
                 src,
                 self.streams.down.cu_stream(),
             )
@@ -434,8 +436,8 @@ impl<'r> Board<'r> {
         }
     }
 
-    /// The staging floats of `start..end` of `parcel` (a range of one of its pieces).
-    fn staging(dir: &Direction, ring: Ring, parcel: usize, start: usize, end: usize) -> *mut f32 {
+    /// The staging elements of `start..end` of `parcel` (a range of one of its pieces).
+    fn staging(dir: &Direction, ring: Ring, parcel: usize, start: usize, end: usize) -> *mut u8 {
         let p = &dir.parcels[parcel];
         ring.at(p.offset + (start - p.start), end - start)
     }
@@ -446,15 +448,14 @@ impl<'r> Board<'r> {
         let parcel = &up.parcels[piece.parcel];
         let ring = self.up_ring.expect("a ring for the up transfers");
         let ptr = Self::staging(up, ring, piece.parcel, piece.start, piece.end);
-        // SAFETY: `ptr` holds the piece's floats of the ring (`PinnedBuf::at` checks the
+        // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the
         // range). No other thread uses them: the pieces of a parcel are disjoint ranges of its
         // slot, claimed once each, and a parcel's pieces are claimed only once the slot's
         // previous parcel has been copied out of it (`up_free`), while the copy of this parcel
         // is issued only after all its pieces are packed. The operand views behind the
         // endpoints are borrowed by the caller for the whole run and only read.
         unsafe {
-            let dst = std::slice::from_raw_parts_mut(ptr, piece.end - piece.start);
-            self.ends.up_host[parcel.transfer].read(piece.start, piece.end, dst);
+            self.ends.up_host[parcel.transfer].read_raw(piece.start, piece.end, ptr);
         }
         self.up_packed[piece.parcel].fetch_add(1, SeqCst);
         self.packed.fetch_add(1, SeqCst);
@@ -466,15 +467,14 @@ impl<'r> Board<'r> {
         let parcel = &down.parcels[piece.parcel];
         let ring = self.down_ring.expect("a ring for the down transfers");
         let ptr = Self::staging(down, ring, piece.parcel, piece.start, piece.end);
-        // SAFETY: `ptr` holds the piece's floats of the ring (`PinnedBuf::at` checks the
+        // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the
         // range), which the parcel's copy has filled (its event completed before the piece
         // could be claimed, `down_landed`) and which nothing writes until every piece of the
         // parcel is unpacked. The output view behind the endpoint is borrowed mutably by the
         // caller for the whole run; each down piece is a distinct range of one transfer, and
         // the transfers are distinct panels, so no other thread reads or writes these elements.
         unsafe {
-            let src = std::slice::from_raw_parts(ptr, piece.end - piece.start);
-            self.ends.down_host[parcel.transfer].write(piece.start, piece.end, src);
+            self.ends.down_host[parcel.transfer].write_raw(piece.start, piece.end, ptr);
         }
         self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
         self.unpacked.fetch_add(1, SeqCst);
@@ -507,8 +507,9 @@ fn touch_plan(
     ends: &Endpoints,
 ) -> (Vec<(usize, usize)>, Vec<Range<usize>>) {
     let (base, len) = (c.addr(), c.len());
-    let per_page = HUGE_PAGE / 4;
-    let first = (base.next_multiple_of(HUGE_PAGE) - base) / 4;
+    let width = c.width();
+    let per_page = HUGE_PAGE / width;
+    let first = (base.next_multiple_of(HUGE_PAGE) - base) / width;
     let mut units = Vec::new();
     let mut start = 0;
     let mut end = first.min(len);
@@ -526,7 +527,7 @@ fn touch_plan(
         .iter()
         .map(|p| {
             let t = sched.down.parcels[p.parcel].transfer;
-            let offset = (ends.down_host[t].addr() - base) / 4;
+            let offset = (ends.down_host[t].addr() - base) / width;
             unit_of(offset + p.start)..unit_of(offset + p.end - 1) + 1
         })
         .collect();
@@ -561,7 +562,8 @@ pub(crate) fn conduct<L: Link>(
 ) -> Result<(), GpuDotError> {
     let board = Board::new(sched, ends, run.up_ring, run.down_ring);
     let crew = crew::crew();
-    let helpers = (sched.host_bytes() / run.bytes_per_helper.max(1)).min(crew.helpers());
+    let helpers =
+        (sched.host_elements() * ends.width / run.bytes_per_helper.max(1)).min(crew.helpers());
     trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
     let work = |_: usize| {
@@ -661,17 +663,18 @@ impl<L: Link> Conductor<'_, '_, L> {
                 let len = parcel.len();
                 let ring = self.run.up_ring.expect("a ring for the up transfers");
                 let src = ring.at(parcel.offset, len);
-                let dst = self.ends.up_dev[parcel.transfer] + 4 * parcel.start as u64;
-                // SAFETY: `src` holds `len` packed floats (every piece of the parcel is
+                let width = self.ends.width;
+                let dst = self.ends.up_dev[parcel.transfer] + (width * parcel.start) as u64;
+                // SAFETY: `src` holds `len` packed elements (every piece of the parcel is
                 // packed), which no piece writes again until this copy's slot mark lands
                 // (`up_free`); `dst` lies inside the device buffer the transfer targets, which
-                // holds the transfer's floats from its base (sized by the caller from the same
+                // holds the transfer's elements from its base (sized by the caller from the same
                 // schedule), and nothing else uses it until the copy completes (the kernels
                 // that read it are ordered after it, and the panel that used the slot before
                 // is waited for above).
                 let reused = issued_up + up.slots < up.parcels.len();
                 clocked(&mut trace.issue, || {
-                    unsafe { link.copy_up(dst, src, len)? };
+                    unsafe { link.copy_up(dst, src, len * width)? };
                     if reused {
                         link.record(Mark::UpSlot(parcel.slot), Lane::Up)?;
                     }
@@ -745,14 +748,15 @@ impl<L: Link> Conductor<'_, '_, L> {
                 let len = parcel.len();
                 let ring = self.run.down_ring.expect("a ring for the down transfers");
                 let dst = ring.at(parcel.offset, len);
-                let src = self.ends.down_dev[parcel.transfer] + 4 * parcel.start as u64;
-                // SAFETY: `dst` is `len` floats of the ring's slot, which no thread uses until
+                let width = self.ends.width;
+                let src = self.ends.down_dev[parcel.transfer] + (width * parcel.start) as u64;
+                // SAFETY: `dst` is `len` elements of the ring's slot, which no thread uses until
                 // this copy's mark lands (`down_landed`), and whose previous parcel is unpacked
                 // (checked above); `src` lies inside the device buffer holding the transfer's
-                // floats, written by work ordered before this copy (the panel's kernels: the
+                // elements, written by work ordered before this copy (the panel's kernels: the
                 // same stream, or the wait above).
                 clocked(&mut trace.issue, || {
-                    unsafe { link.copy_down(dst, src, len)? };
+                    unsafe { link.copy_down(dst, src, len * width)? };
                     link.record(Mark::DownSlot(parcel.slot), Lane::Down)
                 })?;
                 down_waits.push_back(issued_down);

@@ -30,42 +30,42 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use once_cell::sync::Lazy;
 
-use crate::context::Gpu;
+use crate::device::context::Gpu;
+use crate::element::Element;
+use crate::engine::launch::{self, DeviceOperand, GemmArgs};
+use crate::engine::tuner::{self, Choice, Ran};
 use crate::error::GpuDotError;
-use crate::layout::{layout_of, Layout};
+use crate::host::staging::HostMat;
+use crate::layout::{classify, Layout};
 use crate::options::DotOptions;
-use crate::registry::Family;
-use crate::sgemm::{self, DeviceOperand};
-use crate::staging::{HostMat, PinnedBuf};
-use crate::tuner::{self, Choice, Ran};
 use conduct::{CudaLink, Endpoints, Run, Streams, Trace};
 use schedule::{Residency, Schedule, What};
 use workspace::{Needs, Workspace};
 
 pub use workspace::{retained_memory, trim};
+pub(crate) use workspace::{trim_device, Pool};
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr.
 static TRACE: Lazy<bool> =
     Lazy::new(|| std::env::var_os("GPU_DOT_TRACE").is_some_and(|v| v != "0"));
 
 /// A matrix already on the device, as a kernel reads it.
-#[derive(Clone, Copy)]
-pub(crate) struct DevMat<'a> {
-    pub(crate) buf: &'a CudaSlice<f32>,
+pub(crate) struct DevMat<'a, T> {
+    pub(crate) buf: &'a CudaSlice<T>,
     /// Column-major (element (r, c) at `c * ld + r`) instead of row-major.
     pub(crate) trans: bool,
     pub(crate) ld: usize,
 }
 
 /// An operand of the general product.
-pub(crate) enum Src<'a> {
-    Host(ArrayView2<'a, f32>),
+pub(crate) enum Src<'a, T> {
+    Host(ArrayView2<'a, T>),
     Device {
-        mat: DevMat<'a>,
+        mat: DevMat<'a, T>,
         rows: usize,
         cols: usize,
         /// The context generation the matrix was made in.
@@ -73,7 +73,7 @@ pub(crate) enum Src<'a> {
     },
 }
 
-impl Src<'_> {
+impl<T: Element> Src<'_, T> {
     pub(crate) fn dim(&self) -> (usize, usize) {
         match self {
             Src::Host(v) => v.dim(),
@@ -92,21 +92,21 @@ impl Src<'_> {
     /// How the operand is read, for the route report.
     fn layout(&self) -> Layout {
         match self {
-            Src::Host(v) => layout_of(v),
+            Src::Host(v) => classify(v).0,
             Src::Device { .. } => Layout::Device,
         }
     }
 }
 
 /// The output of the general product.
-pub(crate) enum Dst<'a> {
-    Host(ArrayViewMut2<'a, f32>),
+pub(crate) enum Dst<'a, T> {
+    Host(ArrayViewMut2<'a, T>),
     /// A new C-order host array, not yet initialised: the product writes every element (its
     /// pages are touched in parallel before the results land). Only with `beta == 0`.
-    Fresh(&'a mut Array2<MaybeUninit<f32>>),
+    Fresh(&'a mut Array2<MaybeUninit<T>>),
     /// Row-major with leading dimension `ld`.
     Device {
-        buf: &'a mut CudaSlice<f32>,
+        buf: &'a mut CudaSlice<T>,
         rows: usize,
         cols: usize,
         ld: usize,
@@ -115,7 +115,7 @@ pub(crate) enum Dst<'a> {
     },
 }
 
-impl Dst<'_> {
+impl<T> Dst<'_, T> {
     pub(crate) fn dim(&self) -> (usize, usize) {
         match self {
             Dst::Host(v) => v.dim(),
@@ -151,15 +151,15 @@ pub(crate) struct Done {
 }
 
 /// One general product, `C = alpha·A·B + beta·C`.
-pub(crate) struct Gemm<'g, 'a, 'b, 'c> {
-    pub(crate) alpha: f32,
-    pub(crate) a: &'g Src<'a>,
-    pub(crate) b: &'g Src<'b>,
-    pub(crate) beta: f32,
-    pub(crate) c: &'g mut Dst<'c>,
+pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
+    pub(crate) alpha: T,
+    pub(crate) a: &'g Src<'a, T>,
+    pub(crate) b: &'g Src<'b, T>,
+    pub(crate) beta: T,
+    pub(crate) c: &'g mut Dst<'c, T>,
 }
 
-impl Gemm<'_, '_, '_, '_> {
+impl<T: Element> Gemm<'_, '_, '_, '_, T> {
     /// `(m, k, n)`.
     fn dims(&self) -> (usize, usize, usize) {
         let (m, k) = self.a.dim();
@@ -172,9 +172,13 @@ impl Gemm<'_, '_, '_, '_> {
 ///
 /// `beta == 0` never reads C; `alpha == 0` or `k == 0` never reads A or B (as BLAS). A product
 /// that fails for lack of device memory is retried once after the idle workspaces are freed.
-pub(crate) fn gemm(gpu: &Gpu, opts: &DotOptions, mut g: Gemm) -> Result<Done, Failure> {
+pub(crate) fn gemm<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    mut g: Gemm<T>,
+) -> Result<Done, Failure> {
     let (m, k, n) = g.dims();
-    sgemm::check_dims(m, k, n).map_err(|error| Failure {
+    launch::check_dims(m, k, n).map_err(|error| Failure {
         error,
         touched: false,
     })?;
@@ -196,9 +200,9 @@ pub(crate) fn gemm(gpu: &Gpu, opts: &DotOptions, mut g: Gemm) -> Result<Done, Fa
         match run(gpu, opts, &mut g, &mut touched) {
             Ok(done) => return Ok(done),
             Err(GpuDotError::OutOfMemory { .. })
-                if first && !touched && workspace::idle_count() > 0 =>
+                if first && !touched && workspace::idle_count(gpu) > 0 =>
             {
-                trim();
+                workspace::trim_device(gpu);
                 first = false;
             }
             // The workspace that saw the error was dropped, not pooled: it may hold work in
@@ -209,10 +213,10 @@ pub(crate) fn gemm(gpu: &Gpu, opts: &DotOptions, mut g: Gemm) -> Result<Done, Fa
 }
 
 /// Runs one product as the steps of the module docs.
-fn run(
+fn run<T: Element>(
     gpu: &Gpu,
     opts: &DotOptions,
-    g: &mut Gemm,
+    g: &mut Gemm<T>,
     touched: &mut bool,
 ) -> Result<Done, GpuDotError> {
     let started = Instant::now();
@@ -267,11 +271,9 @@ struct Stored {
 }
 
 impl Stored {
-    fn of(v: &ArrayView2<'_, f32>) -> Stored {
+    fn of<T: Element>(v: &ArrayView2<'_, T>) -> Stored {
         let m = HostMat::of_view(v);
-        let (rs, cs) = m.strides();
-        let (rows, cols) = m.dim();
-        if rows > 1 && cols > 1 && rs.unsigned_abs() < cs.unsigned_abs() {
+        if classify(v).1 {
             Stored {
                 mat: m.t(),
                 trans: true,
@@ -295,14 +297,27 @@ impl Stored {
 }
 
 /// An operand as the kernels read it: packed from the host, or a device matrix.
-#[derive(Clone, Copy)]
-enum Input<'a> {
+enum Input<'a, T> {
     Host(Stored),
-    Device(DevMat<'a>),
+    Device(DevMat<'a, T>),
 }
 
-impl Input<'_> {
-    fn of<'a>(src: &Src<'a>) -> Input<'a> {
+impl<T> Clone for Input<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Input<'_, T> {}
+
+impl<T> Clone for DevMat<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DevMat<'_, T> {}
+
+impl<T: Element> Input<'_, T> {
+    fn of<'a>(src: &Src<'a, T>) -> Input<'a, T> {
         match src {
             Src::Host(v) => Input::Host(Stored::of(v)),
             Src::Device { mat, .. } => Input::Device(*mat),
@@ -327,34 +342,34 @@ impl Input<'_> {
 }
 
 /// Step 1, operands: how the device reads A and B and where C goes.
-struct Operands<'g> {
+struct Operands<'g, T> {
     dims: (usize, usize, usize),
-    alpha: f32,
-    beta: f32,
+    alpha: T,
+    beta: T,
     /// A and B are read (k > 0 and alpha ≠ 0).
     multiply: bool,
     /// The kernel writes T and the epilogue forms `C = alpha·T + beta·C`.
     needs_t: bool,
-    a: Input<'g>,
-    b: Input<'g>,
+    a: Input<'g, T>,
+    b: Input<'g, T>,
     /// C on the host, and whether it is fresh memory.
     c_host: Option<HostMat>,
     fresh: bool,
     /// C on the device, with its leading dimension.
-    c_dev: Option<(&'g mut CudaSlice<f32>, usize)>,
+    c_dev: Option<(&'g mut CudaSlice<T>, usize)>,
     residency: Residency,
 }
 
-impl<'g> Operands<'g> {
-    fn of<'a: 'g, 'b: 'g>(g: &'g mut Gemm<'_, 'a, 'b, '_>) -> Operands<'g> {
+impl<'g, T: Element> Operands<'g, T> {
+    fn of<'a: 'g, 'b: 'g>(g: &'g mut Gemm<'_, 'a, 'b, '_, T>) -> Operands<'g, T> {
         let (m, k, n) = g.dims();
         let (alpha, beta) = (g.alpha, g.beta);
-        let multiply = k > 0 && alpha != 0.0;
+        let multiply = k > 0 && alpha != T::zero();
         let (c_host, c_dev, fresh) = match &mut *g.c {
             Dst::Host(v) => (Some(HostMat::of_view_mut(v)), None, false),
             Dst::Fresh(arr) => {
-                assert!(beta == 0.0, "a fresh output is never read");
-                let ptr = arr.as_mut_ptr().cast::<f32>();
+                assert!(beta == T::zero(), "a fresh output is never read");
+                let ptr = arr.as_mut_ptr().cast::<T>();
                 (Some(HostMat::row_major(ptr, m, n)), None, true)
             }
             Dst::Device { buf, ld, .. } => (None, Some((&mut **buf, *ld)), false),
@@ -364,14 +379,14 @@ impl<'g> Operands<'g> {
             a_host: a.host().is_some(),
             b_host: b.host().is_some(),
             c_host: c_host.is_some(),
-            c_in: c_host.is_some() && beta != 0.0,
+            c_in: c_host.is_some() && beta != T::zero(),
         };
         Operands {
             dims: (m, k, n),
             alpha,
             beta,
             multiply,
-            needs_t: multiply && !(alpha == 1.0 && beta == 0.0),
+            needs_t: multiply && !(alpha == T::one() && beta == T::zero()),
             a,
             b,
             c_host,
@@ -388,13 +403,15 @@ impl<'g> Operands<'g> {
         let (b_trans, b_ld) = self.b.layout(k);
         let r = self.residency;
         let read = |on_host: bool, len: usize| usize::from(on_host && self.multiply) * len;
+        let per_16 = T::DTYPE.per_16_bytes();
         tuner::Product {
+            dtype: T::DTYPE,
             dims: self.dims,
             trans: (a_trans, b_trans),
             residency: (r.a_host, r.b_host, r.c_host, r.c_in),
-            aligned: a_ld % 4 == 0 && b_ld % 4 == 0,
+            aligned: a_ld % per_16 == 0 && b_ld % per_16 == 0,
             epilogue: self.needs_t || !self.multiply,
-            host_bytes: 4
+            host_bytes: T::DTYPE.size()
                 * (read(r.a_host, m * k)
                     + read(r.b_host, k * n)
                     + (usize::from(r.c_host) + usize::from(r.c_in)) * m * n),
@@ -414,7 +431,7 @@ struct Planned {
 }
 
 impl Planned {
-    fn of(gpu: &Gpu, opts: &DotOptions, ops: &Operands) -> Planned {
+    fn of<T: Element>(gpu: &Gpu, opts: &DotOptions, ops: &Operands<T>) -> Planned {
         let (choice, trial) = tuner::choose(gpu, opts, &ops.for_tuner());
         let rows = choice.rows(ops.dims.0);
         let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
@@ -443,10 +460,15 @@ impl Planned {
 }
 
 /// Step 3, buffers: a workspace grown to the schedule.
-fn buffers(gpu: &Gpu, ops: &Operands, planned: &Planned) -> Result<Workspace, GpuDotError> {
+fn buffers<T: Element>(
+    gpu: &Gpu,
+    ops: &Operands<T>,
+    planned: &Planned,
+) -> Result<Workspace, GpuDotError> {
     let (_, k, n) = ops.dims;
     let (rows, r) = (planned.rows, ops.residency);
     let needs = Needs {
+        width: T::DTYPE.size(),
         b: if ops.multiply && r.b_host { k * n } else { 0 },
         a: if ops.multiply && r.a_host {
             rows * k
@@ -476,7 +498,7 @@ struct DevAddrs {
 impl DevAddrs {
     fn of(ws: &Workspace) -> DevAddrs {
         let stream = &ws.lanes.compute;
-        let addr = |b: &Option<CudaSlice<f32>>| b.as_ref().map_or(0, |b| b.device_ptr(stream).0);
+        let addr = |b: &Option<launch::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
         DevAddrs {
             b: addr(&ws.dev.b),
             a: [addr(&ws.dev.a[0]), addr(&ws.dev.a[1])],
@@ -487,7 +509,7 @@ impl DevAddrs {
 
 /// Step 4, endpoints: each transfer of the schedule bound to its host matrix and device
 /// address (panel `i` uses slot `i % slots` of A and C).
-fn endpoints(planned: &Planned, ops: &Operands, dev: &DevAddrs) -> Endpoints {
+fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -> Endpoints {
     let (sched, slots) = (&planned.sched, planned.slots);
     let mut ends = Endpoints {
         up_host: Vec::with_capacity(sched.up.transfers.len()),
@@ -497,6 +519,7 @@ fn endpoints(planned: &Planned, ops: &Operands, dev: &DevAddrs) -> Endpoints {
         fresh: ops
             .fresh
             .then(|| ops.c_host.expect("a fresh result is on the host")),
+        width: T::DTYPE.size(),
     };
     let c = || ops.c_host.expect("C is on the host");
     for t in &sched.up.transfers {
@@ -537,10 +560,10 @@ fn endpoints(planned: &Planned, ops: &Operands, dev: &DevAddrs) -> Endpoints {
 /// Step 5, the panel loop: the conductor runs the schedule, calling back for each panel's
 /// kernels (on the compute stream). Returns what the first panel ran.
 #[allow(clippy::too_many_arguments)]
-fn panel_loop(
+fn panel_loop<T: Element>(
     gpu: &Gpu,
     opts: &DotOptions,
-    ops: &mut Operands,
+    ops: &mut Operands<T>,
     planned: &Planned,
     ws: &mut Workspace,
     ends: &Endpoints,
@@ -568,8 +591,8 @@ fn panel_loop(
     )?;
     let run = Run {
         link: CudaLink::new(streams, events, &planned.sched),
-        up_ring: staging.up.as_ref().map(PinnedBuf::ring),
-        down_ring: staging.down.as_ref().map(PinnedBuf::ring),
+        up_ring: staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),
+        down_ring: staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
         a_slots: planned.slots,
         c_slots: planned.slots,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
@@ -580,10 +603,10 @@ fn panel_loop(
 
 /// Enqueues panel `i`'s kernel (the chosen plan) and, when the product is not plain, its
 /// epilogue `C = alpha·T + beta·C`, on `stream`.
-fn enqueue_panel(
+fn enqueue_panel<T: Element>(
     gpu: &Gpu,
     opts: &DotOptions,
-    ops: &mut Operands,
+    ops: &mut Operands<T>,
     planned: &Planned,
     dev: &mut workspace::DevBufs,
     stream: &Arc<CudaStream>,
@@ -597,7 +620,7 @@ fn enqueue_panel(
     if ops.multiply {
         let a = match ops.a {
             Input::Host(s) => DeviceOperand {
-                buf: dev.a[slot].as_ref().expect("provided").slice(..p * k),
+                buf: dev.a[slot].as_ref().expect("provided").view(p * k),
                 trans: s.trans,
                 ld: s.ld(p),
             },
@@ -613,7 +636,7 @@ fn enqueue_panel(
         };
         let b = match ops.b {
             Input::Host(s) => DeviceOperand {
-                buf: dev.b.as_ref().expect("provided").slice(..k * n),
+                buf: dev.b.as_ref().expect("provided").view(k * n),
                 trans: s.trans,
                 ld: s.ld(k),
             },
@@ -624,42 +647,34 @@ fn enqueue_panel(
             },
         };
         let (mut target, ldc) = match (ops.needs_t, &mut ops.c_dev) {
-            (true, _) => (dev.t.as_mut().expect("provided").slice_mut(..p * n), n),
-            (false, None) => (
-                dev.c[slot].as_mut().expect("provided").slice_mut(..p * n),
-                n,
-            ),
+            (true, _) => (dev.t.as_mut().expect("provided").view_mut(p * n), n),
+            (false, None) => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
             (false, Some((buf, ld))) => (buf.slice_mut(r0 * *ld..), *ld),
         };
         if opts.poison_output {
-            sgemm::poison(stream, &mut target)?;
+            launch::poison(stream, &mut target)?;
         }
+        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?;
         ran = Some(tuner::launch(
             gpu,
             stream,
             opts.kernel,
             planned.choice.plan,
-            (p, k, n),
-            &a,
-            &b,
+            args,
             &mut target,
-            ldc,
             &mut dev.scratch,
         )?);
     }
     if ops.needs_t || !ops.multiply {
         let t = ops
             .needs_t
-            .then(|| dev.t.as_ref().expect("provided").slice(..p * n));
+            .then(|| dev.t.as_ref().expect("provided").view(p * n));
         let (mut c, ldc) = match &mut ops.c_dev {
-            None => (
-                dev.c[slot].as_mut().expect("provided").slice_mut(..p * n),
-                n,
-            ),
+            None => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
             Some((buf, ld)) => (buf.slice_mut(r0 * *ld..), *ld),
         };
         let (alpha, beta) = (ops.alpha, ops.beta);
-        axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
+        launch::axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
     }
     Ok(ran)
 }
@@ -708,7 +723,7 @@ impl Times {
 /// Moves one whole matrix between host and device on a workspace's compute stream: `up` is
 /// packed and copied to a device address, or a device address is copied and unpacked into
 /// `down`.
-fn transfer(
+fn transfer<T: Element>(
     gpu: &Gpu,
     ws: &mut Workspace,
     up: Option<(HostMat, CUdeviceptr)>,
@@ -725,6 +740,7 @@ fn transfer(
     ws.provide(
         gpu,
         &Needs {
+            width: T::DTYPE.size(),
             up_ring: sched.up.ring_len(),
             down_ring: sched.down.ring_len(),
             ..Needs::default()
@@ -740,11 +756,12 @@ fn transfer(
         down_host: down.iter().map(|d| d.0).collect(),
         down_dev: down.iter().map(|d| d.1).collect(),
         fresh: down.filter(|d| d.2).map(|d| d.0),
+        width: T::DTYPE.size(),
     };
     let run = Run {
         link: CudaLink::new(streams, events, &sched),
-        up_ring: ws.staging.up.as_ref().map(PinnedBuf::ring),
-        down_ring: ws.staging.down.as_ref().map(PinnedBuf::ring),
+        up_ring: ws.staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),
+        down_ring: ws.staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
         a_slots: 1,
         c_slots: 1,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
@@ -761,42 +778,45 @@ fn transfer(
 }
 
 /// Uploads `v` (any layout) into a new row-major device buffer.
-pub(crate) fn upload(gpu: &Gpu, v: ArrayView2<'_, f32>) -> Result<CudaSlice<f32>, GpuDotError> {
+pub(crate) fn upload<T: Element>(
+    gpu: &Gpu,
+    v: ArrayView2<'_, T>,
+) -> Result<CudaSlice<T>, GpuDotError> {
     let mut ws = workspace::take(gpu)?;
     // Allocated on the stream that copies into it, so no other ordering is needed.
-    let buf = sgemm::alloc(&ws.lanes.compute, v.len().max(1))?;
+    let buf = launch::alloc::<T>(&ws.lanes.compute, v.len().max(1))?;
     let ptr = buf.device_ptr(&ws.lanes.compute).0;
-    transfer(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
+    transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
     workspace::give_back(gpu, ws);
     Ok(buf)
 }
 
 /// Uploads `v` (any layout) into `dst`, row-major.
-pub(crate) fn upload_into(
+pub(crate) fn upload_into<T: Element>(
     gpu: &Gpu,
-    v: ArrayView2<'_, f32>,
-    dst: &mut CudaSlice<f32>,
+    v: ArrayView2<'_, T>,
+    dst: &mut CudaSlice<T>,
 ) -> Result<(), GpuDotError> {
     assert!(dst.len() >= v.len(), "device buffer too small");
     let mut ws = workspace::take(gpu)?;
     let ptr = dst.device_ptr(&ws.lanes.compute).0;
-    transfer(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
+    transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
     workspace::give_back(gpu, ws);
     Ok(())
 }
 
 /// Downloads the row-major device buffer `src` into a new C-order array.
-pub(crate) fn download_fresh(
+pub(crate) fn download_fresh<T: Element>(
     gpu: &Gpu,
-    src: &CudaSlice<f32>,
+    src: &CudaSlice<T>,
     (rows, cols): (usize, usize),
-) -> Result<Array2<f32>, GpuDotError> {
+) -> Result<Array2<T>, GpuDotError> {
     assert!(src.len() >= rows * cols, "device buffer too small");
-    let mut out = crate::dispatch::fresh((rows, cols))?;
+    let mut out = crate::route::fresh::<T>((rows, cols), false)?;
     let mut ws = workspace::take(gpu)?;
     let ptr = src.device_ptr(&ws.lanes.compute).0;
-    let host = HostMat::row_major(out.as_mut_ptr().cast(), rows, cols);
-    transfer(gpu, &mut ws, None, Some((host, ptr, true)))?;
+    let host = HostMat::row_major(out.as_mut_ptr().cast::<T>(), rows, cols);
+    transfer::<T>(gpu, &mut ws, None, Some((host, ptr, true)))?;
     workspace::give_back(gpu, ws);
     // SAFETY: the download's pieces cover every element of `out` (rows·cols floats in
     // row-major order), and `transfer` returned Ok only after all of them were unpacked.
@@ -804,74 +824,26 @@ pub(crate) fn download_fresh(
 }
 
 /// Downloads the row-major device buffer `src` into `out` (any layout, same shape).
-pub(crate) fn download_into(
+pub(crate) fn download_into<T: Element>(
     gpu: &Gpu,
-    src: &CudaSlice<f32>,
-    out: &mut ArrayViewMut2<'_, f32>,
+    src: &CudaSlice<T>,
+    out: &mut ArrayViewMut2<'_, T>,
 ) -> Result<(), GpuDotError> {
     assert!(src.len() >= out.len(), "device buffer too small");
     let mut ws = workspace::take(gpu)?;
     let ptr = src.device_ptr(&ws.lanes.compute).0;
     let host = HostMat::of_view_mut(out);
-    transfer(gpu, &mut ws, None, Some((host, ptr, false)))?;
+    transfer::<T>(gpu, &mut ws, None, Some((host, ptr, false)))?;
     workspace::give_back(gpu, ws);
     Ok(())
 }
 
-/// An element-wise operation on device buffers of `len` floats ([`elementwise`]).
-pub(crate) enum Elementwise<'a> {
-    /// `x = max(x, 0)`.
-    Relu(&'a mut CudaSlice<f32>),
-    /// `g = h > 0 ? g : 0`.
-    ReluBackward {
-        g: &'a mut CudaSlice<f32>,
-        h: &'a CudaSlice<f32>,
-    },
-}
-
-/// Runs `op` over the first `len` floats of its buffers and waits for it.
-pub(crate) fn elementwise(gpu: &Gpu, op: Elementwise<'_>, len: usize) -> Result<(), GpuDotError> {
-    if len == 0 {
-        return Ok(());
-    }
+/// A new device buffer of `len` zeros (at least one element).
+pub(crate) fn zeros<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
-    let n = len as i64;
-    let cfg = sgemm::grid_stride(len);
-    match op {
-        Elementwise::Relu(x) => {
-            assert!(x.len() >= len, "buffer too small");
-            let func = gpu.function(Family::Fast, "elem_relu")?;
-            let mut builder = stream.launch_builder(&func);
-            builder.arg(&n).arg(x);
-            // SAFETY: arguments match `elem_relu(long long N, float* X)` in order and type; X
-            // holds at least N floats (asserted above); the kernel loops over all N elements
-            // whatever the grid.
-            unsafe { builder.launch(cfg) }
-        }
-        Elementwise::ReluBackward { g, h } => {
-            assert!(g.len() >= len && h.len() >= len, "buffer too small");
-            let func = gpu.function(Family::Fast, "elem_relu_backward")?;
-            let mut builder = stream.launch_builder(&func);
-            builder.arg(&n).arg(g).arg(h);
-            // SAFETY: arguments match `elem_relu_backward(long long N, float* G, const float*
-            // H)` in order and type; G and H hold at least N floats each (asserted above) and
-            // are different buffers (one borrowed mutably); the kernel loops over all N
-            // elements whatever the grid.
-            unsafe { builder.launch(cfg) }
-        }
-    }
-    .map_err(GpuDotError::at("launching an element-wise kernel"))?;
-    stream
-        .synchronize()
-        .map_err(GpuDotError::at("waiting for an element-wise kernel"))
-}
-
-/// A new device buffer of `len` zeros (at least one float).
-pub(crate) fn zeros(gpu: &Gpu, len: usize) -> Result<CudaSlice<f32>, GpuDotError> {
-    let stream = gpu.stream()?;
-    let bytes = len.max(1) * 4;
+    let bytes = len.max(1) * T::DTYPE.size();
     let buf = stream
-        .alloc_zeros::<f32>(len.max(1))
+        .alloc_zeros::<T>(len.max(1))
         .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))?;
     stream
         .synchronize()
@@ -879,50 +851,12 @@ pub(crate) fn zeros(gpu: &Gpu, len: usize) -> Result<CudaSlice<f32>, GpuDotError
     Ok(buf)
 }
 
-/// Enqueues `C = alpha·T + beta·C` over a `rows × cols` block (T row-major with leading
-/// dimension `cols`; `None` means T is zero).
-#[allow(clippy::too_many_arguments)]
-fn axpby(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    (rows, cols): (usize, usize),
-    alpha: f32,
-    t: Option<&CudaView<'_, f32>>,
-    beta: f32,
-    c: &mut CudaViewMut<'_, f32>,
-    ldc: usize,
-) -> Result<(), GpuDotError> {
-    assert!(
-        cols <= ldc && (rows - 1) * ldc + cols <= c.len(),
-        "output too small"
-    );
-    assert!(t.is_none_or(|t| t.len() >= rows * cols), "T too small");
-    let func = gpu.function(Family::Fast, "sgemm_axpby")?;
-    let cfg = sgemm::grid_stride(rows * cols);
-    let (m, n, ldt, ldc) = (rows as i32, cols as i32, cols as i64, ldc as i64);
-    let null = 0u64;
-    let mut builder = stream.launch_builder(&func);
-    builder.arg(&m).arg(&n).arg(&alpha);
-    match t {
-        Some(t) => builder.arg(t),
-        None => builder.arg(&null),
-    };
-    builder.arg(&ldt).arg(&beta).arg(c).arg(&ldc);
-    // SAFETY: arguments match `sgemm_axpby(int M, int N, float alpha, const float* T, long
-    // long ldt, float beta, float* C, long long ldc)` in order and type (a null T is a 64-bit
-    // zero); T holds rows·cols floats at leading dimension cols and C covers rows × cols at
-    // ldc (asserted above); the kernel loops over all M·N elements whatever the grid.
-    unsafe { builder.launch(cfg) }
-        .map(drop)
-        .map_err(GpuDotError::at("launching the epilogue"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::schedule::Limits;
     use super::sim::SimLink;
     use super::*;
-    use crate::staging::Ring;
+    use crate::host::staging::Ring;
     use ndarray::{s, Array2};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -983,7 +917,7 @@ mod tests {
             let mut c_old = random(&mut rng, m, n);
             let before = c_old.clone();
             let mut c_f = c_old.t().as_standard_layout().into_owned();
-            let mut fresh_c = crate::dispatch::fresh((m, n)).unwrap();
+            let mut fresh_c = crate::route::fresh::<f32>((m, n), false).unwrap();
             let mut c = match output {
                 0 => Dst::Fresh(&mut fresh_c),
                 1 => Dst::Host(c_old.view_mut()),

@@ -410,9 +410,9 @@ impl Schedule {
         }
     }
 
-    /// Host bytes the product copies (both directions).
-    pub(crate) fn host_bytes(&self) -> usize {
-        4 * (self.up.pieces.iter().chain(&self.down.pieces))
+    /// Host elements the product copies (both directions).
+    pub(crate) fn host_elements(&self) -> usize {
+        (self.up.pieces.iter().chain(&self.down.pieces))
             .map(|p| p.end - p.start)
             .sum::<usize>()
     }
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(s.up.ring_len(), 2 * 1024 * 1024);
         let s = Schedule::product((256, 256, 256), 256, true, ALL_HOST);
         assert_eq!(s.up.slots, s.up.parcels.len());
-        assert_eq!(s.host_bytes(), 3 * 256 * 256 * 4);
+        assert_eq!(s.host_elements(), 3 * 256 * 256);
     }
 
     #[test]

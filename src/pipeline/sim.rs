@@ -12,7 +12,11 @@ use super::conduct::{Lane, Link, Mark};
 use crate::error::GpuDotError;
 
 enum Op {
-    Copy { dst: usize, src: usize, len: usize },
+    Copy {
+        dst: usize,
+        src: usize,
+        bytes: usize,
+    },
     Record(Mark, u64),
     Wait(Mark, u64),
     Run(Box<dyn FnOnce()>),
@@ -90,11 +94,11 @@ impl SimLink {
             let lane = runnable[(st.rng % runnable.len() as u64) as usize];
             let op = st.lanes[lane].pop_front().expect("runnable");
             match op {
-                Op::Copy { dst, src, len } => {
+                Op::Copy { dst, src, bytes } => {
                     // SAFETY: the conductor's contract for copies (see `Link`): both ranges
-                    // are valid for `len` floats while the copy is pending.
+                    // are valid for `bytes` bytes while the copy is pending.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(src as *const f32, dst as *mut f32, len)
+                        std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes)
                     }
                 }
                 Op::Record(mark, gen) => {
@@ -125,25 +129,25 @@ impl Link for SimLink {
         self.separate
     }
 
-    unsafe fn copy_up(&self, dst: u64, src: *const f32, len: usize) -> Result<(), GpuDotError> {
+    unsafe fn copy_up(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), GpuDotError> {
         self.push(
             Lane::Up,
             Op::Copy {
                 dst: dst as usize,
                 src: src as usize,
-                len,
+                bytes,
             },
         );
         Ok(())
     }
 
-    unsafe fn copy_down(&self, dst: *mut f32, src: u64, len: usize) -> Result<(), GpuDotError> {
+    unsafe fn copy_down(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), GpuDotError> {
         self.push(
             Lane::Down,
             Op::Copy {
                 dst: dst as usize,
                 src: src as usize,
-                len,
+                bytes,
             },
         );
         Ok(())

@@ -1,17 +1,15 @@
 //! Workspaces: the streams, events, device buffers and page-locked staging rings one product
 //! uses, kept in a bounded pool and reused, so that steady-state products allocate nothing.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
-use once_cell::sync::Lazy;
+use cudarc::driver::{CudaEvent, CudaStream};
 
-use crate::context::Gpu;
+use crate::device::context::{self, Gpu};
+use crate::engine::launch::{self, DevBuf};
 use crate::error::GpuDotError;
-use crate::sgemm;
-use crate::staging::PinnedBuf;
+use crate::host::staging::PinnedBuf;
 
 /// Idle workspaces kept for reuse.
 const MAX_IDLE_WORKSPACES: usize = 64;
@@ -52,19 +50,20 @@ impl Lanes {
 }
 
 /// Device buffers: B, two slots each for panels of A and C, the unscaled product T (for the
-/// general form's epilogue) and the split-K workspace.
+/// general form's epilogue) and the split-K workspace. Raw bytes, seen typed by each product,
+/// so that one pool serves every element type.
 #[derive(Default)]
 pub(crate) struct DevBufs {
-    pub(crate) b: Option<CudaSlice<f32>>,
-    pub(crate) a: [Option<CudaSlice<f32>>; 2],
-    pub(crate) c: [Option<CudaSlice<f32>>; 2],
-    pub(crate) t: Option<CudaSlice<f32>>,
-    pub(crate) scratch: Option<CudaSlice<f32>>,
+    pub(crate) b: Option<DevBuf>,
+    pub(crate) a: [Option<DevBuf>; 2],
+    pub(crate) c: [Option<DevBuf>; 2],
+    pub(crate) t: Option<DevBuf>,
+    pub(crate) scratch: Option<DevBuf>,
 }
 
 impl DevBufs {
     fn bytes(&self) -> usize {
-        let len = |b: &Option<CudaSlice<f32>>| b.as_ref().map_or(0, |b| b.len() * 4);
+        let len = |b: &Option<DevBuf>| b.as_ref().map_or(0, DevBuf::bytes);
         len(&self.b)
             + self.a.iter().chain(&self.c).map(len).sum::<usize>()
             + len(&self.t)
@@ -88,9 +87,10 @@ impl Staging {
     }
 }
 
-/// Floats each buffer of a product must hold (0: not needed).
+/// Elements each buffer of a product must hold (0: not needed), `width` bytes each.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Needs {
+    pub(crate) width: usize,
     pub(crate) b: usize,
     pub(crate) a: usize,
     pub(crate) a_slots: usize,
@@ -132,9 +132,11 @@ impl Workspace {
     pub(crate) fn provide(&mut self, gpu: &Gpu, needs: &Needs) -> Result<(), GpuDotError> {
         let stream = &self.lanes.compute;
         let mut allocated = false;
-        let mut grow = |slot: &mut Option<CudaSlice<f32>>, len: usize| {
-            if len > 0 && slot.as_ref().is_none_or(|b| b.len() < len) {
-                sgemm::scratch(stream, slot, len)?;
+        let width = needs.width;
+        let mut grow = |slot: &mut Option<DevBuf>, len: usize| {
+            let bytes = len * width;
+            if bytes > 0 && slot.as_ref().is_none_or(|b| b.bytes() < bytes) {
+                launch::scratch(stream, slot, bytes, &gpu.high_water.device)?;
                 allocated = true;
             }
             Ok::<(), GpuDotError>(())
@@ -152,8 +154,8 @@ impl Workspace {
                 .synchronize()
                 .map_err(GpuDotError::at("waiting for device allocations"))?;
         }
-        pinned(gpu, &mut self.staging.up, needs.up_ring)?;
-        pinned(gpu, &mut self.staging.down, needs.down_ring)?;
+        pinned(gpu, &mut self.staging.up, needs.up_ring * width)?;
+        pinned(gpu, &mut self.staging.down, needs.down_ring * width)?;
         Ok(())
     }
 
@@ -182,29 +184,28 @@ impl Drop for Workspace {
     }
 }
 
-/// A staging ring of at least `len` floats in `slot`, grown when too small.
-fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, len: usize) -> Result<(), GpuDotError> {
-    if len > 0 && slot.as_ref().is_none_or(|p| p.len() < len) {
+/// A staging ring of at least `bytes` bytes in `slot`, grown when too small.
+fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, bytes: usize) -> Result<(), GpuDotError> {
+    if bytes > 0 && slot.as_ref().is_none_or(|p| p.bytes() < bytes) {
         *slot = None;
         *slot = Some(PinnedBuf::new(
             &gpu.ctx,
-            sgemm::grown(&PINNED_HIGH_WATER, len),
+            launch::grown(&gpu.high_water.pinned, bytes),
         )?);
     }
     Ok(())
 }
 
-static PINNED_HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+/// A device's idle workspaces.
+pub(crate) type Pool = std::sync::Mutex<Vec<Workspace>>;
 
-static IDLE: Lazy<Mutex<Vec<Workspace>>> = Lazy::new(|| Mutex::new(Vec::new()));
-
-fn idle() -> MutexGuard<'static, Vec<Workspace>> {
-    IDLE.lock().unwrap_or_else(|p| p.into_inner())
+fn idle(gpu: &Gpu) -> MutexGuard<'_, Vec<Workspace>> {
+    gpu.idle.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// An idle workspace, or a new one.
+/// An idle workspace of the device, or a new one.
 pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
-    match idle().pop() {
+    match idle(gpu).pop() {
         Some(ws) => Ok(ws),
         None => Workspace::new(gpu),
     }
@@ -213,10 +214,10 @@ pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
 /// Returns a workspace whose work is complete to the pool, or frees it when the pool is full
 /// or the context has faulted.
 pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
-    if crate::context::faulted() {
+    if context::faulted() {
         return drop(ws);
     }
-    let mut pool = idle();
+    let mut pool = idle(gpu);
     let pinned: usize = pool.iter().map(Workspace::pinned_bytes).sum();
     let device: usize = pool.iter().map(Workspace::device_bytes).sum();
     if pool.len() < MAX_IDLE_WORKSPACES
@@ -230,22 +231,32 @@ pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
     }
 }
 
-/// Idle workspaces in the pool.
-pub(crate) fn idle_count() -> usize {
-    idle().len()
+/// Idle workspaces in the device's pool.
+pub(crate) fn idle_count(gpu: &Gpu) -> usize {
+    idle(gpu).len()
+}
+
+/// Frees the device's idle workspaces.
+pub(crate) fn trim_device(gpu: &Gpu) {
+    let drained: Vec<Workspace> = idle(gpu).drain(..).collect();
+    drop(drained);
 }
 
 /// Frees the device and page-locked memory that idle workspaces keep for reuse; the next
 /// products allocate it again. Products running on other threads are not affected.
 pub fn trim() {
-    let drained: Vec<Workspace> = idle().drain(..).collect();
-    drop(drained);
+    if let Some(gpu) = context::current() {
+        trim_device(&gpu);
+    }
 }
 
 /// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse
 /// (freed by [`trim`]).
 pub fn retained_memory() -> (usize, usize) {
-    let pool = idle();
+    let Some(gpu) = context::current() else {
+        return (0, 0);
+    };
+    let pool = idle(&gpu);
     (
         pool.iter().map(Workspace::device_bytes).sum(),
         pool.iter().map(Workspace::pinned_bytes).sum(),

@@ -134,3 +134,72 @@ pub fn assert_close<S, S1, S2>(
 {
     check(c, a, b, &reference(a, b), what);
 }
+
+/// A `rows × cols` f64 matrix of uniform values in [-1, 1) from a fresh seed.
+pub fn random64(rows: usize, cols: usize) -> Array2<f64> {
+    let seed = fresh_seed();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0f64..1.0))
+}
+
+/// `a · b` for f64 operands to about twice f64 precision (compensated dot products with FMA:
+/// Ogita, Rump and Oishi's Dot2), rounded to f64: the reference of the f64 products.
+pub fn reference64<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+where
+    S1: Data<Elem = f64>,
+    S2: Data<Elem = f64>,
+{
+    let (m, k) = a.dim();
+    let n = b.ncols();
+    let bt = b.t().to_owned();
+    Array2::from_shape_fn((m, n), |(i, j)| {
+        let (ai, bj) = (a.row(i), bt.row(j));
+        let (mut s, mut c) = (0.0f64, 0.0f64);
+        for q in 0..k {
+            let p = ai[q] * bj[q];
+            let pe = ai[q].mul_add(bj[q], -p);
+            let t = s + p;
+            let z = t - s;
+            c += pe + ((s - (t - z)) + (p - z));
+            s = t;
+        }
+        s + c
+    })
+}
+
+/// [`check`] for f64 products against [`reference64`]: ‖c − r‖_F within 4·ε₆₄·√k·‖|a|·|b|‖_F.
+/// Returns the relative error.
+#[track_caller]
+pub fn check64<S, S1, S2>(
+    c: &ArrayBase<S, Ix2>,
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+    r: &Array2<f64>,
+    what: &str,
+) -> f64
+where
+    S: Data<Elem = f64>,
+    S1: Data<Elem = f64>,
+    S2: Data<Elem = f64>,
+{
+    assert_eq!(c.dim(), r.dim(), "{what}: result has the wrong shape");
+    let abs = a.mapv(f64::abs).dot(&b.mapv(f64::abs));
+    let (mut diff, mut scale, mut norm) = (0.0f64, 0.0f64, 0.0f64);
+    for ((&x, &y), &s) in c.iter().zip(r.iter()).zip(abs.iter()) {
+        diff += (x - y).powi(2);
+        scale += s * s;
+        norm += y * y;
+    }
+    let bound = 4.0 * f64::EPSILON * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
+    let rel = if norm == 0.0 {
+        diff.sqrt()
+    } else {
+        (diff / norm).sqrt()
+    };
+    assert!(
+        diff.sqrt() <= bound,
+        "{what}: ‖C − ref‖ = {:.3e} above the bound {bound:.3e} (relative error {rel:.3e})",
+        diff.sqrt(),
+    );
+    rel
+}

@@ -9,10 +9,10 @@ use cudarc::driver::PushKernelArg;
 use cudarc::nvrtc::Ptx;
 use once_cell::sync::Lazy;
 
-use crate::cache;
-use crate::context;
+use crate::device::cache;
+use crate::device::context;
+use crate::engine::table::Family;
 use crate::error::GpuDotError;
-use crate::registry::Family;
 
 /// How [`raise_device_fault`]'s kernel faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub fn raise_device_fault(kind: Fault) -> Result<(), GpuDotError> {
         .load_function(entry)
         .map_err(GpuDotError::at("looking up a fault kernel"))?;
     let stream = gpu.stream()?;
-    let mut x = crate::sgemm::alloc(&stream, 32)?;
+    let mut x = crate::engine::launch::alloc::<f32>(&stream, 32)?;
     let mut builder = stream.launch_builder(&func);
     builder.arg(&mut x);
     let cfg = cudarc::driver::LaunchConfig {

@@ -14,15 +14,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
+use cudarc::driver::{CudaStream, CudaViewMut};
 use once_cell::sync::Lazy;
 
-use crate::context::{Gpu, Stopwatch};
+use crate::device::context::{Gpu, Stopwatch};
+use crate::element::{Dtype, Element};
+use crate::engine::launch::{self, DevBuf, GemmArgs};
+use crate::engine::plan::{self, Plan, Target};
+use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
-use crate::fast::{self, Plan};
 use crate::options::{DotOptions, Kernel};
-use crate::registry::TileConfig;
-use crate::sgemm::{self, DeviceOperand};
 
 /// Panels are multiples of this many rows (the big kernel tile's height), so that device
 /// panel offsets keep 16-byte alignment and panels tile evenly.
@@ -83,6 +84,10 @@ fn rows_for(m: usize, panels: usize) -> usize {
 /// Everything a product's choice depends on besides its exact shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
+    /// The device's ordinal.
+    device: usize,
+    /// The element type.
+    dtype: Dtype,
     /// The powers of two at or above m, k and n.
     log2: (u32, u32, u32),
     /// How A and B are read (transposed or not).
@@ -100,6 +105,7 @@ pub(crate) struct Key {
 /// What the tuner needs to know about a product.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Product {
+    pub(crate) dtype: Dtype,
     pub(crate) dims: (usize, usize, usize),
     pub(crate) trans: (bool, bool),
     pub(crate) residency: (bool, bool, bool, bool),
@@ -110,9 +116,11 @@ pub(crate) struct Product {
 }
 
 impl Product {
-    fn key(&self, forced_rows: Option<usize>) -> Key {
+    fn key(&self, device: usize, forced_rows: Option<usize>) -> Key {
         let (m, k, n) = self.dims;
         Key {
+            device,
+            dtype: self.dtype,
             log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
             trans: self.trans,
             residency: self.residency,
@@ -170,7 +178,7 @@ fn panel_counts(p: &Product, forced_rows: Option<usize>) -> Vec<usize> {
 fn plans(
     kernel: Kernel,
     (m, k, n): (usize, usize, usize),
-    sms: usize,
+    target: Target,
     tune: bool,
 ) -> Vec<Option<Plan>> {
     let tile = |config| Some(Plan::Tile { config, splits: 1 });
@@ -179,7 +187,7 @@ fn plans(
         Kernel::Reg64 => vec![tile(TileConfig::Small)],
         Kernel::Reg128 => vec![tile(TileConfig::Big)],
         Kernel::Auto => {
-            let first = fast::heuristic(m, k, n, sms);
+            let first = plan::heuristic(target, m, k, n);
             let full = first
                 == Plan::Tile {
                     config: TileConfig::Big,
@@ -188,7 +196,7 @@ fn plans(
             if !tune || full {
                 vec![Some(first)]
             } else {
-                fast::candidates(m, k, n, sms)
+                plan::candidates(target, m, k, n)
                     .into_iter()
                     .map(Some)
                     .collect()
@@ -198,7 +206,7 @@ fn plans(
 }
 
 /// The candidate choices for a product, the default first.
-fn candidates(p: &Product, opts: &DotOptions, sms: usize) -> Vec<Choice> {
+fn candidates(p: &Product, opts: &DotOptions, target: Target) -> Vec<Choice> {
     let (m, k, n) = p.dims;
     let counts = panel_counts(p, opts.panel_rows);
     let counts = if opts.autotune {
@@ -213,7 +221,7 @@ fn candidates(p: &Product, opts: &DotOptions, sms: usize) -> Vec<Choice> {
             forced_rows: opts.panel_rows,
             plan: None,
         };
-        for plan in plans(opts.kernel, (choice.rows(m), k, n), sms, opts.autotune) {
+        for plan in plans(opts.kernel, (choice.rows(m), k, n), target, opts.autotune) {
             out.push(Choice { plan, ..choice });
         }
     }
@@ -248,15 +256,15 @@ pub(crate) struct Trial {
 
 /// How to run `p`: the choice, and the trial to report when the autotuner is measuring.
 pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Option<Trial>) {
-    let sms = gpu.info.multiprocessors.max(1) as usize;
+    let target = gpu.target(p.dtype);
     if opts.kernel != Kernel::Auto || !opts.autotune {
-        let first = candidates(p, opts, sms)[0];
+        let first = candidates(p, opts, target)[0];
         return (first, None);
     }
-    let key = p.key(opts.panel_rows);
+    let key = p.key(gpu.info.ordinal, opts.panel_rows);
     let mut table = tuned();
     let entry = table.entry(key).or_insert_with(|| {
-        let candidates = candidates(p, opts, sms);
+        let candidates = candidates(p, opts, target);
         let n = candidates.len();
         if n == 1 {
             Entry::Chosen(candidates[0])
@@ -341,20 +349,24 @@ pub(crate) fn record(trial: Trial, seconds: f64) {
     }
 }
 
-/// The plans the autotuner has chosen so far, as `(m, k, n)` class bounds (powers of two)
-/// and the kernel plan of each panel.
-pub fn tuned_plans() -> Vec<((usize, usize, usize), Plan)> {
+/// The plans the autotuner has chosen so far, as the element type, `(m, k, n)` class bounds
+/// (powers of two) and the kernel plan of each panel.
+pub fn tuned_plans() -> Vec<(Dtype, (usize, usize, usize), Plan)> {
     let table = tuned();
     let mut v: Vec<_> = table
         .iter()
         .filter_map(|(key, entry)| match entry {
             Entry::Chosen(Choice {
                 plan: Some(plan), ..
-            }) => Some(((1 << key.log2.0, 1 << key.log2.1, 1 << key.log2.2), *plan)),
+            }) => Some((
+                key.dtype,
+                (1 << key.log2.0, 1 << key.log2.1, 1 << key.log2.2),
+                *plan,
+            )),
             _ => None,
         })
         .collect();
-    v.sort_by_key(|(dims, _)| *dims);
+    v.sort_by_key(|(dtype, dims, _)| (*dtype, *dims));
     v
 }
 
@@ -368,28 +380,25 @@ pub fn tuning_in_progress() -> usize {
 
 /// Enqueues `C = op(A) · op(B)` by `plan`, or with the one-output-per-thread `kernel` when
 /// `plan` is `None`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch(
+pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     kernel: Kernel,
     plan: Option<Plan>,
-    dims: (usize, usize, usize),
-    a: &DeviceOperand,
-    b: &DeviceOperand,
-    c: &mut CudaViewMut<'_, f32>,
-    ldc: usize,
-    scratch: &mut Option<CudaSlice<f32>>,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    scratch: &mut Option<DevBuf>,
 ) -> Result<Ran, GpuDotError> {
     match plan {
-        Some(plan) => fast::launch(gpu, stream, plan, dims, a, b, c, ldc, scratch)?,
-        None => sgemm::launch(gpu, stream, kernel, dims, a, b, c, ldc)?,
+        Some(plan) => launch::launch_plan(gpu, stream, plan, args, c, scratch)?,
+        None => launch::launch_simple(gpu, stream, kernel, args, c)?,
     }
     Ok(Ran { kernel, plan })
 }
 
-/// A shape class and the operands' layouts, for plans tuned in isolation.
-type IsolatedClass = ((u32, u32, u32), (bool, bool));
+/// A device, element type, shape class and the operands' layouts, for plans tuned in
+/// isolation.
+type IsolatedClass = (usize, Dtype, (u32, u32, u32), (bool, bool));
 
 /// Kernel plans tuned in isolation, per shape class and layout: for device-only measurement.
 static ISOLATED: Lazy<Mutex<HashMap<IsolatedClass, Plan>>> =
@@ -398,26 +407,25 @@ static ISOLATED: Lazy<Mutex<HashMap<IsolatedClass, Plan>>> =
 /// Enqueues `C = op(A) · op(B)` with `kernel` on operands already on the device; under
 /// `Kernel::Auto` the first product of a shape class times each candidate plan twice with
 /// events (the kernel alone) and keeps the fastest. For [`crate::profile`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_isolated(
+pub(crate) fn launch_isolated<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     kernel: Kernel,
     dims: (usize, usize, usize),
-    a: &DeviceOperand,
-    b: &DeviceOperand,
-    c: &mut CudaViewMut<'_, f32>,
-    ldc: usize,
-    scratch: &mut Option<CudaSlice<f32>>,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    scratch: &mut Option<DevBuf>,
 ) -> Result<Ran, GpuDotError> {
     let (m, k, n) = dims;
-    let sms = gpu.info.multiprocessors.max(1) as usize;
+    let target = gpu.target(T::DTYPE);
     let plan = match kernel {
         Kernel::Auto => {
-            let candidates = fast::candidates(m, k, n, sms);
+            let candidates = plan::candidates(target, m, k, n);
             let class = (
+                gpu.info.ordinal,
+                T::DTYPE,
                 (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
-                (a.trans, b.trans),
+                args.trans(),
             );
             let known = ISOLATED
                 .lock()
@@ -434,7 +442,7 @@ pub(crate) fn launch_isolated(
                         let mut fastest = f32::INFINITY;
                         for _ in 0..2 {
                             let ms = watch.time(stream, || {
-                                fast::launch(gpu, stream, plan, dims, a, b, &mut *c, ldc, scratch)
+                                launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)
                             })?;
                             fastest = fastest.min(ms);
                         }
@@ -455,9 +463,9 @@ pub(crate) fn launch_isolated(
                 }
             }
         }
-        other => plans(other, dims, sms, false)[0],
+        other => plans(other, dims, target, false)[0],
     };
-    launch(gpu, stream, kernel, plan, dims, a, b, c, ldc, scratch)
+    launch(gpu, stream, kernel, plan, args, c, scratch)
 }
 
 #[cfg(test)]
@@ -466,6 +474,7 @@ mod tests {
 
     fn product(dims: (usize, usize, usize), host_bytes: usize) -> Product {
         Product {
+            dtype: Dtype::F32,
             dims,
             trans: (false, false),
             residency: (true, true, true, false),
@@ -526,7 +535,7 @@ mod tests {
 
     #[test]
     fn slow_candidates_drop_out_and_the_fastest_is_kept() {
-        let key = product((1000, 1000, 1000), 0).key(Some(999));
+        let key = product((1000, 1000, 1000), 0).key(0, Some(999));
         let choice = |panels| Choice {
             panels,
             forced_rows: None,
@@ -565,7 +574,7 @@ mod tests {
 
     #[test]
     fn a_late_report_of_a_dropped_candidate_keeps_the_fastest_running() {
-        let key = product((1000, 1000, 1000), 0).key(Some(998));
+        let key = product((1000, 1000, 1000), 0).key(0, Some(998));
         let choice = |panels| Choice {
             panels,
             forced_rows: None,

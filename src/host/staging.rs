@@ -7,8 +7,10 @@
 //! crew's threads copy pieces of a view into it (packing strided views on the way), and the
 //! copy engine moves each parcel while the threads prepare the next.
 //!
-//! A [`HostMat`] is a view reduced to a pointer, a shape and element strides, so that several
-//! threads can copy disjoint ranges of its row-major order at once.
+//! A [`HostMat`] is a view reduced to a pointer, a shape, element strides and an element
+//! width, so that several threads can copy disjoint ranges of its row-major order at once.
+//! The transfer layer works in elements of any width (4 bytes for `f32`, 8 for `f64`): it
+//! moves bits and never does arithmetic on them.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -16,22 +18,23 @@ use std::sync::Arc;
 use cudarc::driver::{result, CudaContext};
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use crate::element::Element;
 use crate::error::GpuDotError;
 
-/// Floats per 4 KiB page: a fresh output is touched once per page to fault it in.
-const PAGE_FLOATS: usize = 1024;
+/// Bytes per 4 KiB page: a fresh output is touched once per page to fault it in.
+const PAGE: usize = 4096;
 
-/// A page-locked host buffer of `f32`.
+/// A page-locked host buffer.
 ///
 /// It carries no record of the device's use: whoever enqueues copies from or into it waits
 /// for them (the transfer schedule's events, or a stream synchronisation) before touching the
 /// memory again or dropping the buffer.
 pub(crate) struct PinnedBuf {
-    ptr: *mut f32,
-    len: usize,
+    ptr: *mut u8,
+    bytes: usize,
 }
 
-// SAFETY: the buffer is plain host memory owned by this value (like a `Box<[f32]>`); the
+// SAFETY: the buffer is plain host memory owned by this value (like a `Box<[u8]>`); the
 // transfer code hands out disjoint ranges of it to threads and orders them against the device
 // with events.
 unsafe impl Send for PinnedBuf {}
@@ -39,11 +42,10 @@ unsafe impl Send for PinnedBuf {}
 unsafe impl Sync for PinnedBuf {}
 
 impl PinnedBuf {
-    /// Allocates `len` floats of page-locked memory (cacheable, not write-combined: the host
+    /// Allocates `bytes` bytes of page-locked memory (cacheable, not write-combined: the host
     /// reads results back out of it).
-    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<PinnedBuf, GpuDotError> {
-        let len = len.max(1);
-        let bytes = len * std::mem::size_of::<f32>();
+    pub(crate) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBuf, GpuDotError> {
+        let bytes = bytes.max(16);
         ctx.bind_to_thread()
             .map_err(GpuDotError::at("binding the context"))?;
         // SAFETY: cuMemHostAlloc with flags 0 returns `bytes` bytes of page-locked memory or an
@@ -52,23 +54,20 @@ impl PinnedBuf {
             .map_err(|e| GpuDotError::driver("allocating page-locked host memory", bytes, e))?;
         Ok(PinnedBuf {
             ptr: ptr.cast(),
-            len,
+            bytes,
         })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     pub(crate) fn bytes(&self) -> usize {
-        self.len * std::mem::size_of::<f32>()
+        self.bytes
     }
 
-    /// The buffer as a staging ring for one run.
-    pub(crate) fn ring(&self) -> Ring<'_> {
+    /// The buffer as a staging ring of elements `width` bytes wide, for one run.
+    pub(crate) fn ring(&self, width: usize) -> Ring<'_> {
         Ring {
             ptr: self.ptr,
-            len: self.len,
+            len: self.bytes / width,
+            width,
             _buf: PhantomData,
         }
     }
@@ -88,13 +87,15 @@ impl Drop for PinnedBuf {
     }
 }
 
-/// Staging memory as a run uses it: an address and a length, borrowed from a [`PinnedBuf`],
-/// from which the threads of a run take disjoint ranges (the run's schedule keeps them apart).
+/// Staging memory as a run uses it: an address, a length in elements and the element width,
+/// borrowed from a [`PinnedBuf`], from which the threads of a run take disjoint ranges (the
+/// run's schedule keeps them apart).
 #[derive(Clone, Copy)]
 pub(crate) struct Ring<'a> {
-    ptr: *mut f32,
+    ptr: *mut u8,
     len: usize,
-    _buf: PhantomData<&'a [f32]>,
+    width: usize,
+    _buf: PhantomData<&'a [u8]>,
 }
 
 // SAFETY: a Ring is an address and a length into memory borrowed for `'a`; the run that uses
@@ -104,44 +105,47 @@ unsafe impl Send for Ring<'_> {}
 unsafe impl Sync for Ring<'_> {}
 
 impl Ring<'_> {
-    /// The address of float `offset`.
+    /// The address of element `offset`.
     ///
     /// # Panics
-    /// If `offset + len` floats do not fit the ring.
-    pub(crate) fn at(&self, offset: usize, len: usize) -> *mut f32 {
+    /// If `offset + len` elements do not fit the ring.
+    pub(crate) fn at(&self, offset: usize, len: usize) -> *mut u8 {
         assert!(
             offset.checked_add(len).is_some_and(|end| end <= self.len),
             "staging range out of bounds"
         );
         // SAFETY: `offset ≤ self.len` (asserted), so the result points into or one past the
         // memory.
-        unsafe { self.ptr.add(offset) }
+        unsafe { self.ptr.add(offset * self.width) }
     }
 
     /// Ordinary memory as a ring, for tests that simulate the device.
     #[cfg(test)]
-    pub(crate) fn of_slice(s: &mut [f32]) -> Ring<'_> {
+    pub(crate) fn of_slice<T: Element>(s: &mut [T]) -> Ring<'_> {
         Ring {
-            ptr: s.as_mut_ptr(),
+            ptr: s.as_mut_ptr().cast(),
             len: s.len(),
+            width: std::mem::size_of::<T>(),
             _buf: PhantomData,
         }
     }
 }
 
-/// A 2-D host matrix as a pointer to element (0, 0), a shape and element strides (possibly
-/// negative or zero), read or written in ranges of its row-major order.
+/// A 2-D host matrix as a pointer to element (0, 0), a shape, element strides (possibly
+/// negative or zero) and the element width in bytes, read or written in ranges of its
+/// row-major order.
 ///
 /// Made from a view ([`HostMat::of_view`], [`HostMat::of_view_mut`]) whose borrow the caller
 /// keeps alive while the matrix is used; several threads may copy disjoint ranges of it at
 /// once.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HostMat {
-    ptr: *mut f32,
+    ptr: *mut u8,
     rows: usize,
     cols: usize,
     row_stride: isize,
     col_stride: isize,
+    width: usize,
 }
 
 // SAFETY: a HostMat is an address and a layout; the code that copies through it keeps the
@@ -150,46 +154,87 @@ unsafe impl Send for HostMat {}
 // SAFETY: as above.
 unsafe impl Sync for HostMat {}
 
+/// Copies `n` elements of type `W` (a plain word as wide as the element) from `src`, `stride`
+/// elements apart, to consecutive `dst`.
+///
+/// # Safety
+/// `src` valid for reads at each of the `n` strided places, `dst` for `n` writes.
+unsafe fn gather<W: Copy>(src: *const u8, stride: isize, dst: *mut u8, n: usize) {
+    let (src, dst) = (src.cast::<W>(), dst.cast::<W>());
+    if stride == 1 {
+        std::ptr::copy_nonoverlapping(src, dst, n);
+    } else {
+        for j in 0..n {
+            dst.add(j)
+                .write_unaligned(src.offset(j as isize * stride).read());
+        }
+    }
+}
+
+/// Copies `n` consecutive elements of type `W` from `src` to `dst`, `stride` elements apart.
+///
+/// # Safety
+/// `src` valid for `n` reads, `dst` for writes at each of the `n` strided places.
+unsafe fn scatter<W: Copy>(src: *const u8, dst: *mut u8, stride: isize, n: usize) {
+    let (src, dst) = (src.cast::<W>(), dst.cast::<W>());
+    if stride == 1 {
+        std::ptr::copy_nonoverlapping(src, dst, n);
+    } else {
+        for j in 0..n {
+            dst.offset(j as isize * stride)
+                .write(src.add(j).read_unaligned());
+        }
+    }
+}
+
 impl HostMat {
     /// The matrix of a view, for reading only.
-    pub(crate) fn of_view(v: &ArrayView2<'_, f32>) -> HostMat {
+    pub(crate) fn of_view<T: Element>(v: &ArrayView2<'_, T>) -> HostMat {
         let s = v.strides();
         HostMat {
-            ptr: v.as_ptr().cast_mut(),
+            ptr: v.as_ptr().cast_mut().cast(),
             rows: v.nrows(),
             cols: v.ncols(),
             row_stride: s[0],
             col_stride: s[1],
+            width: std::mem::size_of::<T>(),
         }
     }
 
     /// The matrix of a mutable view, for reading and writing.
-    pub(crate) fn of_view_mut(v: &mut ArrayViewMut2<'_, f32>) -> HostMat {
+    pub(crate) fn of_view_mut<T: Element>(v: &mut ArrayViewMut2<'_, T>) -> HostMat {
         let s = v.strides();
         let (rows, cols) = v.dim();
         let (row_stride, col_stride) = (s[0], s[1]);
         HostMat {
-            ptr: v.as_mut_ptr(),
+            ptr: v.as_mut_ptr().cast(),
             rows,
             cols,
             row_stride,
             col_stride,
+            width: std::mem::size_of::<T>(),
         }
     }
 
-    /// A contiguous row-major `rows × cols` matrix at `ptr`.
-    pub(crate) fn row_major(ptr: *mut f32, rows: usize, cols: usize) -> HostMat {
+    /// A contiguous row-major `rows × cols` matrix of `T` at `ptr`.
+    pub(crate) fn row_major<T: Element>(ptr: *mut T, rows: usize, cols: usize) -> HostMat {
         HostMat {
-            ptr,
+            ptr: ptr.cast(),
             rows,
             cols,
             row_stride: cols as isize,
             col_stride: 1,
+            width: std::mem::size_of::<T>(),
         }
     }
 
     pub(crate) fn dim(&self) -> (usize, usize) {
         (self.rows, self.cols)
+    }
+
+    /// Bytes per element.
+    pub(crate) fn width(&self) -> usize {
+        self.width
     }
 
     /// The address of element (0, 0).
@@ -201,19 +246,14 @@ impl HostMat {
         self.rows * self.cols
     }
 
-    /// Element strides `(rows, cols)`.
-    pub(crate) fn strides(&self) -> (isize, isize) {
-        (self.row_stride, self.col_stride)
-    }
-
     /// The transpose (no copy).
     pub(crate) fn t(&self) -> HostMat {
         HostMat {
-            ptr: self.ptr,
             rows: self.cols,
             cols: self.rows,
             row_stride: self.col_stride,
             col_stride: self.row_stride,
+            ..*self
         }
     }
 
@@ -223,7 +263,7 @@ impl HostMat {
         let ptr = if r0 < self.rows && self.cols > 0 {
             // SAFETY: row r0 exists and has at least one element, so its first element lies
             // inside the viewed allocation.
-            unsafe { self.ptr.offset(r0 as isize * self.row_stride) }
+            unsafe { self.elem(r0, 0) }
         } else {
             self.ptr
         };
@@ -261,81 +301,98 @@ impl HostMat {
     ///
     /// # Safety
     /// `(row, col)` must be inside the matrix.
-    unsafe fn elem(&self, row: usize, col: usize) -> *mut f32 {
-        self.ptr
-            .offset(row as isize * self.row_stride + col as isize * self.col_stride)
+    unsafe fn elem(&self, row: usize, col: usize) -> *mut u8 {
+        self.ptr.offset(
+            (row as isize * self.row_stride + col as isize * self.col_stride) * self.width as isize,
+        )
     }
 
-    /// Copies elements `e0..e1` of the row-major order into `dst` (`e1 − e0` floats).
+    /// Copies elements `e0..e1` of the row-major order to `dst` (`e1 − e0` elements).
     ///
     /// # Safety
-    /// The view the matrix was made from must be alive and not written during the call.
-    pub(crate) unsafe fn read(&self, e0: usize, e1: usize, dst: &mut [f32]) {
+    /// The view the matrix was made from must be alive and not written during the call, and
+    /// `dst` valid for `(e1 − e0) · width` bytes that nothing else uses meanwhile.
+    pub(crate) unsafe fn read_raw(&self, e0: usize, e1: usize, dst: *mut u8) {
+        self.runs(e0, e1, |at, row, col, n| {
+            let (src, out) = (self.elem(row, col), dst.add(at * self.width));
+            match self.width {
+                4 => gather::<u32>(src, self.col_stride, out, n),
+                8 => gather::<u64>(src, self.col_stride, out, n),
+                w => unreachable!("no {w}-byte elements"),
+            }
+        });
+    }
+
+    /// Copies `e1 − e0` elements from `src` into elements `e0..e1` of the row-major order.
+    ///
+    /// # Safety
+    /// The matrix must have been made from a mutable view (or own memory) that is alive, and
+    /// no other thread may read or write elements `e0..e1` during the call; `src` must be valid
+    /// for `(e1 − e0) · width` bytes. The destination may be uninitialised: it is only written.
+    pub(crate) unsafe fn write_raw(&self, e0: usize, e1: usize, src: *const u8) {
+        self.runs(e0, e1, |at, row, col, n| {
+            let (inp, dst) = (src.add(at * self.width), self.elem(row, col));
+            match self.width {
+                4 => scatter::<u32>(inp, dst, self.col_stride, n),
+                8 => scatter::<u64>(inp, dst, self.col_stride, n),
+                w => unreachable!("no {w}-byte elements"),
+            }
+        });
+    }
+
+    /// [`read_raw`](HostMat::read_raw) into a typed slice of `e1 − e0` elements.
+    ///
+    /// # Safety
+    /// As for `read_raw`.
+    pub(crate) unsafe fn read<T: Element>(&self, e0: usize, e1: usize, dst: &mut [T]) {
+        assert_eq!(std::mem::size_of::<T>(), self.width, "element width");
         assert_eq!(
             dst.len(),
             e1 - e0,
             "destination size differs from the range"
         );
-        self.runs(e0, e1, |at, row, col, n| {
-            let src = self.elem(row, col);
-            let out = &mut dst[at..at + n];
-            if self.col_stride == 1 {
-                out.copy_from_slice(std::slice::from_raw_parts(src, n));
-            } else {
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = *src.offset(j as isize * self.col_stride);
-                }
-            }
-        });
+        self.read_raw(e0, e1, dst.as_mut_ptr().cast());
     }
 
-    /// Copies `src` (`e1 − e0` floats) into elements `e0..e1` of the row-major order.
+    /// [`write_raw`](HostMat::write_raw) from a typed slice of `e1 − e0` elements.
     ///
     /// # Safety
-    /// The matrix must have been made from a mutable view (or own memory) that is alive, and
-    /// no other thread may read or write elements `e0..e1` during the call. The destination
-    /// may be uninitialised: it is only written.
-    pub(crate) unsafe fn write(&self, e0: usize, e1: usize, src: &[f32]) {
+    /// As for `write_raw`.
+    pub(crate) unsafe fn write<T: Element>(&self, e0: usize, e1: usize, src: &[T]) {
+        assert_eq!(std::mem::size_of::<T>(), self.width, "element width");
         assert_eq!(src.len(), e1 - e0, "source size differs from the range");
-        self.runs(e0, e1, |at, row, col, n| {
-            let dst = self.elem(row, col);
-            let inp = &src[at..at + n];
-            if self.col_stride == 1 {
-                std::ptr::copy_nonoverlapping(inp.as_ptr(), dst, n);
-            } else {
-                for (j, &v) in inp.iter().enumerate() {
-                    dst.offset(j as isize * self.col_stride).write(v);
-                }
-            }
-        });
+        self.write_raw(e0, e1, src.as_ptr().cast());
     }
 
-    /// Writes 0.0 to the first element of each 4 KiB page of elements `e0..e1` of a contiguous
-    /// row-major matrix, so that the pages are faulted in before the results arrive.
+    /// Writes zero bits (0.0) to the first element of each 4 KiB page of elements `e0..e1` of
+    /// a contiguous row-major matrix, so that the pages are faulted in before the results
+    /// arrive.
     ///
     /// # Safety
-    /// As for [`HostMat::write`]; the elements written here are overwritten by the results.
+    /// As for [`HostMat::write_raw`]; the elements written here are overwritten by the results.
     pub(crate) unsafe fn touch(&self, e0: usize, e1: usize) {
         assert!(
             self.row_stride == self.cols as isize && self.col_stride == 1,
             "only contiguous results are touched"
         );
         assert!(e0 <= e1 && e1 <= self.len(), "element range out of bounds");
-        let first_page = (self.ptr.add(e0) as usize).next_multiple_of(PAGE_FLOATS * 4);
-        let mut at = (first_page - self.ptr as usize) / 4;
+        let w = self.width;
+        let zero = |at: usize| std::ptr::write_bytes(self.ptr.add(at * w), 0, w);
+        let first_page = (self.ptr.add(e0 * w) as usize).next_multiple_of(PAGE);
+        let mut at = (first_page - self.ptr as usize) / w;
         if e0 < e1 && at > e0 {
-            self.ptr.add(e0).write(0.0);
+            zero(e0);
         }
         while at < e1 {
-            self.ptr.add(at).write(0.0);
-            at += PAGE_FLOATS;
+            zero(at);
+            at += PAGE / w;
         }
     }
 }
 
 /// Copies `src` (any strides: sliced, stepped, negative, broadcast) into `dst` in row-major
-/// order; `dst` holds exactly `rows · cols` floats.
-pub fn pack(src: ArrayView2<'_, f32>, dst: &mut [f32]) {
+/// order; `dst` holds exactly `rows · cols` elements.
+pub fn pack<T: Element>(src: ArrayView2<'_, T>, dst: &mut [T]) {
     assert_eq!(
         dst.len(),
         src.len(),
@@ -346,9 +403,10 @@ pub fn pack(src: ArrayView2<'_, f32>, dst: &mut [f32]) {
     unsafe { m.read(0, m.len(), dst) };
 }
 
-/// Copies the row-major `src` (exactly `rows · cols` floats) into `dst`, a view of any strides
-/// (it must not alias itself: ndarray's mutable views never do). The inverse of [`pack`].
-pub fn unpack(src: &[f32], mut dst: ArrayViewMut2<'_, f32>) {
+/// Copies the row-major `src` (exactly `rows · cols` elements) into `dst`, a view of any
+/// strides (it must not alias itself: ndarray's mutable views never do). The inverse of
+/// [`pack`].
+pub fn unpack<T: Element>(src: &[T], mut dst: ArrayViewMut2<'_, T>) {
     assert_eq!(src.len(), dst.len(), "source size differs from the view's");
     let m = HostMat::of_view_mut(&mut dst);
     // SAFETY: `dst` is borrowed mutably for the whole call, so nothing else reads or writes it.
@@ -446,6 +504,26 @@ mod tests {
         assert!(v[..10].iter().all(|&x| x == 1.0));
         assert!(v[3000..].iter().all(|&x| x == 1.0));
         assert_eq!(v[10], 0.0);
+    }
+
+    #[test]
+    fn f64_views_pack_and_unpack_in_any_layout() {
+        let a = Array2::from_shape_fn((13, 9), |(i, j)| (i * 100 + j) as f64 + 0.25);
+        for v in [a.view(), a.t(), a.slice(s![1..;2, ..;-1])] {
+            let mut out = vec![f64::NAN; v.len()];
+            pack(v, &mut out);
+            assert_eq!(out, v.iter().copied().collect::<Vec<_>>());
+            let mut back = Array2::<f64>::from_elem((v.ncols(), v.nrows()), f64::NAN);
+            unpack(&out, back.view_mut().reversed_axes());
+            assert_eq!(back.t(), v);
+        }
+        let mut w = vec![1.0f64; 3000];
+        let m = HostMat::row_major(w.as_mut_ptr(), 30, 100);
+        // SAFETY: `w` is alive and only this thread uses it.
+        unsafe { m.touch(5, 2000) };
+        assert!(w[..5].iter().all(|&x| x == 1.0));
+        assert!(w[2000..].iter().all(|&x| x == 1.0));
+        assert_eq!(w[5], 0.0);
     }
 
     #[test]

@@ -16,10 +16,10 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStrea
 use cudarc::nvrtc::Ptx;
 use once_cell::sync::OnceCell;
 
-use crate::cache;
+use crate::device::cache;
+use crate::engine::table::Family;
 use crate::error::GpuDotError;
 use crate::options::ENV_DEVICE;
-use crate::registry::Family;
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,6 +217,14 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
     }
 }
 
+/// The context in use, if one has been made and not faulted; never makes one.
+pub(crate) fn current() -> Option<Arc<Gpu>> {
+    match &*SLOT.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(Ok(gpu)) => Some(gpu.clone()),
+        _ => None,
+    }
+}
+
 /// Records that a driver call reported a fault that poisons the context.
 pub(crate) fn note_fault() {
     FAULTED.store(true, Ordering::Release);
@@ -267,7 +275,7 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
     let (generation, device) = (old.generation, old.ctx.cu_device());
     // Everything the crate keeps of the old context goes while its handles are still valid
     // (their frees fail on a poisoned context; the reset below reclaims the memory).
-    crate::pipeline::trim();
+    crate::pipeline::trim_device(&old);
     drop(old);
     {
         // Device memory of the old context that users still hold (device matrices) is never
@@ -327,6 +335,18 @@ pub(crate) struct Gpu {
     /// compiling again.
     rejected: [OnceCell<GpuDotError>; Family::COUNT],
     streams: Mutex<Vec<Arc<CudaStream>>>,
+    /// Idle workspaces kept for reuse.
+    pub(crate) idle: crate::pipeline::Pool,
+    /// The largest reusable buffers made so far.
+    pub(crate) high_water: HighWater,
+}
+
+/// The largest reusable device buffer and page-locked staging ring a device has made (bytes):
+/// reused buffers grow to them, so they settle at one size after a warm-up.
+#[derive(Default)]
+pub(crate) struct HighWater {
+    pub(crate) device: AtomicUsize,
+    pub(crate) pinned: AtomicUsize,
 }
 
 impl Gpu {
@@ -416,7 +436,24 @@ impl Gpu {
             modules: Default::default(),
             rejected: Default::default(),
             streams: Mutex::new(Vec::new()),
+            idle: Default::default(),
+            high_water: HighWater::default(),
         })
+    }
+
+    /// What kernel plans for `dtype` are made for on this device.
+    pub(crate) fn target(&self, dtype: crate::element::Dtype) -> crate::engine::plan::Target {
+        crate::engine::plan::Target {
+            dtype,
+            sm: self.sm(),
+            sms: self.info.multiprocessors.max(1) as usize,
+        }
+    }
+
+    /// The compute capability as `major·10 + minor` (90 for sm_90).
+    pub(crate) fn sm(&self) -> u32 {
+        let (major, minor) = self.info.compute_capability;
+        (major.max(0) * 10 + minor.max(0)) as u32
     }
 
     /// The entry point `entry` of `family`, compiling and loading the family on first use.
@@ -459,7 +496,7 @@ impl Gpu {
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(GpuDotError::at("loading a compiled module"))?;
             let mut functions = HashMap::new();
-            for entry in family.entries() {
+            for entry in family.entries(self.sm()) {
                 let f = module
                     .load_function(&entry)
                     .map_err(GpuDotError::at("looking up a kernel entry point"))?;

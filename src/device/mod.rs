@@ -1,0 +1,6 @@
+//! The device: its CUDA context, compiled modules and pools ([`context`]), the on-disk kernel
+//! cache ([`cache`]) and the hooks of the fault tests ([`testing`]).
+
+pub(crate) mod cache;
+pub(crate) mod context;
+pub(crate) mod testing;

@@ -1,0 +1,7 @@
+//! The engine: the kernel table ([`table`]), the launchers ([`launch`]), the plan for a shape
+//! ([`plan`]) and the autotuner ([`tuner`]), over every element type.
+
+pub(crate) mod launch;
+pub(crate) mod plan;
+pub(crate) mod table;
+pub(crate) mod tuner;

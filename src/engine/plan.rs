@@ -1,0 +1,252 @@
+//! The plan `Kernel::Auto` runs for a shape: which tile configuration, how many K splits, or
+//! a GEMV for one-row and one-column products.
+
+use std::fmt;
+
+use crate::element::Dtype;
+use crate::engine::table::{TileConfig, TileRow};
+
+/// Fewest K elements one split should get: below this the partial products and the
+/// reduction cost more than the extra blocks gain.
+const MIN_K_PER_SPLIT: usize = 256;
+/// Most K splits of one product.
+pub(crate) const MAX_SPLITS: usize = 64;
+
+/// The device a plan is made for: element type, compute capability and multiprocessors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) dtype: Dtype,
+    pub(crate) sm: u32,
+    pub(crate) sms: usize,
+}
+
+/// Per element type: big tiles from `big_from`·multiprocessors on, split-K for small tiles
+/// below `split_below`·multiprocessors, and the resident small-tile blocks per multiprocessor
+/// that split-K aims to fill.
+struct Thresholds {
+    big_from: f64,
+    split_below: f64,
+    small_blocks_per_sm: usize,
+}
+
+fn thresholds(dtype: Dtype) -> Thresholds {
+    match dtype {
+        // Measured on an H200: 1024³ (64 big tiles at two resident blocks per multiprocessor)
+        // ran at 0.6× the small tiles' speed; big tiles pay from about 240 per 132 SMs.
+        Dtype::F32 => Thresholds {
+            big_from: 240.0 / 132.0,
+            split_below: 200.0 / 132.0,
+            small_blocks_per_sm: 6,
+        },
+        // One resident big block per multiprocessor: big tiles once they fill one wave.
+        Dtype::F64 => Thresholds {
+            big_from: 1.0,
+            split_below: 1.0,
+            small_blocks_per_sm: 2,
+        },
+    }
+}
+
+/// How a product is computed by the register-blocked family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Plan {
+    /// A tiled SGEMM, the K range cut into `splits` parts when `splits > 1`.
+    Tile {
+        /// The tile configuration.
+        config: TileConfig,
+        /// K splits (1: none).
+        splits: u32,
+    },
+    /// One-row product (`m == 1`): a vector times a matrix.
+    GemvRow,
+    /// One-column product (`n == 1`): a matrix times a vector.
+    GemvCol,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Plan::Tile { config, splits: 1 } => write!(f, "{}", config.name()),
+            Plan::Tile { config, splits } => write!(f, "{} split-K {splits}", config.name()),
+            Plan::GemvRow => write!(f, "gemv (one row)"),
+            Plan::GemvCol => write!(f, "gemv (one column)"),
+        }
+    }
+}
+
+fn tiles(t: Target, config: TileConfig, m: usize, n: usize) -> usize {
+    TileRow::of(t.dtype, config, t.sm).tiles(m, n)
+}
+
+/// Splits that bring `tiles` small-tile blocks to about one full wave on the target's
+/// multiprocessors, keeping at least [`MIN_K_PER_SPLIT`] of K per split.
+fn splits_for(t: Target, tiles: usize, k: usize) -> u32 {
+    let want = (thresholds(t.dtype).small_blocks_per_sm * t.sms) / tiles.max(1);
+    let most = (k / MIN_K_PER_SPLIT).clamp(1, MAX_SPLITS);
+    want.clamp(1, most) as u32
+}
+
+/// The fixed plan for a shape, used when autotuning is off and as the first candidate when it
+/// is on.
+///
+/// One row or one column: GEMV. Otherwise 128×128 tiles when they are many enough to fill the
+/// device, else 64×64 tiles, split along K when even those are few and K is long.
+pub(crate) fn heuristic(t: Target, m: usize, k: usize, n: usize) -> Plan {
+    if m == 1 {
+        return Plan::GemvRow;
+    }
+    if n == 1 {
+        return Plan::GemvCol;
+    }
+    let (sms, th) = (t.sms as f64, thresholds(t.dtype));
+    if tiles(t, TileConfig::Big, m, n) as f64 >= th.big_from * sms {
+        return Plan::Tile {
+            config: TileConfig::Big,
+            splits: 1,
+        };
+    }
+    let small = tiles(t, TileConfig::Small, m, n);
+    let splits = if (small as f64) < th.split_below * sms && k >= 2 * MIN_K_PER_SPLIT {
+        splits_for(t, small, k)
+    } else {
+        1
+    };
+    Plan::Tile {
+        config: TileConfig::Small,
+        splits,
+    }
+}
+
+/// The plans the autotuner measures for a shape (the heuristic's first).
+///
+/// When the heuristic splits K, only split plans compete: besides filling the device, split-K
+/// shortens each sequential f32 sum, which keeps long-K skinny products as accurate as cuBLAS
+/// (measured on an H200: 64×8192×8192 unsplit had 2.8× cuBLAS's error).
+pub(crate) fn candidates(t: Target, m: usize, k: usize, n: usize) -> Vec<Plan> {
+    let first = heuristic(t, m, k, n);
+    let must_split = match first {
+        Plan::GemvRow | Plan::GemvCol => return vec![first],
+        Plan::Tile { splits, .. } => splits > 1,
+    };
+    let mut plans = vec![first];
+    for config in TileConfig::ALL {
+        let count = tiles(t, config, m, n);
+        for splits in [1, splits_for(t, count, k)] {
+            let plan = Plan::Tile { config, splits };
+            if (splits > 1 || !must_split) && !plans.contains(&plan) {
+                plans.push(plan);
+            }
+        }
+    }
+    plans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200: Target = Target {
+        dtype: Dtype::F32,
+        sm: 90,
+        sms: 132,
+    };
+
+    fn heuristic(m: usize, k: usize, n: usize, _sms: usize) -> Plan {
+        super::heuristic(H200, m, k, n)
+    }
+
+    fn candidates(m: usize, k: usize, n: usize, _sms: usize) -> Vec<Plan> {
+        super::candidates(H200, m, k, n)
+    }
+
+    fn splits_for(tiles: usize, k: usize, _sms: usize) -> u32 {
+        super::splits_for(H200, tiles, k)
+    }
+
+    #[test]
+    fn f64_plans_use_the_f64_tiles_and_split_thin_products() {
+        let t = Target {
+            dtype: Dtype::F64,
+            ..H200
+        };
+        assert_eq!(
+            super::heuristic(t, 4096, 4096, 4096),
+            Plan::Tile {
+                config: TileConfig::Big,
+                splits: 1
+            }
+        );
+        assert!(matches!(
+            super::heuristic(t, 64, 8192, 8192),
+            Plan::Tile { splits, .. } if splits > 1
+        ));
+        // Old devices run the SIMT fallback for both configurations.
+        assert_eq!(
+            TileRow::of(Dtype::F64, TileConfig::Big, 75).stem,
+            "dgemm_simt"
+        );
+    }
+
+    #[test]
+    fn one_row_and_one_column_products_use_gemv() {
+        assert_eq!(heuristic(1, 4096, 4096, 132), Plan::GemvRow);
+        assert_eq!(heuristic(4096, 4096, 1, 132), Plan::GemvCol);
+        assert_eq!(candidates(1, 7, 9, 132), vec![Plan::GemvRow]);
+    }
+
+    #[test]
+    fn large_products_use_big_tiles_and_small_ones_split_k() {
+        let big = Plan::Tile {
+            config: TileConfig::Big,
+            splits: 1,
+        };
+        assert_eq!(heuristic(4096, 4096, 4096, 132), big);
+        match heuristic(256, 4096, 256, 132) {
+            Plan::Tile {
+                config: TileConfig::Small,
+                splits,
+            } => assert!(splits > 1),
+            other => panic!("{other:?}"),
+        }
+        // Short K is never split below MIN_K_PER_SPLIT.
+        assert_eq!(
+            heuristic(256, 64, 256, 132),
+            Plan::Tile {
+                config: TileConfig::Small,
+                splits: 1
+            }
+        );
+    }
+
+    #[test]
+    fn split_counts_stay_within_bounds() {
+        for tiles in [1, 3, 50, 131, 132, 1000] {
+            for k in [1, 255, 256, 4096, 1 << 20] {
+                let s = splits_for(tiles, k, 132) as usize;
+                assert!((1..=MAX_SPLITS).contains(&s));
+                assert!(s == 1 || k / s >= MIN_K_PER_SPLIT);
+            }
+        }
+    }
+
+    #[test]
+    fn split_shapes_only_compete_with_split_plans() {
+        for (m, k, n) in [(64, 8192, 8192), (8192, 8192, 64), (256, 4096, 256)] {
+            for plan in candidates(m, k, n, 132) {
+                assert!(
+                    matches!(plan, Plan::Tile { splits, .. } if splits > 1),
+                    "{plan:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn candidates_are_distinct_and_start_with_the_heuristic() {
+        let c = candidates(512, 8192, 512, 132);
+        assert_eq!(c[0], heuristic(512, 8192, 512, 132));
+        for (i, p) in c.iter().enumerate() {
+            assert!(!c[i + 1..].contains(p));
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! The kernel table: every kernel the crate launches, with the only copy of its launch
+//! constants (family, entry name, block, shared memory, tile, K granule, oldest architecture).
+//!
+//! A family is one file under `kernels/`, compiled by NVRTC as one module. Entry points are
+//! `extern "C"`, so their names are stable; the table derives each name from the element type,
+//! the operand layouts and, for the tiled GEMMs, the alignment and split-K variant:
+//! `{stem}_{ll}[_u][_splitk]`, `ll` one of `nn`, `nt`, `tn`, `tt` (`t`: that operand is read
+//! transposed, i.e. column-major), `_u` the entry that accepts any alignment.
+//!
+//! Each tiled row has a `// @launch` line in its source, next to `static_assert`s that tie the
+//! line to the code; a unit test checks the table against those lines.
+
+use crate::element::Dtype;
+use crate::options::Kernel;
+
+const COMMON: &str = include_str!("../../kernels/common.cuh");
+
+/// One compiled module's worth of kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Family {
+    /// One thread per output, both element types.
+    Naive,
+    /// Shared-memory tiles, both element types.
+    Tiled,
+    /// Register-blocked, pipelined SGEMM (two tile configurations, split-K), SGEMV and the f32
+    /// element-wise kernels.
+    Sgemm,
+    /// DGEMM on the FP64 tensor cores (two tile configurations, split-K), a SIMT DGEMM for
+    /// devices without them, DGEMV and the f64 element-wise kernels.
+    Dgemm,
+}
+
+impl Family {
+    pub(crate) const COUNT: usize = 4;
+    pub(crate) const ALL: [Family; Family::COUNT] =
+        [Family::Naive, Family::Tiled, Family::Sgemm, Family::Dgemm];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Family::Naive => "naive",
+            Family::Tiled => "tiled",
+            Family::Sgemm => "sgemm_fast",
+            Family::Dgemm => "dgemm",
+        }
+    }
+
+    /// The family of the register-blocked kernels, GEMVs and element-wise kernels of `dtype`.
+    pub(crate) fn fast(dtype: Dtype) -> Family {
+        match dtype {
+            Dtype::F32 => Family::Sgemm,
+            Dtype::F64 => Family::Dgemm,
+        }
+    }
+
+    pub(crate) fn raw_source(self) -> &'static str {
+        match self {
+            Family::Naive => include_str!("../../kernels/naive.cu"),
+            Family::Tiled => include_str!("../../kernels/tiled.cu"),
+            Family::Sgemm => include_str!("../../kernels/sgemm_fast.cu"),
+            Family::Dgemm => include_str!("../../kernels/dgemm.cu"),
+        }
+    }
+
+    /// The source NVRTC compiles: the family's file with `common.cuh` spliced in.
+    pub(crate) fn source(self) -> String {
+        crate::device::testing::source_override(self)
+            .unwrap_or_else(|| self.raw_source().replace("#include \"common.cuh\"", COMMON))
+    }
+
+    /// Every entry point the module holds on a device of compute capability `sm`
+    /// (`major·10 + minor`).
+    pub(crate) fn entries(self, sm: u32) -> Vec<String> {
+        let mut e = Vec::new();
+        for row in TILES.iter().filter(|r| r.family == self && r.min_sm <= sm) {
+            let alignments: &[&str] = if row.variants { &["", "_u"] } else { &[""] };
+            for ll in LAYOUTS {
+                for al in alignments {
+                    for split in ["", "_splitk"] {
+                        e.push(format!("{}_{ll}{al}{split}", row.stem));
+                    }
+                }
+            }
+        }
+        for row in SIMPLE.iter().filter(|r| r.family == self) {
+            e.extend(LAYOUTS.iter().map(|ll| format!("{}_{ll}", row.stem)));
+        }
+        for dtype in Dtype::ALL.into_iter().filter(|&d| Family::fast(d) == self) {
+            for gemv in [Gemv::Row, Gemv::Col] {
+                e.extend(LAYOUTS.iter().map(|ll| gemv.entry(dtype, ll)));
+            }
+            e.extend(Aux::ALL.iter().map(|aux| aux.entry(dtype).to_string()));
+        }
+        e
+    }
+
+    /// Dynamic shared memory an entry point needs raised above the default 48 KiB limit.
+    pub(crate) fn shared_bytes(entry: &str) -> Option<u32> {
+        TILES
+            .iter()
+            .find(|r| {
+                entry
+                    .strip_prefix(r.stem)
+                    .is_some_and(|rest| rest.starts_with('_') && rest.len() >= 3)
+            })
+            .and_then(|r| (r.smem > 48 * 1024).then_some(r.smem))
+    }
+}
+
+const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
+
+/// The suffix naming an operand layout pair.
+pub(crate) fn layout_suffix(trans_a: bool, trans_b: bool) -> &'static str {
+    LAYOUTS[(trans_a as usize) * 2 + trans_b as usize]
+}
+
+/// A tile configuration of the register-blocked kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TileConfig {
+    /// The large output tile (128 × 128 for both element types), for products that make
+    /// enough of them to fill the device.
+    Big,
+    /// The small output tile (64 × 64), for shapes that make few big tiles.
+    Small,
+}
+
+impl TileConfig {
+    /// Both configurations, big first.
+    pub const ALL: [TileConfig; 2] = [TileConfig::Big, TileConfig::Small];
+
+    /// The kernel name the crate gives it (`Kernel::Reg128`, `Kernel::Reg64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TileConfig::Big => "reg128",
+            TileConfig::Small => "reg64",
+        }
+    }
+
+    /// Output rows and columns one block computes, for `dtype` on the newest devices.
+    pub fn tile(self, dtype: Dtype) -> (usize, usize) {
+        TileRow::of(dtype, self, u32::MAX).tile
+    }
+}
+
+/// A tiled GEMM entry group: one row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TileRow {
+    pub(crate) family: Family,
+    pub(crate) dtype: Dtype,
+    /// The configuration it serves (`None`: the fallback serving both on old devices).
+    pub(crate) config: Option<TileConfig>,
+    /// Entry names start `{stem}_`.
+    pub(crate) stem: &'static str,
+    /// Output rows × columns per block; the grid has one block per tile.
+    pub(crate) tile: (usize, usize),
+    /// Threads per block (1-D).
+    pub(crate) threads: u32,
+    /// Dynamic shared memory per block, in bytes.
+    pub(crate) smem: u32,
+    /// The kernel's K tile: split-K ranges are multiples of it.
+    pub(crate) bk: usize,
+    /// The oldest compute capability that has the entries (`major·10 + minor`).
+    pub(crate) min_sm: u32,
+    /// Whether it has 16-byte-load entries beside the `_u` ones (else its entries take any
+    /// alignment and carry no `_u`).
+    pub(crate) variants: bool,
+}
+
+/// Every tiled GEMM. Checked against the `// @launch` lines of the sources by a unit test.
+pub(crate) const TILES: [TileRow; 5] = [
+    TileRow {
+        family: Family::Sgemm,
+        dtype: Dtype::F32,
+        config: Some(TileConfig::Big),
+        stem: "sgemm_fast_128x128",
+        tile: (128, 128),
+        threads: 256,
+        smem: 50_688,
+        bk: 16,
+        min_sm: 0,
+        variants: true,
+    },
+    TileRow {
+        family: Family::Sgemm,
+        dtype: Dtype::F32,
+        config: Some(TileConfig::Small),
+        stem: "sgemm_fast_64x64",
+        tile: (64, 64),
+        threads: 64,
+        smem: 34_816,
+        bk: 16,
+        min_sm: 0,
+        variants: true,
+    },
+    TileRow {
+        family: Family::Dgemm,
+        dtype: Dtype::F64,
+        config: Some(TileConfig::Big),
+        stem: "dgemm_tc_128x128",
+        tile: (128, 128),
+        threads: 256,
+        smem: 163_840,
+        bk: 16,
+        min_sm: 80,
+        variants: true,
+    },
+    TileRow {
+        family: Family::Dgemm,
+        dtype: Dtype::F64,
+        config: Some(TileConfig::Small),
+        stem: "dgemm_tc_64x64",
+        tile: (64, 64),
+        threads: 128,
+        smem: 61_440,
+        bk: 16,
+        min_sm: 80,
+        variants: true,
+    },
+    TileRow {
+        family: Family::Dgemm,
+        dtype: Dtype::F64,
+        config: None,
+        stem: "dgemm_simt",
+        tile: (64, 64),
+        threads: 256,
+        smem: 16_640,
+        bk: 16,
+        min_sm: 0,
+        variants: false,
+    },
+];
+
+impl TileRow {
+    /// The row that runs `config` for `dtype` on a device of compute capability `sm`: the
+    /// configuration's own, or the fallback where the device lacks it.
+    pub(crate) fn of(dtype: Dtype, config: TileConfig, sm: u32) -> &'static TileRow {
+        TILES
+            .iter()
+            .find(|r| r.dtype == dtype && r.config == Some(config) && r.min_sm <= sm)
+            .or_else(|| {
+                TILES
+                    .iter()
+                    .find(|r| r.dtype == dtype && r.config.is_none() && r.min_sm <= sm)
+            })
+            .expect("every element type has a tiled kernel for every device")
+    }
+
+    /// The entry for operand layouts, alignment and split-K.
+    pub(crate) fn entry(&self, trans: (bool, bool), aligned: bool, split: bool) -> String {
+        format!(
+            "{}_{}{}{}",
+            self.stem,
+            layout_suffix(trans.0, trans.1),
+            if aligned || !self.variants { "" } else { "_u" },
+            if split { "_splitk" } else { "" }
+        )
+    }
+
+    /// Output tiles of an `m × n` product.
+    pub(crate) fn tiles(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.tile.0) * n.div_ceil(self.tile.1)
+    }
+}
+
+/// A one-output-per-thread kernel: one row per kernel and element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SimpleRow {
+    pub(crate) family: Family,
+    pub(crate) dtype: Dtype,
+    pub(crate) kernel: Kernel,
+    pub(crate) stem: &'static str,
+    /// Threads per block along x (columns of C) and y (rows).
+    pub(crate) block: (u32, u32),
+}
+
+pub(crate) const SIMPLE: [SimpleRow; 6] = [
+    SimpleRow {
+        family: Family::Naive,
+        dtype: Dtype::F32,
+        kernel: Kernel::Naive,
+        stem: "sgemm_naive",
+        block: (16, 16),
+    },
+    SimpleRow {
+        family: Family::Naive,
+        dtype: Dtype::F64,
+        kernel: Kernel::Naive,
+        stem: "dgemm_naive",
+        block: (16, 16),
+    },
+    SimpleRow {
+        family: Family::Tiled,
+        dtype: Dtype::F32,
+        kernel: Kernel::Tiled16,
+        stem: "sgemm_tiled_16",
+        block: (16, 16),
+    },
+    SimpleRow {
+        family: Family::Tiled,
+        dtype: Dtype::F64,
+        kernel: Kernel::Tiled16,
+        stem: "dgemm_tiled_16",
+        block: (16, 16),
+    },
+    SimpleRow {
+        family: Family::Tiled,
+        dtype: Dtype::F32,
+        kernel: Kernel::Tiled32,
+        stem: "sgemm_tiled_32",
+        block: (32, 32),
+    },
+    SimpleRow {
+        family: Family::Tiled,
+        dtype: Dtype::F64,
+        kernel: Kernel::Tiled32,
+        stem: "dgemm_tiled_32",
+        block: (32, 32),
+    },
+];
+
+impl SimpleRow {
+    /// The row of a one-output-per-thread kernel; `None` for the register-blocked kernels and
+    /// `Auto`, which run by plan.
+    pub(crate) fn of(dtype: Dtype, kernel: Kernel) -> Option<&'static SimpleRow> {
+        SIMPLE
+            .iter()
+            .find(|r| r.dtype == dtype && r.kernel == kernel)
+    }
+
+    pub(crate) fn entry(&self, trans: (bool, bool)) -> String {
+        format!("{}_{}", self.stem, layout_suffix(trans.0, trans.1))
+    }
+}
+
+/// The GEMV kernels of the fast families: 256 threads a block, no shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gemv {
+    /// `m == 1`: a row vector times a matrix.
+    Row,
+    /// `n == 1`: a matrix times a column vector.
+    Col,
+}
+
+impl Gemv {
+    pub(crate) const THREADS: u32 = 256;
+
+    pub(crate) fn entry(self, dtype: Dtype, ll: &str) -> String {
+        let which = match self {
+            Gemv::Row => "m1",
+            Gemv::Col => "n1",
+        };
+        format!("{}gemv_{which}_{ll}", dtype.letter())
+    }
+
+    /// Blocks for `outputs` results: a block covers 16 outputs when the matrix is read along
+    /// them (its rows are contiguous along the outputs) and 8 when it is read across.
+    pub(crate) fn blocks(self, outputs: usize, trans: (bool, bool)) -> usize {
+        let along = match self {
+            Gemv::Row => !trans.1,
+            Gemv::Col => trans.0,
+        };
+        outputs.div_ceil(if along { 16 } else { 8 })
+    }
+}
+
+/// The element-wise kernels of the fast families: 256 threads a block, grid-stride.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Aux {
+    SplitKReduce,
+    Axpby,
+    Relu,
+    ReluBackward,
+}
+
+impl Aux {
+    const ALL: [Aux; 4] = [Aux::SplitKReduce, Aux::Axpby, Aux::Relu, Aux::ReluBackward];
+
+    pub(crate) fn entry(self, dtype: Dtype) -> &'static str {
+        match (self, dtype) {
+            (Aux::SplitKReduce, Dtype::F32) => "sgemm_splitk_reduce",
+            (Aux::SplitKReduce, Dtype::F64) => "dgemm_splitk_reduce",
+            (Aux::Axpby, Dtype::F32) => "sgemm_axpby",
+            (Aux::Axpby, Dtype::F64) => "dgemm_axpby",
+            (Aux::Relu, Dtype::F32) => "elem_relu",
+            (Aux::Relu, Dtype::F64) => "delem_relu",
+            (Aux::ReluBackward, Dtype::F32) => "elem_relu_backward",
+            (Aux::ReluBackward, Dtype::F64) => "delem_relu_backward",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `key=value` fields of each `// @launch STEM ...` line of a source.
+    fn launch_lines(src: &str) -> Vec<(String, Vec<(String, String)>)> {
+        src.lines()
+            .filter_map(|l| l.trim_start().strip_prefix("// @launch "))
+            .map(|l| {
+                let mut words = l.split_whitespace();
+                let stem = words.next().expect("a stem").to_string();
+                let fields = words
+                    .filter_map(|w| w.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                (stem, fields)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_table_matches_the_launch_lines_of_the_sources() {
+        for family in Family::ALL {
+            let lines = launch_lines(family.raw_source());
+            let rows: Vec<_> = TILES.iter().filter(|r| r.family == family).collect();
+            assert_eq!(
+                lines.len(),
+                rows.len(),
+                "{}: {} @launch lines, {} table rows",
+                family.name(),
+                lines.len(),
+                rows.len()
+            );
+            for row in rows {
+                let (_, fields) = lines
+                    .iter()
+                    .find(|(stem, _)| stem == row.stem)
+                    .unwrap_or_else(|| panic!("no @launch line for {}", row.stem));
+                let get = |k: &str| {
+                    fields
+                        .iter()
+                        .find(|(key, _)| key == k)
+                        .map(|(_, v)| v.as_str())
+                        .unwrap_or_else(|| panic!("{}: no {k}=", row.stem))
+                };
+                let tile = format!("{}x{}", row.tile.0, row.tile.1);
+                assert_eq!(get("tile"), tile, "{}: tile", row.stem);
+                assert_eq!(get("block"), row.threads.to_string(), "{}", row.stem);
+                assert_eq!(get("smem"), row.smem.to_string(), "{}", row.stem);
+                assert_eq!(get("bk"), row.bk.to_string(), "{}", row.stem);
+                assert_eq!(get("minsm"), row.min_sm.to_string(), "{}", row.stem);
+            }
+        }
+    }
+
+    #[test]
+    fn every_simple_kernel_and_element_type_has_a_row() {
+        for dtype in Dtype::ALL {
+            for kernel in [Kernel::Naive, Kernel::Tiled16, Kernel::Tiled32] {
+                let row = SimpleRow::of(dtype, kernel).expect("a row");
+                assert!(row.stem.starts_with(dtype.letter()));
+                let stem: String = row.stem[1..]
+                    .split('_')
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join("_");
+                assert!(row.family.raw_source().contains(&stem), "{}", row.stem);
+            }
+            for config in TileConfig::ALL {
+                for sm in [70, 80, 90] {
+                    let row = TileRow::of(dtype, config, sm);
+                    assert!(row.min_sm <= sm && row.dtype == dtype);
+                }
+            }
+        }
+        assert!(SimpleRow::of(Dtype::F32, Kernel::Auto).is_none());
+    }
+
+    #[test]
+    fn shared_memory_is_raised_only_for_large_tiles() {
+        assert_eq!(
+            Family::shared_bytes("sgemm_fast_128x128_nn_u_splitk"),
+            Some(50_688)
+        );
+        assert_eq!(Family::shared_bytes("sgemm_fast_64x64_tt"), None);
+        assert_eq!(Family::shared_bytes("sgemv_m1_nn"), None);
+        for row in TILES {
+            let e = row.entry((true, false), false, true);
+            assert_eq!(
+                Family::shared_bytes(&e),
+                (row.smem > 48 * 1024).then_some(row.smem)
+            );
+        }
+    }
+
+    #[test]
+    fn sources_are_self_contained_for_nvrtc_and_name_every_entry() {
+        for family in Family::ALL {
+            let src = family.source();
+            assert!(
+                !src.lines().any(|l| l.trim_start().starts_with("#include")),
+                "{} still includes a header",
+                family.name()
+            );
+            for entry in family.entries(90) {
+                // Entries are declared by name or assembled by a macro from their stem.
+                let stem = entry.split('_').take(2).collect::<Vec<_>>().join("_");
+                assert!(src.contains(&stem), "{} lacks {entry}", family.name());
+            }
+        }
+        // Devices before sm_80 get no tensor-core entries.
+        assert!(!Family::Dgemm
+            .entries(75)
+            .iter()
+            .any(|e| e.starts_with("dgemm_tc")));
+    }
+}

@@ -1,0 +1,361 @@
+//! The router: where a product runs (the CPU through ndarray, or the GPU), the one place
+//! that decides it for `gpu_dot`, the general form and device matrices alike, and the route
+//! report.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+
+use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
+
+use crate::device::context;
+use crate::element::{Dtype, Element};
+use crate::engine::plan::Plan;
+use crate::error::GpuDotError;
+use crate::layout::{classify, Layout};
+use crate::options::{Backend, DotOptions, Kernel};
+use crate::pipeline::{self, Done, Dst, Gemm, Src};
+
+/// A product and how it was computed.
+#[derive(Debug, Clone)]
+pub struct Product<A = f32> {
+    /// The `m × n` result, in ndarray's memory order for the operands (F order when both
+    /// operands are column-major, as `dot` gives; else C order).
+    pub c: Array2<A>,
+    /// Where it was computed, and why there.
+    pub route: Route,
+}
+
+/// Where a product was computed.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// On the GPU.
+    Gpu {
+        /// The element type.
+        dtype: Dtype,
+        /// The kernel asked for (`Auto` when the crate chose).
+        kernel: Kernel,
+        /// The register-blocked family's plan, for `Reg64`, `Reg128` and `Auto`.
+        plan: Option<Plan>,
+        /// How the left operand was read.
+        a_layout: Layout,
+        /// How the right operand was read.
+        b_layout: Layout,
+        /// Row panels the product ran in (more than one: copies overlapped the kernels).
+        panels: usize,
+    },
+    /// On the CPU, by ndarray's `dot`.
+    Cpu(CpuReason),
+    /// Nothing to compute: `m`, `n` or `k` is zero (the result is `m × n` zeros).
+    Empty,
+}
+
+/// Why a product ran on the CPU.
+#[derive(Debug, Clone)]
+pub enum CpuReason {
+    /// The options asked for the CPU.
+    Requested,
+    /// The product is below the flop threshold.
+    BelowThreshold {
+        /// The product's flops, `2·m·k·n`.
+        flops: u64,
+        /// The threshold in force.
+        threshold: u64,
+    },
+    /// The GPU path failed (no device, NVRTC, a driver error or full device memory).
+    GpuUnavailable(GpuDotError),
+}
+
+impl Route {
+    /// Whether the product ran on the GPU.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self, Route::Gpu { .. })
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Route::Gpu {
+                dtype,
+                kernel,
+                plan,
+                a_layout,
+                b_layout,
+                panels,
+            } => {
+                match plan {
+                    Some(plan) if *kernel == Kernel::Auto => {
+                        write!(f, "GPU, {dtype}, kernel auto: {plan}")?
+                    }
+                    Some(plan) => write!(f, "GPU, {dtype}, kernel {kernel}: {plan}")?,
+                    None => write!(f, "GPU, {dtype}, kernel {kernel}")?,
+                }
+                write!(f, " (operands read as {a_layout:?} and {b_layout:?} order")?;
+                match panels {
+                    1 => write!(f, ")"),
+                    p => write!(f, "; {p} row panels)"),
+                }
+            }
+            Route::Cpu(CpuReason::Requested) => write!(f, "CPU, as requested"),
+            Route::Cpu(CpuReason::BelowThreshold { flops, threshold }) => write!(
+                f,
+                "CPU: {flops} flops is below the GPU threshold of {threshold}"
+            ),
+            Route::Cpu(CpuReason::GpuUnavailable(e)) => write!(f, "CPU, because {e}"),
+            Route::Empty => write!(f, "no computation: the product has a zero dimension"),
+        }
+    }
+}
+
+/// `2·m·k·n`, saturating.
+pub fn flops(m: usize, k: usize, n: usize) -> u64 {
+    let f = 2u128 * m as u128 * k as u128 * n as u128;
+    f.min(u64::MAX as u128) as u64
+}
+
+/// Checks that `a · b` is defined, as ndarray's `dot` does.
+pub(crate) fn check_shapes(
+    (m, k): (usize, usize),
+    (k2, n): (usize, usize),
+) -> Result<(), GpuDotError> {
+    if k != k2 {
+        return Err(GpuDotError::ShapeMismatch { m, k, k2, n });
+    }
+    if m.checked_mul(n).is_none_or(|len| len > isize::MAX as usize) {
+        return Err(GpuDotError::TooLarge { dims: (m, k, n) });
+    }
+    Ok(())
+}
+
+/// What the router decided for a product whose output it does not write itself.
+pub(crate) enum Decision {
+    /// The GPU computed it (or there was nothing to compute).
+    Done(Route),
+    /// The caller computes it on the CPU, for this reason.
+    Cpu(CpuReason),
+}
+
+/// Routes `C = alpha·A·B + beta·C`: the one place that decides between the CPU and the GPU.
+///
+/// - Shapes must agree ([`GpuDotError::ShapeMismatch`], [`GpuDotError::OutputShape`]); a
+///   zero `m` or `n` is [`Route::Empty`] (a zero `k` still scales C by `beta`).
+/// - Any device operand or output means the GPU (the CPU backend is an error).
+/// - All-host products go to the CPU when the options ask, and below the flop threshold under
+///   [`Backend::Auto`].
+/// - A failing GPU sends the product to the CPU when `fall_back` (and C was not partly
+///   written), else the error is returned.
+///
+/// The CPU product is the caller's ([`Decision::Cpu`]), so that it is ndarray's own.
+pub(crate) fn route<T: Element>(
+    g: Gemm<'_, '_, '_, '_, T>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Decision, GpuDotError> {
+    let ((m, k), (k2, n)) = (g.a.dim(), g.b.dim());
+    check_shapes((m, k), (k2, n))?;
+    if g.c.dim() != (m, n) {
+        return Err(GpuDotError::OutputShape {
+            expected: (m, n),
+            found: g.c.dim(),
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(Decision::Done(Route::Empty));
+    }
+    let on_host = matches!((g.a, g.b), (Src::Host(_), Src::Host(_)))
+        && matches!(g.c, Dst::Host(_) | Dst::Fresh(_));
+    if !on_host {
+        if opts.backend == Backend::Cpu {
+            return Err(GpuDotError::NoDevice {
+                reason: "the CPU backend cannot take device operands".into(),
+            });
+        }
+        let gpu = context::gpu()?;
+        return pipeline::gemm(&gpu, opts, g)
+            .map(|done| Decision::Done(gpu_route::<T>(opts, done)))
+            .map_err(|f| f.error);
+    }
+    let flops = flops(m, k, n);
+    match opts.backend {
+        Backend::Cpu => return Ok(Decision::Cpu(CpuReason::Requested)),
+        Backend::Auto if flops < opts.min_gpu_flops => {
+            return Ok(Decision::Cpu(CpuReason::BelowThreshold {
+                flops,
+                threshold: opts.min_gpu_flops,
+            }))
+        }
+        _ => {}
+    }
+    let fall_back = fall_back || opts.backend == Backend::Auto;
+    if let Err(e) = check_dims(m, k, n) {
+        return if fall_back {
+            Ok(Decision::Cpu(CpuReason::GpuUnavailable(e)))
+        } else {
+            Err(e)
+        };
+    }
+    let gpu = match context::gpu() {
+        Ok(gpu) => gpu,
+        Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
+        Err(e) => return Err(e),
+    };
+    // A fresh output holds nothing of the caller's: a failure never leaves it half-written.
+    let fresh = matches!(g.c, Dst::Fresh(_));
+    match pipeline::gemm(&gpu, opts, g) {
+        Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done))),
+        Err(f) if fall_back && (fresh || !f.touched) => {
+            Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
+        }
+        Err(f) => Err(f.error),
+    }
+}
+
+fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError> {
+    crate::engine::launch::check_dims(m, k, n)
+}
+
+/// Whether ndarray's `dot` returns `a · b` in F order: when both operands are column-major.
+pub(crate) fn f_order_result<T, S1: Data<Elem = T>, S2: Data<Elem = T>>(
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+) -> bool {
+    a.strides()[0] == 1 && b.strides()[0] == 1
+}
+
+/// Computes `a · b` as `opts` asks, returning the product in ndarray's memory order.
+///
+/// `fall_back`: a failing GPU computes on the CPU whatever the backend (for `gpu_dot`, which
+/// never fails because of the GPU).
+pub(crate) fn dot<T, S1, S2>(
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Product<T>, GpuDotError>
+where
+    T: Element,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+{
+    check_shapes(a.dim(), b.dim())?;
+    let ((m, _), n) = (a.dim(), b.ncols());
+    let f_order = f_order_result(a, b);
+    // Both operands column-major: the GPU computes Cᵀ = Bᵀ·Aᵀ, whose operands are then
+    // row-major, into a C-order n × m array, which is C in F order.
+    let (av, bv, rows, cols) = if f_order {
+        (b.t(), a.t(), n, m)
+    } else {
+        (a.view(), b.view(), m, n)
+    };
+    let mut c = if m == 0 || n == 0 {
+        None
+    } else {
+        Some(fresh::<T>((rows, cols), false)?)
+    };
+    let decision = match c.as_mut() {
+        None => Decision::Done(Route::Empty),
+        Some(c) => {
+            let (sa, sb) = (Src::Host(av), Src::Host(bv));
+            let g = Gemm {
+                alpha: T::one(),
+                a: &sa,
+                b: &sb,
+                beta: T::zero(),
+                c: &mut Dst::Fresh(c),
+            };
+            route(g, opts, fall_back)?
+        }
+    };
+    Ok(match decision {
+        Decision::Done(Route::Empty) => Product {
+            c: Array2::zeros((m, n).set_f(f_order)),
+            route: Route::Empty,
+        },
+        Decision::Done(mut route) => {
+            // SAFETY: a GPU product with m, n ≥ 1 that returned Ok has written every element
+            // of C (its download pieces cover all of it, and it returns only once all of them
+            // are unpacked).
+            let c = unsafe { c.expect("allocated for a non-empty product").assume_init() };
+            if let (
+                true,
+                Route::Gpu {
+                    a_layout, b_layout, ..
+                },
+            ) = (f_order, &mut route)
+            {
+                // The report describes the caller's operands, not their swapped transposes.
+                (*a_layout, *b_layout) = (classify(a).0, classify(b).0);
+            }
+            Product {
+                c: if f_order { c.reversed_axes() } else { c },
+                route,
+            }
+        }
+        Decision::Cpu(why) => Product {
+            c: a.dot(b),
+            route: Route::Cpu(why),
+        },
+    })
+}
+
+/// The route report of a finished GPU product.
+pub(crate) fn gpu_route<T: Element>(opts: &DotOptions, done: Done) -> Route {
+    Route::Gpu {
+        dtype: T::DTYPE,
+        kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
+        plan: done.ran.and_then(|r| r.plan),
+        a_layout: done.a_layout,
+        b_layout: done.b_layout,
+        panels: done.panels,
+    }
+}
+
+/// A new `rows × cols` host array (F order when `f_order`, else C order), not initialised,
+/// or [`GpuDotError::HostOutOfMemory`] when the allocation fails (instead of aborting the
+/// process). Its pages are not touched here: the product that fills it touches them on several
+/// threads while the device works.
+pub(crate) fn fresh<T: Element>(
+    (rows, cols): (usize, usize),
+    f_order: bool,
+) -> Result<Array2<MaybeUninit<T>>, GpuDotError> {
+    let too_large = GpuDotError::TooLarge {
+        dims: (rows, 0, cols),
+    };
+    let len = rows.checked_mul(cols).ok_or(too_large.clone())?;
+    let bytes = len
+        .checked_mul(std::mem::size_of::<T>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(too_large)?;
+    let mut data: Vec<MaybeUninit<T>> = Vec::new();
+    data.try_reserve_exact(len)
+        .map_err(|_| GpuDotError::HostOutOfMemory { bytes })?;
+    advise_huge_pages(data.as_mut_ptr().cast(), bytes);
+    // SAFETY: the capacity is at least `len` (reserved above), and MaybeUninit needs no
+    // initialisation.
+    unsafe { data.set_len(len) };
+    Ok(Array2::from_shape_vec((rows, cols).set_f(f_order), data).expect("rows · cols elements"))
+}
+
+/// Asks the kernel to back a large fresh allocation with transparent huge pages: the result
+/// of a big product is written once, as a whole, and 2 MiB pages take 512 times fewer page
+/// faults than 4 KiB ones. Only a hint; ignored where unsupported.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    if bytes < 2 * HUGE {
+        return;
+    }
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize + bytes) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: [start, end) lies inside the allocation of `bytes` bytes at `ptr`, owned by
+        // the caller and not yet shared; MADV_HUGEPAGE changes how pages are backed, never
+        // their contents, and a failure (EINVAL where unsupported) is ignored.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_ptr: *mut u8, _bytes: usize) {}
