@@ -1,0 +1,807 @@
+// dgemm.cu -- FP64 DGEMM / DGEMV kernels: FP64 tensor cores (DMMA) on sm_80+, SIMT fallback
+// everywhere.
+//
+// Compiled by NVRTC with `--gpu-architecture=sm_XY --std=c++17`; includes nothing but
+// "common.cuh" (spliced in by the crate: it gives `i64`). Everything lives in namespace `dgm`
+// or carries a `dgemm_`/`dgemv_`/`delem_` prefix.
+//
+// CONTRACT (every GEMM/GEMV entry): C (M x N, row-major, leading dim ldc) = op(A) (M x K) *
+// op(B) (K x N)
+//   A, TA=false: A[r*lda + k]    A, TA=true: A[k*lda + r]
+//   B, TB=false: B[k*ldb + n]    B, TB=true: B[n*ldb + k]
+//   Every element of C is written exactly once; nothing out of bounds is read or written.
+//   All offsets are 64-bit. M, N, K >= 1 (split entries also cope with empty K ranges).
+//   Suffix letters: first = TA, second = TB ('n' = false / row-major, 't' = true).
+//   Common signature: (int M, int N, int K, const double* A, long long lda, const double* B,
+//                      long long ldb, double* C, long long ldc)
+//
+// ---------------------------------------------------------------------------------------------
+// LAUNCH TABLE  (block = blockDim.x, 1-D blocks; smem = dynamic shared memory bytes)
+// ---------------------------------------------------------------------------------------------
+// @launch dgemm_tc_128x128 tile=128x128 block=256 smem=163840 bk=16 minsm=80
+// @launch dgemm_tc_64x64 tile=64x64 block=128 smem=61440 bk=16 minsm=80
+// @launch dgemm_simt tile=64x64 block=256 smem=16640 bk=16 minsm=0
+//
+// dgemm_tc_128x128_{nn,nt,tn,tt}[_u]          (only in modules compiled for sm_80 or newer)
+//      block 256, smem 163840 (> 48 KB: host MUST set
+//      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 163840 on each function first)
+//      grid = (ceil(M/128) * ceil(N/128), 1, 1)   [tile index on gridDim.x, grouped order inside]
+//      1 block / SM. For large shapes (>= ~2 waves of 132 tiles).
+// dgemm_tc_64x64_{nn,nt,tn,tt}[_u]            (only in modules compiled for sm_80 or newer)
+//      block 128, smem 61440 (> 48 KB: attribute needed too), grid = (ceil(M/64)*ceil(N/64),1,1)
+//      3 blocks / SM. For shapes that give few 128x128 tiles, and the split-K path.
+// dgemm_simt_{nn,nt,tn,tt}                    (every arch; the fallback before sm_80)
+//      block 256, smem 16640 (no attribute needed), grid = (ceil(M/64) * ceil(N/64), 1, 1)
+// ..._splitk variants of all of the above (e.g. dgemm_tc_128x128_nn_splitk,
+//      dgemm_tc_64x64_nt_u_splitk, dgemm_simt_tt_splitk): same block / smem, 10th argument
+//      `int k_per_split` (> 0, multiple of 16 = the split-K granule), grid = (tiles, 1, splits)
+//      with splits = ceil(K / k_per_split) (<= 65535). blockIdx.z = z computes the K range
+//      [z*k_per_split, min(K,(z+1)*k_per_split)) and writes the partial product (every element,
+//      zeros for an empty range) to C + z*M*ldc with leading dim ldc: pass C = workspace W
+//      (splits*M*N doubles) and ldc = N, then launch dgemm_splitk_reduce.
+// dgemm_splitk_reduce(int M, int N, int splits, const double* W, double* C, long long ldc)
+//      block 256, smem 0, any grid (grid-stride), e.g. grid = min(ceil(M*N/256), 8192).
+//      C[i*ldc+j] = sum_{z=0..splits-1} W[z*M*N + i*N + j], summed in increasing z (deterministic).
+// dgemm_axpby(int M, int N, double alpha, const double* T, long long ldt, double beta,
+//      double* C, long long ldc): C = alpha*T + beta*C (beta == 0: C not read; T null: alpha*T
+//      is 0). block 256, smem 0, any grid (grid-stride).
+// delem_relu(long long N, double* X): X = fmax(X, 0) (NaN -> 0); delem_relu_backward(long long
+//      N, double* G, const double* H): G = H > 0 ? G : 0. block 256, smem 0, any grid.
+// dgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0 (static smem only)
+//      TB=false (m1_nn, m1_tn): grid = ceil(N/16)    TB=true (m1_nt, m1_tt): grid = ceil(N/8)
+// dgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0 (static smem only)
+//      TA=false (n1_nn, n1_nt): grid = ceil(M/8)     TA=true (n1_tn, n1_tt): grid = ceil(M/16)
+//      (gemv entries: no alignment requirement; they vectorize at run time when legal)
+//
+// ALIGNMENT: dgemm_tc entries WITHOUT `_u` require A and B 16-byte aligned and lda % 2 == 0 and
+// ldb % 2 == 0. `_u` entries (and dgemm_simt, dgemv) only need 8-byte aligned A/B, any lda/ldb.
+// C needs only 8-byte alignment everywhere: the epilogue checks C % 16 / ldc % 2 at run time
+// and uses 128-bit stores only when legal.
+// ---------------------------------------------------------------------------------------------
+//
+// DESIGN (tensor-core kernels): block tile BM x BN x 16, STAGES-deep cp.async pipeline in
+// dynamic shared memory, one __syncthreads per K tile. Each warp owns a WTM x WTN warp tile
+// made of 16x8 mma tiles; one mma.m16n8k16.f64 (sm_90) or eight mma.m8n8k4.f64 (sm_80/86/89)
+// per 16x8 tile per K tile. The operands keep their global orientation in shared memory:
+//   operand contiguous along k (A with TA=false, B with TB=true): S[x][k], row stride 20
+//       doubles (16 + 4 padding);
+//   operand contiguous along x = m / n (A^T, B):                S[k][x], row stride BX + 4.
+// Both strides are 4 (mod 16) doubles, so the LDS.64 fragment loads (lane = 4*g + t reads
+// (x = g [+8], k = t [+4j])) touch 16 distinct 8-byte bank pairs per half warp: conflict-free.
+// Global -> shared: 16-byte cp.async.cg along the contiguous direction (aligned entries) or
+// 8-byte cp.async.ca (_u entries); a warp's copies cover whole 128-byte lines and its shared
+// stores are conflict-free. Interior tiles (full in M, N and the K tile) use unguarded copies,
+// edge tiles zero-filling (src-size) copies; the choice is a block-uniform branch per K tile.
+#include "common.cuh"
+
+#define DGM_DEV __device__ __forceinline__
+
+namespace dgm {
+
+struct alignas(16) d2 {
+    double x, y;
+};
+
+extern __shared__ d2 dgm_smem[];
+
+DGM_DEV unsigned smem_u32(const void* p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
+                 : "=r"(r)
+                 : "l"(p));
+    return r;
+}
+
+// Grouped tile order: GROUP_M tile rows share the B panels in L2. Returns (m0, n0).
+template <int BM, int BN>
+DGM_DEV void tile_origin(int M, int N, int& m0, int& n0) {
+    constexpr long long GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long id = blockIdx.x;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    m0 = (int)((first_m + in_group % gm) * BM);
+    n0 = (int)((in_group / gm) * BN);
+}
+
+}  // namespace dgm
+
+// =============================================================================================
+// Tensor-core kernels (sm_80+)
+// =============================================================================================
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+#ifndef DGM_SM90_MMA_K  // tuning experiments only (16, 8 or 4); leave undefined
+#define DGM_SM90_MMA_K 16
+#endif
+
+namespace dgm {
+
+DGM_DEV void cp16(unsigned dst, const double* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+DGM_DEV void cp16z(unsigned dst, const double* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+DGM_DEV void cp8(unsigned dst, const double* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+}
+DGM_DEV void cp8z(unsigned dst, const double* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+DGM_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+DGM_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// D(16x8) += A(16x16) * B(16x8), fragments in the PTX m16n8k16.f64 layout (g = lane/4,
+// t = lane%4): a[v] = A[g + 8*(v%2)][t + 4*(v/2)], b[v] = B[t + 4*v][g],
+// d[v] = D[g + 8*(v/2)][2*t + v%2].
+DGM_DEV void mma16816(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && DGM_SM90_MMA_K == 16
+    asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
+          "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && DGM_SM90_MMA_K == 8
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a[4 * h]), "d"(a[4 * h + 1]), "d"(a[4 * h + 2]), "d"(a[4 * h + 3]),
+              "d"(b[2 * h]), "d"(b[2 * h + 1]));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && DGM_SM90_MMA_K == 4
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+            "{%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a[2 * q]), "d"(a[2 * q + 1]), "d"(b[q]));
+#else
+    // sm_80 / 86 / 89: eight m8n8k4 (rows g and g+8 separately, k in quarters).
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
+                : "d"(a[2 * q + h]), "d"(b[q]));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile configuration
+// ---------------------------------------------------------------------------------------------
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, int MINB_>
+struct TcCfg {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_;
+    static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, MINB = MINB_;
+    static constexpr int NT = WARPS_M * WARPS_N * 32;
+    static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // warp tile
+    static constexpr int MT = WTM / 16, NTL = WTN / 8;           // mma tiles per warp
+    static constexpr int SK = BK + 4;                            // stride of S[x][k] rows
+    static constexpr int SXA = BM + 4, SXB = BN + 4;             // stride of S[k][x] rows
+    static constexpr int A_STAGE = (BM * SK > BK * SXA) ? BM * SK : BK * SXA;  // doubles
+    static constexpr int B_STAGE = (BN * SK > BK * SXB) ? BN * SK : BK * SXB;
+    static constexpr int STAGE = A_STAGE + B_STAGE;
+    static constexpr int SMEM_BYTES = STAGES * STAGE * 8;
+    static_assert(BK % 16 == 0 && WTM % 16 == 0 && WTN % 8 == 0, "tile shape");
+    static_assert(SK % 16 == 4 && SXA % 16 == 4 && SXB % 16 == 4, "conflict-free strides");
+    static_assert((A_STAGE * 8) % 16 == 0 && (B_STAGE * 8) % 16 == 0, "16-byte stage alignment");
+};
+
+// (DGM_BIG_VARIANT / DGM_SMALL_VARIANT exist only for tuning experiments; leave them undefined:
+//  the launch table above describes the defaults)
+#if defined(DGM_BIG_VARIANT) && DGM_BIG_VARIANT == 1
+typedef TcCfg<128, 128, 32, 2, 4, 3, 1> TcBig;
+#elif defined(DGM_BIG_VARIANT) && DGM_BIG_VARIANT == 2
+typedef TcCfg<128, 64, 16, 2, 2, 3, 2> TcBig;
+#elif defined(DGM_BIG_VARIANT) && DGM_BIG_VARIANT == 3
+typedef TcCfg<128, 128, 16, 4, 2, 4, 1> TcBig;
+#else
+// "big": 128x128x16, 8 warps as 2 (m) x 4 (n), warp tile 64x32, 4 stages, 1 block / SM.
+typedef TcCfg<128, 128, 16, 2, 4, 4, 1> TcBig;
+static_assert(TcBig::NT == 256 && TcBig::SMEM_BYTES == 163840,
+              "keep the @launch dgemm_tc_128x128 line in sync");
+#endif
+#if defined(DGM_SMALL_VARIANT) && DGM_SMALL_VARIANT == 1
+typedef TcCfg<64, 64, 32, 2, 2, 3, 2> TcSmall;
+#elif defined(DGM_SMALL_VARIANT) && DGM_SMALL_VARIANT == 2
+typedef TcCfg<64, 64, 16, 2, 2, 4, 2> TcSmall;
+#else
+// "small": 64x64x16, 4 warps as 2 x 2, warp tile 32x32, 3 stages, 3 blocks / SM.
+typedef TcCfg<64, 64, 16, 2, 2, 3, 3> TcSmall;
+static_assert(TcSmall::NT == 128 && TcSmall::SMEM_BYTES == 61440,
+              "keep the @launch dgemm_tc_64x64 line in sync");
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Operand tile loader: global operand X (extent BX along x = m or n, 16 along k) into a smem
+// stage laid out S[x][k] (KC, stride BK + 4) or S[k][x] (!KC, stride BX + 4).
+//   KC: element (x, k) at G[x*ld + k]   (A with TA=false, B with TB=true)
+//   else: element (x, k) at G[k*ld + x] (A with TA=true,  B with TB=false)
+// VEC: 16-byte copies (2 doubles) along the contiguous direction; else 8-byte copies.
+// Tiles must be loaded in increasing k order (the loader advances itself).
+// ---------------------------------------------------------------------------------------------
+template <int BX, int BK, int NT, bool KC, bool VEC>
+struct TcLoader {
+    static constexpr int SK = BK + 4, SX = BX + 4;
+    static constexpr int E = VEC ? 2 : 1;              // doubles per copy
+    static constexpr int U = KC ? BK / E : BX / E;     // copies per contiguous row
+    static constexpr int RP = NT / U;                  // rows per pass
+    static constexpr int PASSES = (KC ? BX : BK) / RP;
+    static_assert(NT % U == 0 && (KC ? BX : BK) % RP == 0, "loader map");
+
+    const double* g0;  // operand base (valid address used as dummy source for zero-fill)
+    const double* g;   // this thread's first source element for the current k tile
+    long long ld;
+    int xrem;          // number of valid x from this thread's first x (may be <= 0)
+    int krem;          // number of valid k from this thread's first k in the current tile
+    unsigned sdst;     // this thread's byte offset inside a stage (first copy)
+
+    DGM_DEV TcLoader(const double* G, long long ld_, int X, int K, int x0, int tid) {
+        g0 = G;
+        ld = ld_;
+        const int r = tid / U, c = (tid % U) * E;
+        if constexpr (KC) {
+            g = G + (long long)(x0 + r) * ld + c;
+            xrem = X - x0 - r;
+            krem = K - c;
+            sdst = (unsigned)(r * SK + c) * 8u;
+        } else {
+            g = G + (long long)r * ld + x0 + c;
+            xrem = X - x0 - c;
+            krem = K - r;
+            sdst = (unsigned)(r * SX + c) * 8u;
+        }
+    }
+
+    template <bool GUARD>
+    DGM_DEV void load(unsigned stage_addr) {
+        const unsigned d = stage_addr + sdst;
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            const double* src = g + (long long)(p * RP) * ld;
+            const unsigned dd = d + (unsigned)(p * RP * (KC ? SK : SX)) * 8u;
+            if constexpr (!GUARD) {
+                if constexpr (VEC) cp16(dd, src);
+                else cp8(dd, src);
+            } else {
+                // valid elements of this copy
+                int nb;
+                if constexpr (KC) {
+                    nb = (p * RP < xrem) ? (krem < E ? krem : E) : 0;
+                } else {
+                    nb = (p * RP < krem) ? (xrem < E ? xrem : E) : 0;
+                }
+                nb = nb < 0 ? 0 : nb;
+                if constexpr (VEC) cp16z(dd, nb ? src : g0, nb * 8);
+                else cp8z(dd, nb ? src : g0, nb * 8);
+            }
+        }
+        g += KC ? (long long)BK : (long long)BK * ld;
+        krem -= BK;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Main GEMM body
+// ---------------------------------------------------------------------------------------------
+template <class CF, bool TA, bool TB, bool AL, bool SPLIT>
+DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long long lda,
+                     const double* __restrict__ B, long long ldb, double* __restrict__ C,
+                     long long ldc, int k_per_split) {
+    constexpr int BM = CF::BM, BN = CF::BN, BK = CF::BK, NT = CF::NT, ST = CF::STAGES;
+    constexpr int MT = CF::MT, NTL = CF::NTL;
+    double* smem = reinterpret_cast<double*>(dgm_smem);
+    const int tid = threadIdx.x;
+
+    int m0, n0;
+    tile_origin<BM, BN>(M, N, m0, n0);
+
+    if constexpr (SPLIT) {
+        const long long kb = (long long)blockIdx.z * k_per_split;
+        long long ke = kb + k_per_split;
+        if (ke > K) ke = K;
+        const int kc = ke > kb ? (int)(ke - kb) : 0;
+        if (kc > 0) {
+            A += TA ? kb * lda : kb;
+            B += TB ? kb : kb * ldb;
+        }
+        C += (long long)blockIdx.z * (long long)M * ldc;
+        K = kc;
+    }
+
+    TcLoader<BM, BK, NT, !TA, AL> la(A, lda, M, K, m0, tid);
+    TcLoader<BN, BK, NT, TB, AL> lb(B, ldb, N, K, n0, tid);
+
+    const unsigned sbase = smem_u32(smem);
+    const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
+    const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
+
+    // ---- prologue: tiles 0 .. ST-2 ----
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+        if (s < KT) {
+            const unsigned sa = sbase + (unsigned)(s * CF::STAGE) * 8u;
+            const unsigned sb = sa + (unsigned)CF::A_STAGE * 8u;
+            if (interior && K - s * BK >= BK) {
+                la.template load<false>(sa);
+                lb.template load<false>(sb);
+            } else {
+                la.template load<true>(sa);
+                lb.template load<true>(sb);
+            }
+        }
+        cp_commit();
+    }
+
+    const int warp = tid >> 5, lane = tid & 31;
+    const int wm = warp / CF::WARPS_N, wn = warp % CF::WARPS_N;
+    const int g = lane >> 2, t = lane & 3;
+
+    // fragment offsets (doubles) inside a stage
+    // A: element (m, k) of the tile at  !TA: m*SK + k   TA: k*SXA + m
+    constexpr int A_M8 = TA ? 8 : 8 * CF::SK;
+    constexpr int A_K4 = TA ? 4 * CF::SXA : 4;
+    const int aoff = TA ? t * CF::SXA + wm * CF::WTM + g : (wm * CF::WTM + g) * CF::SK + t;
+    // B: element (k, n) at  TB: n*SK + k   !TB: k*SXB + n
+    constexpr int B_N8 = TB ? 8 * CF::SK : 8;
+    constexpr int B_K4 = TB ? 4 : 4 * CF::SXB;
+    constexpr int A_K16 = 4 * A_K4, B_K16 = 4 * B_K4;
+    const int boff = TB ? (wn * CF::WTN + g) * CF::SK + t : t * CF::SXB + wn * CF::WTN + g;
+
+    double acc[MT][NTL][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0;
+
+    int rs = 0, ws = ST - 1;
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_wait<ST - 2>();
+        __syncthreads();
+        {
+            const int nt = kt + ST - 1;
+            if (nt < KT) {
+                const unsigned sa = sbase + (unsigned)(ws * CF::STAGE) * 8u;
+                const unsigned sb = sa + (unsigned)CF::A_STAGE * 8u;
+                if (interior && K - nt * BK >= BK) {
+                    la.template load<false>(sa);
+                    lb.template load<false>(sb);
+                } else {
+                    la.template load<true>(sa);
+                    lb.template load<true>(sb);
+                }
+            }
+            cp_commit();
+        }
+        const double* As = smem + rs * CF::STAGE + aoff;
+        const double* Bs = smem + rs * CF::STAGE + CF::A_STAGE + boff;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            double b[NTL][4];
+#pragma unroll
+            for (int j = 0; j < NTL; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) b[j][q] = Bs[ks * B_K16 + j * B_N8 + q * B_K4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                double a[8];
+#pragma unroll
+                for (int v = 0; v < 8; ++v)
+                    a[v] = As[ks * A_K16 + (2 * i + (v & 1)) * A_M8 + (v >> 1) * A_K4];
+#pragma unroll
+                for (int j = 0; j < NTL; ++j) mma16816(acc[i][j], a, b[j]);
+            }
+        }
+        rs = (rs + 1 == ST) ? 0 : rs + 1;
+        ws = (ws + 1 == ST) ? 0 : ws + 1;
+    }
+    cp_wait<0>();  // nothing may stay in flight at exit (only empty groups can remain)
+
+    // ---- epilogue: thread holds D rows g, g+8 of each 16x8 tile, column pairs 2t, 2t+1 ----
+    const bool cvec = ((ldc & 1) == 0) && ((reinterpret_cast<unsigned long long>(C) & 15ull) == 0);
+    const int r0 = m0 + wm * CF::WTM + g;
+    const int c0 = n0 + wn * CF::WTN + 2 * t;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = r0 + 16 * i + 8 * h;
+            if (interior || r < M) {
+                double* Cr = C + (long long)r * ldc;
+#pragma unroll
+                for (int j = 0; j < NTL; ++j) {
+                    const int c = c0 + 8 * j;
+                    const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                    if (interior || c + 1 < N) {
+                        if (cvec) {
+                            d2 v;
+                            v.x = v0;
+                            v.y = v1;
+                            *reinterpret_cast<d2*>(Cr + c) = v;
+                        } else {
+                            Cr[c] = v0;
+                            Cr[c + 1] = v1;
+                        }
+                    } else if (c < N) {
+                        Cr[c] = v0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace dgm
+
+#endif  // tensor-core kernels
+
+// =============================================================================================
+// SIMT fallback (every arch): 64x64x16 tile, 256 threads, 4x4 outputs per thread (rows ty+16i,
+// columns tx+16j), register-prefetched single smem buffer, plain 8-byte loads.
+// =============================================================================================
+namespace dgm {
+
+struct SimtCfg {
+    static constexpr int BM = 64, BN = 64, BK = 16, NT = 256;
+    static constexpr int S = BM + 1;  // S[k][x] row stride (odd: transposing stores conflict-free)
+    static constexpr int SMEM_BYTES = 2 * BK * S * 8;
+};
+static_assert(SimtCfg::NT == 256 && SimtCfg::SMEM_BYTES == 16640,
+              "keep the @launch dgemm_simt line in sync");
+
+// Loads the 64 x 16 tile of operand X starting at (x0, k0) into registers: element e = tid +
+// 256*p. KC (x*ld + k contiguous along k): x = e/16, k = e%16; else x = e%64, k = e/64.
+template <bool KC>
+DGM_DEV void simt_fetch(const double* __restrict__ G, long long ld, int X, int K, int x0, int k0,
+                        int tid, double (&r)[4]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const int e = tid + 256 * p;
+        const int x = KC ? e >> 4 : e & 63;
+        const int k = KC ? e & 15 : e >> 6;
+        const int gx = x0 + x, gk = k0 + k;
+        r[p] = (gx < X && gk < K) ? G[KC ? (long long)gx * ld + gk : (long long)gk * ld + gx]
+                                  : 0.0;
+    }
+}
+template <bool KC>
+DGM_DEV void simt_store(double* S, int tid, const double (&r)[4]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const int e = tid + 256 * p;
+        const int x = KC ? e >> 4 : e & 63;
+        const int k = KC ? e & 15 : e >> 6;
+        S[k * SimtCfg::S + x] = r[p];
+    }
+}
+
+template <bool TA, bool TB, bool SPLIT>
+DGM_DEV void simt_body(int M, int N, int K, const double* __restrict__ A, long long lda,
+                       const double* __restrict__ B, long long ldb, double* __restrict__ C,
+                       long long ldc, int k_per_split) {
+    constexpr int BK = SimtCfg::BK, S = SimtCfg::S;
+    double* As = reinterpret_cast<double*>(dgm_smem);
+    double* Bs = As + BK * S;
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    int m0, n0;
+    tile_origin<SimtCfg::BM, SimtCfg::BN>(M, N, m0, n0);
+    if constexpr (SPLIT) {
+        const long long kb = (long long)blockIdx.z * k_per_split;
+        long long ke = kb + k_per_split;
+        if (ke > K) ke = K;
+        const int kc = ke > kb ? (int)(ke - kb) : 0;
+        if (kc > 0) {
+            A += TA ? kb * lda : kb;
+            B += TB ? kb : kb * ldb;
+        }
+        C += (long long)blockIdx.z * (long long)M * ldc;
+        K = kc;
+    }
+    double acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
+
+    double ra[4], rb[4];
+    if (K > 0) {
+        simt_fetch<!TA>(A, lda, M, K, m0, 0, tid, ra);
+        simt_fetch<TB>(B, ldb, N, K, n0, 0, tid, rb);
+    }
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        __syncthreads();
+        simt_store<!TA>(As, tid, ra);
+        simt_store<TB>(Bs, tid, rb);
+        __syncthreads();
+        if (k0 + BK < K) {
+            simt_fetch<!TA>(A, lda, M, K, m0, k0 + BK, tid, ra);
+            simt_fetch<TB>(B, ldb, N, K, n0, k0 + BK, tid, rb);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            double a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = As[kk * S + ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b[j] = Bs[kk * S + tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = m0 + ty + 16 * i;
+        if (r < M) {
+            double* Cr = C + (long long)r * ldc;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int c = n0 + tx + 16 * j;
+                if (c < N) Cr[c] = acc[i][j];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMV helpers (bandwidth bound)
+// ---------------------------------------------------------------------------------------------
+DGM_DEV double warp_sum(double s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// out[r*so] = sum_k X[r*ldx + k] * v[k*sv], r < R.  Block 256 = 8 warps, one row per warp,
+// grid = ceil(R/8).
+DGM_DEV void gemv_rows(int R, int K, const double* __restrict__ X, long long ldx,
+                       const double* __restrict__ v, long long sv, double* __restrict__ out,
+                       long long so) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * 8 + warp;
+    if (r >= R) return;
+    const double* x = X + r * ldx;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    const bool xvec = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
+    const bool vvec = (sv == 1) && (reinterpret_cast<unsigned long long>(v) & 15ull) == 0;
+    if (xvec && vvec) {
+        const int K2 = K >> 1;
+        const d2* x2 = reinterpret_cast<const d2*>(x);
+        const d2* v2 = reinterpret_cast<const d2*>(v);
+        int i = lane;
+        for (; i + 96 < K2; i += 128) {
+            const d2 a0 = x2[i], a1 = x2[i + 32], a2 = x2[i + 64], a3 = x2[i + 96];
+            const d2 b0 = v2[i], b1 = v2[i + 32], b2 = v2[i + 64], b3 = v2[i + 96];
+            s0 = fma(a0.x, b0.x, s0); s0 = fma(a0.y, b0.y, s0);
+            s1 = fma(a1.x, b1.x, s1); s1 = fma(a1.y, b1.y, s1);
+            s2 = fma(a2.x, b2.x, s2); s2 = fma(a2.y, b2.y, s2);
+            s3 = fma(a3.x, b3.x, s3); s3 = fma(a3.y, b3.y, s3);
+        }
+        for (; i < K2; i += 32) {
+            const d2 a0 = x2[i], b0 = v2[i];
+            s0 = fma(a0.x, b0.x, s0);
+            s1 = fma(a0.y, b0.y, s1);
+        }
+        if ((K & 1) && lane == 0) s2 = fma(x[K - 1], v[K - 1], s2);
+    } else {
+        int k = lane;
+        for (; k + 96 < K; k += 128) {
+            const double a0 = x[k], a1 = x[k + 32], a2 = x[k + 64], a3 = x[k + 96];
+            const double b0 = v[k * sv], b1 = v[(k + 32) * sv], b2 = v[(k + 64) * sv],
+                         b3 = v[(k + 96) * sv];
+            s0 = fma(a0, b0, s0);
+            s1 = fma(a1, b1, s1);
+            s2 = fma(a2, b2, s2);
+            s3 = fma(a3, b3, s3);
+        }
+        for (; k < K; k += 32) s0 = fma(x[k], v[k * sv], s0);
+    }
+    const double s = warp_sum((s0 + s1) + (s2 + s3));
+    if (lane == 0) out[r * so] = s;
+}
+
+// out[c*so] = sum_k v[k*sv] * X[k*ldx + c], c < Cn.  Block 256: tx = tid&7 owns 2 consecutive
+// columns (16 per block), ty = tid>>3 (32 k lanes) strides over k; fixed-order smem reduction.
+// grid = ceil(Cn/16).
+DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ldx,
+                       const double* __restrict__ v, long long sv, double* __restrict__ out,
+                       long long so) {
+    __shared__ double red[32][17];
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const long long c = (long long)blockIdx.x * 16 + 2 * tx;
+    const long long crem = (long long)Cn - c;  // valid columns from c
+    double s[2] = {0.0, 0.0};
+    if (crem > 0) {
+        const double* xc = X + c;
+        const bool vec = crem >= 2 && (ldx & 1) == 0 &&
+                         ((reinterpret_cast<unsigned long long>(xc) & 15ull) == 0);
+        if (vec) {
+            double t[2] = {0.0, 0.0};
+            int k = ty;
+            for (; k + 224 < K; k += 256) {
+                d2 a[8];
+                double b[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    a[u] = *reinterpret_cast<const d2*>(xc + (long long)(k + 32 * u) * ldx);
+                    b[u] = v[(long long)(k + 32 * u) * sv];
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u += 2) {
+                    s[0] = fma(a[u].x, b[u], s[0]);
+                    s[1] = fma(a[u].y, b[u], s[1]);
+                    t[0] = fma(a[u + 1].x, b[u + 1], t[0]);
+                    t[1] = fma(a[u + 1].y, b[u + 1], t[1]);
+                }
+            }
+            for (; k < K; k += 32) {
+                const d2 a0 = *reinterpret_cast<const d2*>(xc + (long long)k * ldx);
+                const double b0 = v[(long long)k * sv];
+                s[0] = fma(a0.x, b0, s[0]);
+                s[1] = fma(a0.y, b0, s[1]);
+            }
+            s[0] += t[0];
+            s[1] += t[1];
+        } else {
+            const int nc = crem < 2 ? (int)crem : 2;
+            for (int k = ty; k < K; k += 32) {
+                const double* xr = xc + (long long)k * ldx;
+                const double b = v[(long long)k * sv];
+#pragma unroll
+                for (int q = 0; q < 2; ++q)
+                    if (q < nc) s[q] = fma(xr[q], b, s[q]);
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) red[ty][2 * tx + q] = s[q];
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const long long cc = (long long)blockIdx.x * 16 + threadIdx.x;
+        if (cc < Cn) {
+            double u = 0.0;
+#pragma unroll 8
+            for (int y = 0; y < 32; ++y) u += red[y][threadIdx.x];
+            out[cc * so] = u;
+        }
+    }
+}
+
+}  // namespace dgm
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+#define DGM_PARAMS                                                                          \
+    int M, int N, int K, const double *__restrict__ A, long long lda,                      \
+        const double *__restrict__ B, long long ldb, double *__restrict__ C, long long ldc
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define DGM_TC_ENTRY(NAME, CFG, TA, TB, AL)                                                  \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(DGM_PARAMS) {      \
+        dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
+        NAME##_splitk(DGM_PARAMS, int k_per_split) {                                         \
+        dgm::tc_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);   \
+    }
+
+#define DGM_TC_FAMILY(PREFIX, CFG)                          \
+    DGM_TC_ENTRY(PREFIX##_nn, CFG, false, false, true)      \
+    DGM_TC_ENTRY(PREFIX##_nt, CFG, false, true, true)       \
+    DGM_TC_ENTRY(PREFIX##_tn, CFG, true, false, true)       \
+    DGM_TC_ENTRY(PREFIX##_tt, CFG, true, true, true)        \
+    DGM_TC_ENTRY(PREFIX##_nn_u, CFG, false, false, false)   \
+    DGM_TC_ENTRY(PREFIX##_nt_u, CFG, false, true, false)    \
+    DGM_TC_ENTRY(PREFIX##_tn_u, CFG, true, false, false)    \
+    DGM_TC_ENTRY(PREFIX##_tt_u, CFG, true, true, false)
+
+DGM_TC_FAMILY(dgemm_tc_128x128, dgm::TcBig)
+DGM_TC_FAMILY(dgemm_tc_64x64, dgm::TcSmall)
+#endif
+
+#define DGM_SIMT_ENTRY(NAME, TA, TB)                                                         \
+    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
+        dgm::simt_body<TA, TB, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                        \
+        NAME##_splitk(DGM_PARAMS, int k_per_split) {                                         \
+        dgm::simt_body<TA, TB, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);          \
+    }
+DGM_SIMT_ENTRY(dgemm_simt_nn, false, false)
+DGM_SIMT_ENTRY(dgemm_simt_nt, false, true)
+DGM_SIMT_ENTRY(dgemm_simt_tn, true, false)
+DGM_SIMT_ENTRY(dgemm_simt_tt, true, true)
+
+extern "C" __global__ void __launch_bounds__(256)
+    dgemm_splitk_reduce(int M, int N, int splits, const double* __restrict__ W,
+                        double* __restrict__ C, long long ldc) {
+    const long long MN = (long long)M * N;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
+         idx += stride) {
+        double s = 0.0;
+        for (int z = 0; z < splits; ++z) s += W[(long long)z * MN + idx];
+        const long long i = idx / N, j = idx - i * N;
+        C[i * ldc + j] = s;
+    }
+}
+
+// C = alpha * T + beta * C over an M x N block (both row-major). beta == 0 never reads C (NaN or
+// Inf there is overwritten, as BLAS does); T == nullptr means alpha * A * B is zero: C = beta*C.
+// block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256)
+    dgemm_axpby(int M, int N, double alpha, const double* __restrict__ T, long long ldt,
+                double beta, double* __restrict__ C, long long ldc) {
+    const long long MN = (long long)M * N;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
+         idx += stride) {
+        const long long i = idx / N, j = idx - i * N;
+        const double t = T ? alpha * T[i * ldt + j] : 0.0;
+        double* c = C + i * ldc + j;
+        *c = beta == 0.0 ? t : fma(beta, *c, t);
+    }
+}
+
+// In-place ReLU over N doubles: X = max(X, 0), a NaN becoming 0 (as `f64::max(x, 0.0)`).
+// block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256) delem_relu(long long N, double* __restrict__ X) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
+        X[i] = fmax(X[i], 0.0);
+}
+
+// Gradient through that ReLU, in place: G = H > 0 ? G : 0 (a NaN in H passes nothing).
+// block 256, smem 0, any grid (grid-stride).
+extern "C" __global__ void __launch_bounds__(256)
+    delem_relu_backward(long long N, double* __restrict__ G, const double* __restrict__ H) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
+        G[i] = H[i] > 0.0 ? G[i] : 0.0;
+}
+
+// M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA=false) or A[k*lda] (TA=true).
+#define DGM_GEMV_M1(NAME, TA, TB)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
+        (void)M;                                                                             \
+        (void)ldc;                                                                           \
+        const long long sa = TA ? lda : 1;                                                   \
+        if (TB)                                                                              \
+            dgm::gemv_rows(N, K, B, ldb, A, sa, C, 1);                                       \
+        else                                                                                 \
+            dgm::gemv_cols(N, K, B, ldb, A, sa, C, 1);                                       \
+    }
+// N == 1: C[m][0] = sum_k op(A)[m][k] * b[k], b[k] = B[k*ldb] (TB=false) or B[k] (TB=true).
+#define DGM_GEMV_N1(NAME, TA, TB)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
+        (void)N;                                                                             \
+        const long long sb = TB ? 1 : ldb;                                                   \
+        if (TA)                                                                              \
+            dgm::gemv_cols(M, K, A, lda, B, sb, C, ldc);                                     \
+        else                                                                                 \
+            dgm::gemv_rows(M, K, A, lda, B, sb, C, ldc);                                     \
+    }
+
+DGM_GEMV_M1(dgemv_m1_nn, false, false)
+DGM_GEMV_M1(dgemv_m1_nt, false, true)
+DGM_GEMV_M1(dgemv_m1_tn, true, false)
+DGM_GEMV_M1(dgemv_m1_tt, true, true)
+DGM_GEMV_N1(dgemv_n1_nn, false, false)
+DGM_GEMV_N1(dgemv_n1_nt, false, true)
+DGM_GEMV_N1(dgemv_n1_tn, true, false)
+DGM_GEMV_N1(dgemv_n1_tt, true, true)
