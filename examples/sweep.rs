@@ -12,6 +12,9 @@
 //! `--sizes` measures only those squares; `--no-first-call` skips the child processes. Each
 //! shape is warmed up until the autotuner has settled on its choice.
 //!
+//! `--f64-crossover` measures instead where `f64` products start to pay on the GPU: squares
+//! from 64 to 512, the GPU path forced against ndarray's f64 `dot`, host to host.
+//!
 //! Prints a markdown table (the crossover and each point's ratio to the faster of ndarray and
 //! the GPU path) and writes the JSON records to PATH.
 
@@ -146,11 +149,48 @@ fn first_call_records() -> Value {
     })
 }
 
+/// Host-to-host `f64` products, GPU path against ndarray, over small squares: where the
+/// threshold for f64 belongs.
+fn f64_crossover(json_path: Option<String>) {
+    let mut records = Vec::new();
+    println!("| n³ (f64) | Mflop | GPU ms | ndarray ms | GPU / ndarray |");
+    println!("|---|---|---|---|---|");
+    let gpu = DotOptions::builtin().backend(Backend::Gpu);
+    for n in [64, 96, 128, 160, 192, 224, 256, 320, 384, 512] {
+        let a = gpu_dot::profile::random_matrix_of::<f64>(n, n, 1);
+        let b = gpu_dot::profile::random_matrix_of::<f64>(n, n, 2);
+        // Warm up until the autotuner has settled.
+        for _ in 0..40 {
+            std::hint::black_box(a.gpu_dot_with(&b, &gpu).expect("the GPU path"));
+        }
+        let g = median_ms(150.0, || {
+            std::hint::black_box(a.gpu_dot_with(&b, &gpu).expect("the GPU path"));
+        });
+        let c = median_ms(150.0, || {
+            std::hint::black_box(a.dot(&b));
+        });
+        let mflop = gpu_dot::flops(n, n, n) as f64 / 1e6;
+        println!("| {n} | {mflop:.1} | {g:.3} | {c:.3} | {:.2} |", g / c);
+        records.push(json!({"dtype": "f64", "m": n, "k": n, "n": n, "gpu_ms": g, "ndarray_ms": c}));
+    }
+    if let Some(path) = json_path {
+        std::fs::write(&path, serde_json::to_string_pretty(&records).unwrap()).expect("write");
+        println!("wrote {path}");
+    }
+}
+
 fn main() {
     if std::env::var_os(CHILD).is_some() {
         return first_call_child();
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--f64-crossover") {
+        let path = args
+            .iter()
+            .position(|a| a == "--json")
+            .and_then(|i| args.get(i + 1).cloned());
+        return f64_crossover(path);
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let no_torch = args.iter().any(|a| a == "--no-torch");
     let value = |flag: &str| {

@@ -1,4 +1,4 @@
-//! Matrix products of `f32` [ndarray] matrices on an NVIDIA GPU, as easy as `dot`.
+//! Matrix products of `f32` and `f64` [ndarray] matrices on an NVIDIA GPU, as easy as `dot`.
 //!
 //! ```
 //! use gpu_dot::GpuDot;
@@ -7,12 +7,16 @@
 //! let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
 //! let b = arr2(&[[5.0f32, 6.0], [7.0, 8.0]]);
 //! assert_eq!(a.gpu_dot(&b), a.dot(&b));
+//!
+//! let x = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]); // f64: DGEMM on the FP64 tensor cores
+//! assert_eq!(x.gpu_dot(&x.t()), x.dot(&x.t()));
 //! ```
 //!
-//! [`GpuDot`] is implemented for every 2-D `f32` array kind (`Array2`, `ArrayView2`,
-//! `ArrayViewMut2`, `ArcArray2`, `CowArray`), in any layout: C order, F order (`a.t()`),
-//! sliced, stepped and negative-stride views. Results equal ndarray's `dot` within
-//! floating-point tolerance.
+//! [`GpuDot`] is implemented for every 2-D array kind of an [`Element`] type (`f32`, `f64`):
+//! `Array2`, `ArrayView2`, `ArrayViewMut2`, `ArcArray2`, `CowArray`, in any layout: C order,
+//! F order (`a.t()`), sliced, stepped and negative-stride views. Results equal ndarray's `dot`
+//! within floating-point tolerance, in ndarray's memory order (F order when both operands are
+//! column-major, else C order) on every route.
 //!
 //! # How a product is computed
 //!
@@ -93,8 +97,29 @@
 //! | [`Kernel::Reg64`], [`Kernel::Reg128`] | register-blocked tiles with a cp.async pipeline |
 //! | [`Kernel::Auto`] | the register-blocked [`Plan`] and panel count measured fastest, as the pipeline runs them, for the shape class |
 //!
-//! The `cublas` feature adds cuBLAS SGEMM to [`profile`] as a reference for benches and the
-//! ladder example; products never come from cuBLAS.
+//! Each kernel exists for both element types. `f64` products run the register-blocked tiles
+//! on the FP64 tensor cores (`mma.sync` f64 shapes of sm_80 and sm_90); devices older than
+//! sm_80 run a SIMT FP64 kernel in their place.
+//!
+//! The `cublas` feature adds cuBLAS SGEMM and DGEMM to [`profile`] as references for benches
+//! and the ladder example; products never come from cuBLAS.
+//!
+//! # Adding a kernel or an element type
+//!
+//! The kernel table (`src/engine/table.rs`) is the only place launch constants live: each
+//! tiled kernel is one row (family, entry stem, tile, threads, dynamic shared memory, K tile,
+//! oldest architecture), and entry names are derived from it as
+//! `{stem}_{nn|nt|tn|tt}[_u][_splitk]`.
+//!
+//! - **A tile configuration**: write its entries in the family's `.cu` file with the
+//!   `GEMM_PARAMS(T)` signature (kernels/common.cuh), add a `// @launch STEM tile=… block=…
+//!   smem=… bk=… minsm=…` line with `static_assert`s tying it to the code, and add the table
+//!   row. A unit test checks the table against every `@launch` line.
+//! - **An element type**: one `Element` impl (`src/element.rs`: its [`Dtype`], with its BLAS
+//!   letter and size), its kernels (the naive and tiled templates instantiate for it with one
+//!   line each; a fast family gives the tiled, GEMV and element-wise entries), and its rows in
+//!   the table. The transfer pipeline moves elements of any width and needs no change; the
+//!   tuner keys plans by element type.
 //!
 //! [ndarray]: https://docs.rs/ndarray
 

@@ -238,7 +238,7 @@ where
     S2: Data<Elem = T>,
 {
     check_shapes(a.dim(), b.dim())?;
-    let ((m, _), n) = (a.dim(), b.ncols());
+    let ((m, k), n) = (a.dim(), b.ncols());
     let f_order = f_order_result(a, b);
     // Both operands column-major: the GPU computes Cᵀ = Bᵀ·Aᵀ, whose operands are then
     // row-major, into a C-order n × m array, which is C in F order.
@@ -247,7 +247,9 @@ where
     } else {
         (a.view(), b.view(), m, n)
     };
-    let mut c = if m == 0 || n == 0 {
+    // Nothing to multiply: zeros (a zero k included, where the general form would still scale
+    // C by beta).
+    let mut c = if m == 0 || n == 0 || k == 0 {
         None
     } else {
         Some(fresh::<T>((rows, cols), false)?)

@@ -142,8 +142,19 @@ fn chunked_and_unchunked_products_agree_with_the_reference() {
     for (av, al) in &a_views {
         for (bv, bl) in &b_views {
             let r = reference(av, bv);
-            for (rows, want_panels) in [(Some(m), 1), (Some(128), 8), (Some(300), 4), (Some(1), m)]
-            {
+            // Both operands column-major: the product runs as Cᵀ = Bᵀ·Aᵀ (so that C comes back
+            // in F order, as ndarray's), whose rows are C's n columns.
+            let rows_of_c = if (*al, *bl) == (Layout::F, Layout::F) {
+                n
+            } else {
+                m
+            };
+            for (rows, want_panels) in [
+                (Some(rows_of_c), 1),
+                (Some(128), rows_of_c.div_ceil(128)),
+                (Some(300), rows_of_c.div_ceil(300)),
+                (Some(1), rows_of_c),
+            ] {
                 let p = av
                     .gpu_dot_with(bv, &gpu().panel_rows(rows))
                     .unwrap_or_else(|e| panic!("{al:?}·{bl:?} {rows:?}: {e}"));
