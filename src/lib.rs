@@ -292,11 +292,13 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
     );
 }
 
-/// Hooks for the crate's fault tests (a kernel that faults, kernel sources replaced before
-/// compilation); not part of the API.
+/// Hooks for the crate's tests (a kernel that faults, kernel sources replaced before
+/// compilation, kernels chosen for an older device); not part of the API.
 #[doc(hidden)]
 pub mod __testing {
-    pub use crate::device::testing::{override_kernel_source, raise_device_fault, Fault};
+    pub use crate::device::testing::{
+        override_kernel_source, pretend_compute_capability, raise_device_fault, Fault,
+    };
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

@@ -310,3 +310,38 @@ fn long_k_f64_products_split_and_stay_accurate() {
         );
     }
 }
+
+/// Devices without FP64 tensor cores (before sm_80) run the SIMT DGEMM: chosen here on the
+/// GPU at hand by pretending an sm_75 device, over shapes that reach both configurations,
+/// split-K and edge tiles, in every layout pair.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_simt_fallback_matches_the_reference() {
+    require_gpu();
+    gpu_dot::__testing::pretend_compute_capability(Some(75));
+    let result = catch_unwind(|| {
+        for (m, k, n) in [(7, 13, 5), (129, 67, 255), (64, 2048, 64), (300, 257, 400)] {
+            let a = random64(m, k);
+            let b = random64(k, n);
+            let (at, bt) = (a.t().to_owned(), b.t().to_owned());
+            let r = reference64(&a, &b);
+            for (name, av, bv) in [
+                ("C·C", a.view(), b.view()),
+                ("F·C", at.t(), b.view()),
+                ("C·F", a.view(), bt.t()),
+                ("F·F", at.t(), bt.t()),
+            ] {
+                for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
+                    let what = format!("SIMT {m}×{k}×{n} {name} {kernel}");
+                    let p = av.gpu_dot_with(&bv, &gpu(kernel)).expect(&what);
+                    assert!(p.route.is_gpu(), "{what}");
+                    check64(&p.c, &av, &bv, &r, &what);
+                }
+            }
+        }
+    });
+    gpu_dot::__testing::pretend_compute_capability(None);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -445,9 +445,15 @@ impl Gpu {
     pub(crate) fn target(&self, dtype: crate::element::Dtype) -> crate::engine::plan::Target {
         crate::engine::plan::Target {
             dtype,
-            sm: self.sm(),
+            sm: self.kernel_sm(),
             sms: self.info.multiprocessors.max(1) as usize,
         }
+    }
+
+    /// The compute capability kernels are chosen for: the device's, unless a test pretends
+    /// otherwise (`__testing::pretend_compute_capability`).
+    pub(crate) fn kernel_sm(&self) -> u32 {
+        crate::device::testing::pretended_sm().map_or(self.sm(), |sm| sm.min(self.sm()))
     }
 
     /// The compute capability as `major·10 + minor` (90 for sm_90).

@@ -103,3 +103,21 @@ pub(crate) fn source_override(family: Family) -> Option<String> {
 }
 
 static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The compute capability (`major·10 + minor`) kernel choices are made for, in place of the
+/// device's: `Some(75)` sends `f64` products to the SIMT kernel that devices without FP64
+/// tensor cores run; `None` restores the device's own. The modules keep every entry of the
+/// real device.
+pub fn pretend_compute_capability(sm: Option<u32>) {
+    PRETEND_SM.store(sm.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+}
+
+static PRETEND_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The compute capability set by [`pretend_compute_capability`], if any.
+pub(crate) fn pretended_sm() -> Option<u32> {
+    match PRETEND_SM.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        sm => Some(sm),
+    }
+}

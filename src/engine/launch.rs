@@ -345,7 +345,7 @@ pub(crate) fn launch_plan<T: Element>(
                 .map_err(GpuDotError::at("launching a GEMV kernel"))
         }
         Plan::Tile { config, splits } => {
-            let row = TileRow::of(dtype, config, gpu.sm());
+            let row = TileRow::of(dtype, config, gpu.kernel_sm());
             let aligned = args.a.aligned() && args.b.aligned();
             let grid_tiles = grid_x(row.tiles(m, n))?;
             let block = (row.threads, 1, 1);

@@ -38,11 +38,15 @@ fn thresholds(dtype: Dtype) -> Thresholds {
             split_below: 200.0 / 132.0,
             small_blocks_per_sm: 6,
         },
-        // One resident big block per multiprocessor: big tiles once they fill one wave.
+        // Measured on an H200 (tools/dgemm-lab): the 64 × 64 tiles (three resident blocks per
+        // multiprocessor) beat the 128 × 64 ones up to about 4096 × 8192, and lose at 8192³
+        // (39.5 against 50 TFLOP/s); split-K pays below about 200 small tiles, and three
+        // blocks per multiprocessor give the best measured splits (2 at 512³, 3 for
+        // 64 × 8192 × 8192 and 8192 × 8192 × 64).
         Dtype::F64 => Thresholds {
-            big_from: 1.0,
-            split_below: 1.0,
-            small_blocks_per_sm: 2,
+            big_from: 40.0,
+            split_below: 1.5,
+            small_blocks_per_sm: 3,
         },
     }
 }
@@ -170,9 +174,16 @@ mod tests {
             ..H200
         };
         assert_eq!(
-            super::heuristic(t, 4096, 4096, 4096),
+            super::heuristic(t, 8192, 8192, 8192),
             Plan::Tile {
                 config: TileConfig::Big,
+                splits: 1
+            }
+        );
+        assert_eq!(
+            super::heuristic(t, 4096, 4096, 4096),
+            Plan::Tile {
+                config: TileConfig::Small,
                 splits: 1
             }
         );

@@ -121,8 +121,8 @@ pub(crate) fn layout_suffix(trans_a: bool, trans_b: bool) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TileConfig {
-    /// The large output tile (128 × 128 for both element types), for products that make
-    /// enough of them to fill the device.
+    /// The large output tile (128 × 128 for `f32`, 128 × 64 for `f64`), for products that
+    /// make enough of them to fill the device.
     Big,
     /// The small output tile (64 × 64), for shapes that make few big tiles.
     Small,
@@ -200,10 +200,10 @@ pub(crate) const TILES: [TileRow; 5] = [
         family: Family::Dgemm,
         dtype: Dtype::F64,
         config: Some(TileConfig::Big),
-        stem: "dgemm_tc_128x128",
-        tile: (128, 128),
-        threads: 256,
-        smem: 163_840,
+        stem: "dgemm_tc_128x64",
+        tile: (128, 64),
+        threads: 128,
+        smem: 92_160,
         bk: 16,
         min_sm: 80,
         variants: true,
