@@ -20,8 +20,9 @@
 //!
 //! # How a product is computed
 //!
-//! - Products of fewer than [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`) run on the CPU through
-//!   ndarray's own `dot`: below that, copying to the GPU costs more than it saves.
+//! - Products of fewer than [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; for `f64`,
+//!   [`DEFAULT_MIN_GPU_FLOPS_F64`]) run on the CPU through ndarray's own `dot`: below that,
+//!   copying to the GPU costs more than it saves.
 //! - Larger products run on the GPU when one is usable. The first GPU product of the process
 //!   creates a CUDA context (through the driver library, loaded at run time) and compiles the
 //!   kernels with NVRTC for the device found; compiled modules are kept for the process, and
@@ -70,7 +71,7 @@
 //! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
 //! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
-//! | `GPU_DOT_MIN_FLOPS` | a non-negative integer | [`DEFAULT_MIN_GPU_FLOPS`] |
+//! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
 //! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
 //! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
 //! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
@@ -156,8 +157,8 @@ pub use matrix::{
     GpuView, Operand, Output,
 };
 pub use options::{
-    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
-    ENV_KERNEL, ENV_MIN_FLOPS,
+    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64, ENV_AUTOTUNE,
+    ENV_BACKEND, ENV_DEVICE, ENV_KERNEL, ENV_MIN_FLOPS,
 };
 pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};

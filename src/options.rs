@@ -19,6 +19,14 @@ use crate::error::GpuDotError;
 /// or per process with `GPU_DOT_MIN_FLOPS`.
 pub const DEFAULT_MIN_GPU_FLOPS: u64 = 10_000_000;
 
+/// [`DEFAULT_MIN_GPU_FLOPS`] for `f64` products.
+///
+/// Measured on the same H200 host (`sweep --f64-crossover`, BENCHMARKS.md): host to host, the
+/// GPU path took 0.059 ms at 96³ (1.8 Mflop) against ndarray's 0.032 ms, and 0.069 ms at 128³
+/// (4.2 Mflop) against 0.085 ms: ndarray's f64 `dot` runs at half its f32 speed, so the GPU
+/// pays from smaller products than in f32. The threshold sits between, at 3 Mflop (about 115³).
+pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
+
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
 /// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
@@ -137,8 +145,9 @@ pub struct DotOptions {
     pub backend: Backend,
     /// Which kernel, when on the GPU.
     pub kernel: Kernel,
-    /// Under [`Backend::Auto`], products of fewer flops than this go to the CPU.
-    pub min_gpu_flops: u64,
+    /// Under [`Backend::Auto`], products of fewer flops than this go to the CPU (`None`: the
+    /// element type's default, [`DEFAULT_MIN_GPU_FLOPS`] or [`DEFAULT_MIN_GPU_FLOPS_F64`]).
+    pub min_gpu_flops: Option<u64>,
     /// Fill the device output with NaN before the kernel runs, so that an element the kernel
     /// fails to write shows up as NaN. For testing kernels; costs one memset.
     pub poison_output: bool,
@@ -163,7 +172,7 @@ impl DotOptions {
         DotOptions {
             backend: Backend::Auto,
             kernel: Kernel::Auto,
-            min_gpu_flops: DEFAULT_MIN_GPU_FLOPS,
+            min_gpu_flops: None,
             poison_output: false,
             autotune: true,
             panel_rows: None,
@@ -196,11 +205,11 @@ impl DotOptions {
             })?;
         }
         if let Some(v) = lookup(ENV_MIN_FLOPS) {
-            opts.min_gpu_flops = v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
+            opts.min_gpu_flops = Some(v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
                 var: ENV_MIN_FLOPS,
                 value: v.clone(),
                 expected: "a non-negative integer",
-            })?;
+            })?);
         }
         if let Some(v) = lookup(ENV_AUTOTUNE) {
             opts.autotune = match v.trim().to_ascii_lowercase().as_str() {
@@ -230,9 +239,17 @@ impl DotOptions {
         self
     }
 
-    /// These options with another CPU/GPU threshold.
+    /// The CPU/GPU threshold in force for products of `dtype`.
+    pub fn threshold(&self, dtype: crate::Dtype) -> u64 {
+        self.min_gpu_flops.unwrap_or(match dtype {
+            crate::Dtype::F32 => DEFAULT_MIN_GPU_FLOPS,
+            _ => DEFAULT_MIN_GPU_FLOPS_F64,
+        })
+    }
+
+    /// These options with another CPU/GPU threshold (for every element type).
     pub fn min_gpu_flops(mut self, flops: u64) -> Self {
-        self.min_gpu_flops = flops;
+        self.min_gpu_flops = Some(flops);
         self
     }
 

@@ -175,13 +175,13 @@ pub(crate) fn route<T: Element>(
             .map(|done| Decision::Done(gpu_route::<T>(opts, done)))
             .map_err(|f| f.error);
     }
-    let flops = flops(m, k, n);
+    let (flops, threshold) = (flops(m, k, n), opts.threshold(T::DTYPE));
     match opts.backend {
         Backend::Cpu => return Ok(Decision::Cpu(CpuReason::Requested)),
-        Backend::Auto if flops < opts.min_gpu_flops => {
+        Backend::Auto if flops < threshold => {
             return Ok(Decision::Cpu(CpuReason::BelowThreshold {
                 flops,
-                threshold: opts.min_gpu_flops,
+                threshold,
             }))
         }
         _ => {}

@@ -299,7 +299,7 @@ fn options_parse_from_the_environment() {
     .unwrap();
     assert_eq!(o.backend, Backend::Gpu);
     assert_eq!(o.kernel, Kernel::Tiled16);
-    assert_eq!(o.min_gpu_flops, 12345);
+    assert_eq!(o.min_gpu_flops, Some(12345));
     for (v, b) in [
         ("cpu", Backend::Cpu),
         ("auto", Backend::Auto),
