@@ -15,15 +15,126 @@ __device__ __forceinline__ i64 elem_offset(i64 r, i64 c, i64 ld) {
     return TRANS ? c * ld + r : r * ld + c;
 }
 
-// The argument list every SGEMM entry point takes: C (M x N, row-major, leading dimension ldc)
-// = op(A) (M x K) * op(B) (K x N).
-#define SGEMM_PARAMS                                                                      \
-    int M, int N, int K, const float *__restrict__ A, i64 lda, const float *__restrict__ B, \
-        i64 ldb, float *__restrict__ C, i64 ldc
-#define SGEMM_ARGS M, N, K, A, lda, B, ldb, C, ldc
-// The same for any element type T.
-#define GEMM_PARAMS(T)                                                                   \
+// The argument list every GEMM entry point of element type T takes: C (M x N, row-major,
+// leading dimension ldc) = op(A) (M x K) * op(B) (K x N).
+#define GEMM_ARGS M, N, K, A, lda, B, ldb, C, ldc
+#define GEMM_PARAMS(T)                                                                             \
     int M, int N, int K, const T *__restrict__ A, i64 lda, const T *__restrict__ B, i64 ldb, \
         T *__restrict__ C, i64 ldc
+
+// Per-type spellings of the few math functions the element-wise kernels use (NVRTC has no
+// overloaded host math headers).
+__device__ __forceinline__ float gd_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double gd_fma(double a, double b, double c) { return fma(a, b, c); }
+__device__ __forceinline__ float gd_relu(float x) { return fmaxf(x, 0.f); }
+__device__ __forceinline__ double gd_relu(double x) { return fmax(x, 0.0); }
+
+// Grid-stride loop over [0, n): every element-wise kernel below runs with block 256, no shared
+// memory, and any grid.
+#define GD_GRID_STRIDE(i, n)                                                  \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x,                  \
+             gd_stride_ = (i64)gridDim.x * blockDim.x;                        \
+         i < (n); i += gd_stride_)
+
+namespace gd {
+
+// C = the sum of the `splits` partial products W[z] (each M x N, row-major, packed): the
+// second pass of a split-K product.
+template <typename T>
+__device__ __forceinline__ void splitk_reduce(int M, int N, int splits, const T* __restrict__ W,
+                                              T* __restrict__ C, i64 ldc) {
+    const i64 MN = (i64)M * N;
+    GD_GRID_STRIDE(idx, MN) {
+        T s = T(0);
+        for (int z = 0; z < splits; ++z) s += W[(i64)z * MN + idx];
+        const i64 i = idx / N, j = idx - i * N;
+        C[i * ldc + j] = s;
+    }
+}
+
+// C = alpha * T + beta * C over an M x N block (both row-major), the `C = alpha*A*B + beta*C`
+// epilogue of the general form. beta == 0 never reads C (NaN or Inf there is overwritten, as
+// BLAS does); X == nullptr means alpha * A * B is zero (alpha == 0 or K == 0): C = beta * C.
+template <typename T>
+__device__ __forceinline__ void axpby(int M, int N, T alpha, const T* __restrict__ X, i64 ldx,
+                                      T beta, T* __restrict__ C, i64 ldc) {
+    const i64 MN = (i64)M * N;
+    GD_GRID_STRIDE(idx, MN) {
+        const i64 i = idx / N, j = idx - i * N;
+        const T t = X ? alpha * X[i * ldx + j] : T(0);
+        T* c = C + i * ldc + j;
+        *c = beta == T(0) ? t : gd_fma(beta, *c, t);
+    }
+}
+
+// The ReLU of a training loop's hidden layer, in place over N elements: X = max(X, 0), a NaN
+// becoming 0 (as `x.max(0.0)` on the host).
+template <typename T>
+__device__ __forceinline__ void relu(i64 N, T* __restrict__ X) {
+    GD_GRID_STRIDE(i, N) X[i] = gd_relu(X[i]);
+}
+
+// The gradient through that ReLU, in place: G = H > 0 ? G : 0, H the layer's output (a NaN in
+// H passes nothing).
+template <typename T>
+__device__ __forceinline__ void relu_backward(i64 N, T* __restrict__ G, const T* __restrict__ H) {
+    GD_GRID_STRIDE(i, N) G[i] = H[i] > T(0) ? G[i] : T(0);
+}
+
+}  // namespace gd
+
+// The element-wise entry points of a GEMM family for element type T, under the names the
+// kernel table gives them (src/engine/table.rs, `Aux`).
+#define GD_AUX_ENTRIES(T, REDUCE, AXPBY, RELU, RELU_BACKWARD)                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        REDUCE(int M, int N, int splits, const T* __restrict__ W, T* __restrict__ C, i64 ldc) { \
+        gd::splitk_reduce<T>(M, N, splits, W, C, ldc);                                          \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256) AXPBY(                                    \
+        int M, int N, T alpha, const T* __restrict__ X, i64 ldx, T beta, T* __restrict__ C,     \
+        i64 ldc) {                                                                              \
+        gd::axpby<T>(M, N, alpha, X, ldx, beta, C, ldc);                                        \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256) RELU(i64 N, T* __restrict__ X) {         \
+        gd::relu<T>(N, X);                                                                      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        RELU_BACKWARD(i64 N, T* __restrict__ G, const T* __restrict__ H) {                      \
+        gd::relu_backward<T>(N, G, H);                                                          \
+    }
+
+// The eight GEMV entry points `PREFIX_{m1,n1}_{nn,nt,tn,tt}` of element type T over a
+// family's `NS::gemv_rows` (dot products along contiguous rows of X) and `NS::gemv_cols`
+// (along columns). M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA false) or
+// A[k*lda] (TA true). N == 1: C[m][0] = sum_k op(A)[m][k] * b[k], b[k] = B[k*ldb] (TB false)
+// or B[k] (TB true).
+#define GD_GEMV_M1(T, NS, NAME, TA, TB)                                                 \
+    extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(T)) {                       \
+        (void)M;                                                                        \
+        (void)ldc;                                                                      \
+        const i64 sa = TA ? lda : 1;                                                    \
+        if (TB)                                                                         \
+            NS::gemv_rows(N, K, B, ldb, A, sa, C, 1);                                   \
+        else                                                                            \
+            NS::gemv_cols(N, K, B, ldb, A, sa, C, 1);                                   \
+    }
+#define GD_GEMV_N1(T, NS, NAME, TA, TB)                                                 \
+    extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(T)) {                       \
+        (void)N;                                                                        \
+        const i64 sb = TB ? 1 : ldb;                                                    \
+        if (TA)                                                                         \
+            NS::gemv_cols(M, K, A, lda, B, sb, C, ldc);                                 \
+        else                                                                            \
+            NS::gemv_rows(M, K, A, lda, B, sb, C, ldc);                                 \
+    }
+#define GD_GEMV_ENTRIES(T, NS, PREFIX)                \
+    GD_GEMV_M1(T, NS, PREFIX##_m1_nn, false, false)   \
+    GD_GEMV_M1(T, NS, PREFIX##_m1_nt, false, true)    \
+    GD_GEMV_M1(T, NS, PREFIX##_m1_tn, true, false)    \
+    GD_GEMV_M1(T, NS, PREFIX##_m1_tt, true, true)     \
+    GD_GEMV_N1(T, NS, PREFIX##_n1_nn, false, false)   \
+    GD_GEMV_N1(T, NS, PREFIX##_n1_nt, false, true)    \
+    GD_GEMV_N1(T, NS, PREFIX##_n1_tn, true, false)    \
+    GD_GEMV_N1(T, NS, PREFIX##_n1_tt, true, true)
 
 #endif  // GPU_DOT_COMMON_CUH

@@ -676,17 +676,13 @@ DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ld
 // ---------------------------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------------------------
-#define DGM_PARAMS                                                                          \
-    int M, int N, int K, const double *__restrict__ A, long long lda,                      \
-        const double *__restrict__ B, long long ldb, double *__restrict__ C, long long ldc
-
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define DGM_TC_ENTRY(NAME, CFG, TA, TB, AL)                                                  \
-    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(DGM_PARAMS) {      \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(double)) {   \
         dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
-        NAME##_splitk(DGM_PARAMS, int k_per_split) {                                         \
+        NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
         dgm::tc_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);   \
     }
 
@@ -705,11 +701,11 @@ DGM_TC_FAMILY(dgemm_tc_64x64, dgm::TcSmall)
 #endif
 
 #define DGM_SIMT_ENTRY(NAME, TA, TB)                                                         \
-    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
+    extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(double)) {                  \
         dgm::simt_body<TA, TB, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                        \
-        NAME##_splitk(DGM_PARAMS, int k_per_split) {                                         \
+        NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
         dgm::simt_body<TA, TB, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);          \
     }
 DGM_SIMT_ENTRY(dgemm_simt_nn, false, false)
@@ -717,81 +713,5 @@ DGM_SIMT_ENTRY(dgemm_simt_nt, false, true)
 DGM_SIMT_ENTRY(dgemm_simt_tn, true, false)
 DGM_SIMT_ENTRY(dgemm_simt_tt, true, true)
 
-extern "C" __global__ void __launch_bounds__(256)
-    dgemm_splitk_reduce(int M, int N, int splits, const double* __restrict__ W,
-                        double* __restrict__ C, long long ldc) {
-    const long long MN = (long long)M * N;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
-         idx += stride) {
-        double s = 0.0;
-        for (int z = 0; z < splits; ++z) s += W[(long long)z * MN + idx];
-        const long long i = idx / N, j = idx - i * N;
-        C[i * ldc + j] = s;
-    }
-}
-
-// C = alpha * T + beta * C over an M x N block (both row-major). beta == 0 never reads C (NaN or
-// Inf there is overwritten, as BLAS does); T == nullptr means alpha * A * B is zero: C = beta*C.
-// block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256)
-    dgemm_axpby(int M, int N, double alpha, const double* __restrict__ T, long long ldt,
-                double beta, double* __restrict__ C, long long ldc) {
-    const long long MN = (long long)M * N;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
-         idx += stride) {
-        const long long i = idx / N, j = idx - i * N;
-        const double t = T ? alpha * T[i * ldt + j] : 0.0;
-        double* c = C + i * ldc + j;
-        *c = beta == 0.0 ? t : fma(beta, *c, t);
-    }
-}
-
-// In-place ReLU over N doubles: X = max(X, 0), a NaN becoming 0 (as `f64::max(x, 0.0)`).
-// block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256) delem_relu(long long N, double* __restrict__ X) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
-        X[i] = fmax(X[i], 0.0);
-}
-
-// Gradient through that ReLU, in place: G = H > 0 ? G : 0 (a NaN in H passes nothing).
-// block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256)
-    delem_relu_backward(long long N, double* __restrict__ G, const double* __restrict__ H) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
-        G[i] = H[i] > 0.0 ? G[i] : 0.0;
-}
-
-// M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA=false) or A[k*lda] (TA=true).
-#define DGM_GEMV_M1(NAME, TA, TB)                                                            \
-    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
-        (void)M;                                                                             \
-        (void)ldc;                                                                           \
-        const long long sa = TA ? lda : 1;                                                   \
-        if (TB)                                                                              \
-            dgm::gemv_rows(N, K, B, ldb, A, sa, C, 1);                                       \
-        else                                                                                 \
-            dgm::gemv_cols(N, K, B, ldb, A, sa, C, 1);                                       \
-    }
-// N == 1: C[m][0] = sum_k op(A)[m][k] * b[k], b[k] = B[k*ldb] (TB=false) or B[k] (TB=true).
-#define DGM_GEMV_N1(NAME, TA, TB)                                                            \
-    extern "C" __global__ void __launch_bounds__(256) NAME(DGM_PARAMS) {                     \
-        (void)N;                                                                             \
-        const long long sb = TB ? 1 : ldb;                                                   \
-        if (TA)                                                                              \
-            dgm::gemv_cols(M, K, A, lda, B, sb, C, ldc);                                     \
-        else                                                                                 \
-            dgm::gemv_rows(M, K, A, lda, B, sb, C, ldc);                                     \
-    }
-
-DGM_GEMV_M1(dgemv_m1_nn, false, false)
-DGM_GEMV_M1(dgemv_m1_nt, false, true)
-DGM_GEMV_M1(dgemv_m1_tn, true, false)
-DGM_GEMV_M1(dgemv_m1_tt, true, true)
-DGM_GEMV_N1(dgemv_n1_nn, false, false)
-DGM_GEMV_N1(dgemv_n1_nt, false, true)
-DGM_GEMV_N1(dgemv_n1_tn, true, false)
-DGM_GEMV_N1(dgemv_n1_tt, true, true)
+GD_AUX_ENTRIES(double, dgemm_splitk_reduce, dgemm_axpby, delem_relu, delem_relu_backward)
+GD_GEMV_ENTRIES(double, dgm, dgemv)

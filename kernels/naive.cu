@@ -22,7 +22,7 @@ __device__ __forceinline__ void gemm_naive(GEMM_PARAMS(T)) {
 
 #define NAIVE_ENTRY(L, T, SUFFIX, TA, TB)                                  \
     extern "C" __global__ void L##gemm_naive_##SUFFIX(GEMM_PARAMS(T)) {    \
-        gemm_naive<T, TA, TB>(SGEMM_ARGS);                                 \
+        gemm_naive<T, TA, TB>(GEMM_ARGS);                                 \
     }
 #define NAIVE_ENTRIES(L, T)                  \
     NAIVE_ENTRY(L, T, nn, false, false)      \

@@ -1,7 +1,8 @@
 // sgemm_fast.cu -- high-throughput FP32 SGEMM / SGEMV kernels for sm_90 (H100 / H200).
 //
-// Self-contained: includes NO header (compiled by NVRTC with
-// `--gpu-architecture=sm_90 --std=c++17`). Pure FP32 FFMA arithmetic (no TF32 / tensor cores).
+// Includes only common.cuh (which the crate splices in textually; NVRTC compiles it with
+// `--gpu-architecture=sm_90 --std=c++17` and no CUDA header). Pure FP32 FFMA arithmetic (no
+// TF32 / tensor cores).
 // Everything lives in namespace `sgf` or carries an `sgf`/`sgemm_fast`/`sgemv_` prefix.
 //
 // CONTRACT (every entry): C (M x N, row-major, leading dim ldc) = op(A) (M x K) * op(B) (K x N)
@@ -55,6 +56,8 @@
 //       the shared stores bank-conflict free with the +4 padding.
 // Interior tiles (full in M, N and K) use unguarded copies; edge tiles use zero-filling
 // (src-size) copies; the choice is a block-uniform branch per K tile.
+
+#include "common.cuh"
 
 #define SGF_DEV __device__ __forceinline__
 
@@ -560,16 +563,12 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
 // ---------------------------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------------------------
-#define SGF_PARAMS                                                                          \
-    int M, int N, int K, const float *__restrict__ A, long long lda,                        \
-        const float *__restrict__ B, long long ldb, float *__restrict__ C, long long ldc
-
 #define SGF_GEMM_ENTRY(NAME, CFG, TA, TB, AL)                                               \
-    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(SGF_PARAMS) {     \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(float)) {    \
         sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
     }                                                                                       \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
-        NAME##_splitk(SGF_PARAMS, int k_per_split) {                                        \
+        NAME##_splitk(GEMM_PARAMS(float), int k_per_split) {                                       \
         sgf::gemm_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split); \
     }
 
@@ -586,82 +585,5 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
 SGF_GEMM_FAMILY(sgemm_fast_128x128, sgf::CfgBig)
 SGF_GEMM_FAMILY(sgemm_fast_64x64, sgf::CfgSmall)
 
-extern "C" __global__ void __launch_bounds__(256)
-    sgemm_splitk_reduce(int M, int N, int splits, const float* __restrict__ W,
-                        float* __restrict__ C, long long ldc) {
-    const long long MN = (long long)M * N;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
-         idx += stride) {
-        float s = 0.f;
-        for (int z = 0; z < splits; ++z) s += W[(long long)z * MN + idx];
-        const long long i = idx / N, j = idx - i * N;
-        C[i * ldc + j] = s;
-    }
-}
-
-// C = alpha * T + beta * C over an M x N block (both row-major), the `C = alpha*A*B + beta*C`
-// epilogue of the general form. beta == 0 never reads C (NaN or Inf there is overwritten, as
-// BLAS does); T == nullptr means alpha * A * B is zero (alpha == 0 or K == 0): C = beta * C.
-// block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256)
-    sgemm_axpby(int M, int N, float alpha, const float* __restrict__ T, long long ldt,
-                float beta, float* __restrict__ C, long long ldc) {
-    const long long MN = (long long)M * N;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < MN;
-         idx += stride) {
-        const long long i = idx / N, j = idx - i * N;
-        const float t = T ? alpha * T[i * ldt + j] : 0.f;
-        float* c = C + i * ldc + j;
-        *c = beta == 0.f ? t : fmaf(beta, *c, t);
-    }
-}
-
-// The ReLU of a training loop's hidden layer, in place over N floats: X = max(X, 0), a NaN
-// becoming 0 (as `f32::max(x, 0.0)` on the host). block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256) elem_relu(long long N, float* __restrict__ X) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
-        X[i] = fmaxf(X[i], 0.f);
-}
-
-// The gradient through that ReLU, in place over N floats: G = H > 0 ? G : 0, H the layer's
-// output (a NaN in H passes nothing). block 256, smem 0, any grid (grid-stride).
-extern "C" __global__ void __launch_bounds__(256)
-    elem_relu_backward(long long N, float* __restrict__ G, const float* __restrict__ H) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
-        G[i] = H[i] > 0.f ? G[i] : 0.f;
-}
-
-// M == 1: C[0][n] = sum_k a[k] * op(B)[k][n], a[k] = A[k] (TA=false) or A[k*lda] (TA=true).
-#define SGF_GEMV_M1(NAME, TA, TB)                                                            \
-    extern "C" __global__ void __launch_bounds__(256) NAME(SGF_PARAMS) {                     \
-        (void)M;                                                                             \
-        (void)ldc;                                                                           \
-        const long long sa = TA ? lda : 1;                                                   \
-        if (TB)                                                                              \
-            sgf::gemv_rows(N, K, B, ldb, A, sa, C, 1);                                       \
-        else                                                                                 \
-            sgf::gemv_cols(N, K, B, ldb, A, sa, C, 1);                                       \
-    }
-// N == 1: C[m][0] = sum_k op(A)[m][k] * b[k], b[k] = B[k*ldb] (TB=false) or B[k] (TB=true).
-#define SGF_GEMV_N1(NAME, TA, TB)                                                            \
-    extern "C" __global__ void __launch_bounds__(256) NAME(SGF_PARAMS) {                     \
-        (void)N;                                                                             \
-        const long long sb = TB ? 1 : ldb;                                                   \
-        if (TA)                                                                              \
-            sgf::gemv_cols(M, K, A, lda, B, sb, C, ldc);                                     \
-        else                                                                                 \
-            sgf::gemv_rows(M, K, A, lda, B, sb, C, ldc);                                     \
-    }
-
-SGF_GEMV_M1(sgemv_m1_nn, false, false)
-SGF_GEMV_M1(sgemv_m1_nt, false, true)
-SGF_GEMV_M1(sgemv_m1_tn, true, false)
-SGF_GEMV_M1(sgemv_m1_tt, true, true)
-SGF_GEMV_N1(sgemv_n1_nn, false, false)
-SGF_GEMV_N1(sgemv_n1_nt, false, true)
-SGF_GEMV_N1(sgemv_n1_tn, true, false)
-SGF_GEMV_N1(sgemv_n1_tt, true, true)
+GD_AUX_ENTRIES(float, sgemm_splitk_reduce, sgemm_axpby, elem_relu, elem_relu_backward)
+GD_GEMV_ENTRIES(float, sgf, sgemv)

@@ -101,6 +101,17 @@ pub enum GpuDotError {
         /// The matrix's shape.
         dim: (usize, usize),
     },
+    /// A [`GpuMatrix`](crate::GpuMatrix) of one device used in a product on another: device
+    /// memory is not moved between devices behind the caller's back. Copy it with
+    /// [`GpuMatrix::to_device`](crate::GpuMatrix::to_device), or run the product on its device.
+    WrongDevice {
+        /// The matrix's shape.
+        dim: (usize, usize),
+        /// The device it lives on.
+        device: usize,
+        /// The device the product runs on.
+        expected: usize,
+    },
     /// An environment variable holds a value the crate does not understand.
     InvalidEnv {
         /// The variable's name.
@@ -209,6 +220,15 @@ impl fmt::Display for GpuDotError {
             GpuDotError::MatrixLost { dim: (r, c) } => write!(
                 f,
                 "this {r} × {c} device matrix was lost when the device was reset after a fault"
+            ),
+            GpuDotError::WrongDevice {
+                dim: (r, c),
+                device,
+                expected,
+            } => write!(
+                f,
+                "this {r} × {c} matrix lives on device {device}, but the product runs on \
+                 device {expected}"
             ),
             GpuDotError::InvalidEnv {
                 var,

@@ -50,6 +50,16 @@
 //! arrays, and [`try_general_mat_mul`] takes any operands and writes a host array or a
 //! [`GpuMatrix`] in place, e.g. an SGD step `W ← W − lr·Xᵀ·G` on device-resident weights.
 //!
+//! # Devices
+//!
+//! Products run on the default device: `GPU_DOT_DEVICE`, else device 0. [`DotOptions::device`]
+//! sends one product elsewhere, and [`GpuMatrix::from_array_on`] uploads to a chosen device
+//! ([`Device`] lists them and reports each one's status). Every device the process uses has
+//! its own context, compiled modules, streams, reusable buffers and tuned plans, and a fault
+//! on one device rebuilds that device's context alone. Device matrices never cross devices
+//! unasked: a product that mixes them is [`GpuDotError::WrongDevice`];
+//! [`GpuMatrix::to_device`] copies one over.
+//!
 //! Building needs no CUDA toolkit; running on a GPU needs only the driver and NVRTC
 //! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13; with the `cuda-12080` bindings cudarc looks
 //! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
@@ -72,7 +82,7 @@
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
 //! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
-//! | `GPU_DOT_DEVICE` | a CUDA device ordinal | `0` |
+//! | `GPU_DOT_DEVICE` | the default CUDA device's ordinal | `0` |
 //! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
 //! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
 //!
@@ -142,8 +152,8 @@ use ndarray::{Array2, ArrayBase, Data, Ix2};
 
 pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use device::context::{
-    context_rebuilds, device_status, module_loads, nvrtc_compilations, DeviceInfo, DeviceStatus,
-    ModuleLoad,
+    context_rebuilds, device_status, module_loads, nvrtc_compilations, Device, DeviceInfo,
+    DeviceStatus, ModuleLoad,
 };
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;
@@ -298,7 +308,8 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 #[doc(hidden)]
 pub mod __testing {
     pub use crate::device::testing::{
-        override_kernel_source, pretend_compute_capability, raise_device_fault, Fault,
+        override_kernel_source, pretend_compute_capability, raise_device_fault,
+        raise_device_fault_on, Fault,
     };
 }
 

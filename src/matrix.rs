@@ -26,7 +26,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array2, ArrayBase, Data, DataMut, Ix2};
 
-use crate::device::context::{self, Gpu};
+use crate::device::context::{self, Device, Gpu, Home};
 use crate::element::Element;
 use crate::engine::launch::{self, Elementwise};
 use crate::error::GpuDotError;
@@ -44,14 +44,14 @@ pub struct GpuMatrix<A: Element = f32> {
     buf: ManuallyDrop<CudaSlice<A>>,
     rows: usize,
     cols: usize,
-    /// The context generation it was made in.
-    generation: u64,
+    /// The device and context it was made on.
+    home: Home,
 }
 
 impl<A: Element> Drop for GpuMatrix<A> {
     fn drop(&mut self) {
-        let current = context::generation();
-        if *current == self.generation {
+        let current = context::generation(self.home.ordinal);
+        if *current == self.home.generation {
             // SAFETY: `buf` is not used again (this is the drop), and the context it belongs
             // to is the one in use: the read guard keeps a reset from coming in between.
             unsafe { ManuallyDrop::drop(&mut self.buf) };
@@ -91,9 +91,17 @@ impl<A: Element> fmt::Debug for GpuView<'_, A> {
 }
 
 impl<A: Element> GpuMatrix<A> {
-    /// Uploads `a` (any layout) to the device.
+    /// Uploads `a` (any layout) to the default device ([`Device::default`]).
     pub fn from_array<S: Data<Elem = A>>(a: &ArrayBase<S, Ix2>) -> Result<Self, GpuDotError> {
-        let gpu = context::gpu()?;
+        Self::from_array_on(a, Device::default())
+    }
+
+    /// Uploads `a` (any layout) to `device`.
+    pub fn from_array_on<S: Data<Elem = A>>(
+        a: &ArrayBase<S, Ix2>,
+        device: Device,
+    ) -> Result<Self, GpuDotError> {
+        let gpu = context::gpu_on(device.ordinal())?;
         let (rows, cols) = a.dim();
         let buf = pipeline::upload(&gpu, a.view())?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
@@ -104,23 +112,40 @@ impl<A: Element> GpuMatrix<A> {
             buf: ManuallyDrop::new(buf),
             rows,
             cols,
-            generation: gpu.generation,
+            home: gpu.home(),
         }
     }
 
-    /// The context, if this matrix belongs to it.
+    /// The context of the matrix's device, if the matrix still belongs to it.
     fn gpu(&self) -> Result<Arc<Gpu>, GpuDotError> {
-        let gpu = context::gpu()?;
-        if gpu.generation == self.generation {
-            Ok(gpu)
-        } else {
-            Err(GpuDotError::MatrixLost { dim: self.dim() })
-        }
+        let gpu = context::gpu_on(self.home.ordinal)?;
+        gpu.check_home(self.home, self.dim())?;
+        Ok(gpu)
     }
 
-    /// A `rows × cols` matrix of zeros on the device.
-    pub fn zeros((rows, cols): (usize, usize)) -> Result<Self, GpuDotError> {
-        let gpu = context::gpu()?;
+    /// The device the matrix lives on.
+    pub fn device(&self) -> Device {
+        Device::new(self.home.ordinal)
+    }
+
+    /// A copy of the matrix on `device` (through host memory when the devices differ).
+    pub fn to_device(&self, device: Device) -> Result<GpuMatrix<A>, GpuDotError> {
+        if device == self.device() {
+            let gpu = self.gpu()?;
+            let buf = pipeline::duplicate(&gpu, &self.buf)?;
+            return Ok(GpuMatrix::new(&gpu, buf, self.dim()));
+        }
+        GpuMatrix::from_array_on(&self.to_array()?, device)
+    }
+
+    /// A `rows × cols` matrix of zeros on the default device ([`Device::default`]).
+    pub fn zeros(dim: (usize, usize)) -> Result<Self, GpuDotError> {
+        Self::zeros_on(dim, Device::default())
+    }
+
+    /// A `rows × cols` matrix of zeros on `device`.
+    pub fn zeros_on((rows, cols): (usize, usize), device: Device) -> Result<Self, GpuDotError> {
+        let gpu = context::gpu_on(device.ordinal())?;
         let buf = pipeline::zeros(&gpu, checked_len::<A>(rows, cols)?)?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
@@ -136,7 +161,9 @@ impl<A: Element> GpuMatrix<A> {
     }
 
     /// [`GpuMatrix::product`] with explicit options (kernel, autotuning, panel height; the
-    /// backend must not be [`Backend::Cpu`]).
+    /// backend must not be [`Backend::Cpu`](crate::Backend::Cpu)). The result lives on the device the options
+    /// name ([`DotOptions::device`]), else on the device of the first device operand, else on
+    /// the default device; a device operand elsewhere is [`GpuDotError::WrongDevice`].
     pub fn product_with(
         a: &impl AsOperand<A>,
         b: &impl AsOperand<A>,
@@ -145,7 +172,9 @@ impl<A: Element> GpuMatrix<A> {
         let (a, b) = (a.as_operand(), b.as_operand());
         let ((m, k), (k2, n)) = (a.0.dim(), b.0.dim());
         route::check_shapes((m, k), (k2, n))?;
-        let mut c = GpuMatrix::zeros((m, n))?;
+        let homes = [a.0.home(), b.0.home()].map(|h| h.map(|(home, _)| home));
+        let device = Device::new(route::device_for(opts, homes)?);
+        let mut c = GpuMatrix::zeros_on((m, n), device)?;
         general(A::one(), &a, &b, A::zero(), &mut c.as_output(), opts, false)?;
         Ok(c)
     }
@@ -195,11 +224,7 @@ impl<A: Element> GpuMatrix<A> {
     pub fn relu_backward(&mut self, activation: &GpuMatrix<A>) -> Result<(), GpuDotError> {
         self.same_shape(activation.dim())?;
         let gpu = self.gpu()?;
-        if activation.generation != gpu.generation {
-            return Err(GpuDotError::MatrixLost {
-                dim: activation.dim(),
-            });
-        }
+        gpu.check_home(activation.home, activation.dim())?;
         let len = self.rows * self.cols;
         let op = Elementwise::ReluBackward {
             g: &mut self.buf,
@@ -323,7 +348,7 @@ impl<A: Element> AsOperand<A> for GpuView<'_, A> {
             },
             rows,
             cols,
-            generation: self.mat.generation,
+            home: self.mat.home,
         })
     }
 }
@@ -339,7 +364,7 @@ impl<A: Element> AsOperand<A> for GpuMatrix<A> {
             },
             rows,
             cols,
-            generation: self.generation,
+            home: self.home,
         })
     }
 }
@@ -357,7 +382,7 @@ impl<A: Element> AsOutput<A> for GpuMatrix<A> {
             rows: self.rows,
             cols: self.cols,
             ld: self.cols.max(1),
-            generation: self.generation,
+            home: self.home,
         })
     }
 }

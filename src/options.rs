@@ -164,6 +164,10 @@ pub struct DotOptions {
     /// multiples of at most 32 MiB for large ones); `Some(rows)` forces that height (at least
     /// 1; `Some(m)` or more means one panel).
     pub panel_rows: Option<usize>,
+    /// The CUDA device, by ordinal, that computes GPU products (`None`: the device of the
+    /// first device operand, else `GPU_DOT_DEVICE`, else 0). Each device keeps its own
+    /// context, modules, workspaces and tuned plans.
+    pub device: Option<usize>,
 }
 
 impl DotOptions {
@@ -176,11 +180,12 @@ impl DotOptions {
             poison_output: false,
             autotune: true,
             panel_rows: None,
+            device: None,
         }
     }
 
     /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
-    /// `GPU_DOT_MIN_FLOPS`). Read once per process; an invalid value is an error here and is
+    /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`). Read once per process; an invalid value is an error here and is
     /// ignored, with a warning on stderr, by [`DotOptions::default`].
     pub fn from_env() -> Result<Self, GpuDotError> {
         ENV_OPTIONS.clone()
@@ -209,6 +214,13 @@ impl DotOptions {
                 var: ENV_MIN_FLOPS,
                 value: v.clone(),
                 expected: "a non-negative integer",
+            })?);
+        }
+        if let Some(v) = lookup(ENV_DEVICE) {
+            opts.device = Some(v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_DEVICE,
+                value: v.clone(),
+                expected: "a device ordinal (0, 1, ...)",
             })?);
         }
         if let Some(v) = lookup(ENV_AUTOTUNE) {
@@ -262,6 +274,12 @@ impl DotOptions {
     /// These options with a fixed panel height (`None`: chosen from the shape).
     pub fn panel_rows(mut self, rows: Option<usize>) -> Self {
         self.panel_rows = rows;
+        self
+    }
+
+    /// These options with GPU products on device `ordinal` (see [`Device`](crate::Device)).
+    pub fn device(mut self, ordinal: usize) -> Self {
+        self.device = Some(ordinal);
         self
     }
 

@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
 
-use crate::device::context;
+use crate::device::context::{self, Home};
 use crate::element::{Dtype, Element};
 use crate::engine::plan::Plan;
 use crate::error::GpuDotError;
@@ -170,7 +170,8 @@ pub(crate) fn route<T: Element>(
                 reason: "the CPU backend cannot take device operands".into(),
             });
         }
-        let gpu = context::gpu()?;
+        let homes = [g.a.home(), g.b.home(), g.c.home()].map(|h| h.map(|(home, _)| home));
+        let gpu = context::gpu_on(device_for(opts, homes)?)?;
         return pipeline::gemm(&gpu, opts, g)
             .map(|done| Decision::Done(gpu_route::<T>(opts, done)))
             .map_err(|f| f.error);
@@ -194,7 +195,7 @@ pub(crate) fn route<T: Element>(
             Err(e)
         };
     }
-    let gpu = match context::gpu() {
+    let gpu = match device_for(opts, []).and_then(context::gpu_on) {
         Ok(gpu) => gpu,
         Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
         Err(e) => return Err(e),
@@ -207,6 +208,21 @@ pub(crate) fn route<T: Element>(
             Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
         }
         Err(f) => Err(f.error),
+    }
+}
+
+/// The device a product runs on: the one its options name, else the one its first device
+/// operand lives on, else the default device.
+pub(crate) fn device_for<const N: usize>(
+    opts: &DotOptions,
+    homes: [Option<Home>; N],
+) -> Result<usize, GpuDotError> {
+    match opts
+        .device
+        .or_else(|| homes.iter().flatten().next().map(|h| h.ordinal))
+    {
+        Some(ordinal) => Ok(ordinal),
+        None => context::default_ordinal(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The process-wide CUDA context: made on first GPU use, shared by every thread.
+//! The CUDA contexts, one per device used: each made on the device's first use, shared by
+//! every thread, rebuilt after a fault.
 //!
 //! It holds the cudarc context, a pool of streams, the device's properties and the module
 //! cache: each kernel family is compiled by NVRTC to a CUBIN for the device's own architecture
@@ -19,12 +20,11 @@ use once_cell::sync::OnceCell;
 use crate::device::cache;
 use crate::engine::table::Family;
 use crate::error::GpuDotError;
-use crate::options::ENV_DEVICE;
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceInfo {
-    /// The device's ordinal (`GPU_DOT_DEVICE`, default 0).
+    /// The device's ordinal.
     pub ordinal: usize,
     /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
     pub name: String,
@@ -65,17 +65,117 @@ impl fmt::Display for DeviceStatus {
     }
 }
 
-/// Reports the device the GPU path uses, creating the context if this is the first GPU use.
+/// Reports the default device ([`Device::default`]), creating its context if this is its
+/// first use.
 ///
 /// Never panics: a missing driver, a missing NVRTC or a machine without a device give
 /// [`DeviceStatus::Unavailable`] with the reason.
 pub fn device_status() -> DeviceStatus {
-    match gpu() {
-        Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
-        Err(e) => DeviceStatus::Unavailable(match e {
-            GpuDotError::NoDevice { reason } => reason,
-            other => other.to_string(),
-        }),
+    match default_ordinal() {
+        Ok(ordinal) => Device::new(ordinal).status(),
+        Err(e) => DeviceStatus::Unavailable(e.to_string()),
+    }
+}
+
+/// One CUDA device of this machine, by ordinal: a handle, cheap to copy, that makes nothing
+/// until used.
+///
+/// Each device the crate uses has its own context, compiled modules, streams, idle
+/// workspaces and tuned plans; a fault on one device rebuilds only that device's context.
+/// [`DotOptions::device`](crate::DotOptions::device) sends a product to a device, and
+/// [`GpuMatrix::from_array_on`](crate::GpuMatrix::from_array_on) puts a matrix there. Without
+/// either, products run on the default device: `GPU_DOT_DEVICE`, else device 0.
+///
+/// ```no_run
+/// use gpu_dot::Device;
+///
+/// for device in Device::all() {
+///     println!("{device}: {}", device.status());
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Device {
+    ordinal: usize,
+}
+
+impl Device {
+    /// The device of ordinal `ordinal` (whether it exists is known on first use).
+    pub const fn new(ordinal: usize) -> Device {
+        Device { ordinal }
+    }
+
+    /// How many CUDA devices the driver reports: 0 without a driver (never panics).
+    pub fn count() -> usize {
+        device_count().unwrap_or(0)
+    }
+
+    /// Every device the driver reports, by ordinal.
+    pub fn all() -> Vec<Device> {
+        (0..Device::count()).map(Device::new).collect()
+    }
+
+    /// The ordinal.
+    pub const fn ordinal(self) -> usize {
+        self.ordinal
+    }
+
+    /// Whether the device is usable, creating its context if this is its first use. Never
+    /// panics.
+    pub fn status(self) -> DeviceStatus {
+        match gpu_on(self.ordinal) {
+            Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
+            Err(e) => DeviceStatus::Unavailable(match e {
+                GpuDotError::NoDevice { reason } => reason,
+                other => other.to_string(),
+            }),
+        }
+    }
+
+    /// The modules loaded on this device so far, with what each cost on first use (empty
+    /// when the device has not been used).
+    pub fn module_loads(self) -> Vec<ModuleLoad> {
+        match live().into_iter().find(|g| g.info.ordinal == self.ordinal) {
+            Some(gpu) => gpu.module_loads(),
+            None => Vec::new(),
+        }
+    }
+
+    /// How many times this process has rebuilt the device's context after a fault.
+    pub fn context_rebuilds(self) -> usize {
+        DEVICES
+            .get(self.ordinal)
+            .map_or(0, |d| d.rebuilds.load(Ordering::SeqCst))
+    }
+
+    /// Frees the device and page-locked memory that idle workspaces of this device keep for
+    /// reuse (see [`trim`](crate::trim)).
+    pub fn trim(self) {
+        if let Some(gpu) = live().into_iter().find(|g| g.info.ordinal == self.ordinal) {
+            crate::pipeline::trim_device(&gpu);
+        }
+    }
+
+    /// Bytes of device memory and of page-locked host memory that idle workspaces of this
+    /// device keep for reuse.
+    pub fn retained_memory(self) -> (usize, usize) {
+        live()
+            .into_iter()
+            .find(|g| g.info.ordinal == self.ordinal)
+            .map_or((0, 0), |gpu| crate::pipeline::retained_by(&gpu))
+    }
+}
+
+impl Default for Device {
+    /// The device that serves products whose options name none: `GPU_DOT_DEVICE`, else 0
+    /// (also 0 when `GPU_DOT_DEVICE` is not an ordinal; products then report that error).
+    fn default() -> Device {
+        Device::new(default_ordinal().unwrap_or(0))
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {}", self.ordinal)
     }
 }
 
@@ -99,13 +199,11 @@ pub fn nvrtc_compilations() -> usize {
     COMPILATIONS.load(Ordering::SeqCst)
 }
 
-/// The modules loaded so far, with what each cost on first use.
+/// The modules loaded on the default device so far, with what each cost on first use
+/// (makes the device's context if it has none yet).
 pub fn module_loads() -> Vec<ModuleLoad> {
     match gpu() {
-        Ok(gpu) => Family::ALL
-            .iter()
-            .filter_map(|f| gpu.modules[f.index()].get().map(|m| m.cost.clone()))
-            .collect(),
+        Ok(gpu) => gpu.module_loads(),
         Err(_) => Vec::new(),
     }
 }
@@ -143,6 +241,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemFreeHost",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
     "cuMemsetD8Async",
     "cuMemGetInfo_v2",
     "cuModuleLoadData",
@@ -168,45 +267,84 @@ const NVRTC_SYMBOLS: &[&str] = &[
 
 static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
-/// The context in use, or why there is none; `None` before the first GPU use.
+/// The most devices one process can address (ordinals `0..MAX_DEVICES`).
+pub(crate) const MAX_DEVICES: usize = 64;
+
+/// The context in use on one device, or why there is none; `None` before its first use.
 type Slot = Option<Result<Arc<Gpu>, String>>;
 
-/// The context in use: made on first GPU use, rebuilt after a fault ([`gpu`]).
-static SLOT: Mutex<Slot> = Mutex::new(None);
+/// What the crate keeps for one device ordinal across the contexts it makes there: the
+/// context in use (made on first use, rebuilt after a fault), the fault flag and the
+/// generation count. The context value ([`Gpu`]) owns the modules, streams, idle workspaces
+/// and high-water marks; tuned plans are keyed by ordinal and outlive a rebuild.
+struct DeviceSlot {
+    slot: Mutex<Slot>,
+    /// Set when a driver call reports a fault that poisons this device's context (see
+    /// [`GpuDotError::DeviceFault`]); the next [`gpu`] call for the device rebuilds it.
+    faulted: AtomicBool,
+    /// How many times the context has been made: 1 for the first, one more for each rebuild.
+    /// Device memory that may outlive a rebuild ([`GpuMatrix`](crate::GpuMatrix)) is freed
+    /// under the read lock, and only when its generation is current; an operation that uses
+    /// it holds the context's `Arc`, which a rebuild waits for. A rebuild holds the write lock
+    /// while it resets the device.
+    generation: RwLock<u64>,
+    /// Contexts rebuilt after a fault.
+    rebuilds: AtomicUsize,
+}
 
-/// Set when a driver call reports a fault that poisons the context (see
-/// [`GpuDotError::DeviceFault`]); the next [`gpu`] call rebuilds the context.
-static FAULTED: AtomicBool = AtomicBool::new(false);
+impl DeviceSlot {
+    const fn new() -> DeviceSlot {
+        DeviceSlot {
+            slot: Mutex::new(None),
+            faulted: AtomicBool::new(false),
+            generation: RwLock::new(0),
+            rebuilds: AtomicUsize::new(0),
+        }
+    }
+}
 
-/// How many times the context has been made: 1 for the first, one more for each rebuild.
-/// Device memory that may outlive a rebuild ([`GpuMatrix`](crate::GpuMatrix)) is freed under
-/// the read lock, and only when its generation is current; an operation that uses it holds the
-/// context's `Arc`, which a rebuild waits for. A rebuild holds the write lock while it resets
-/// the device.
-static GENERATION: RwLock<u64> = RwLock::new(0);
+static DEVICES: [DeviceSlot; MAX_DEVICES] = [const { DeviceSlot::new() }; MAX_DEVICES];
 
 /// How long a rebuild waits for the operations still running on a faulted context to end
 /// (each fails at its next driver call).
 const REBUILD_WAIT: Duration = Duration::from_secs(20);
 
-/// The context, or why there is none. After a fault ([`GpuDotError::DeviceFault`]) the first
-/// call waits for the operations still running on the old context to fail, resets the device
-/// and makes a new context: modules are loaded again (from the disk cache) and the pools start
-/// empty; tuned plans are kept. Where the driver refuses a new context after a fault, the GPU
-/// stays unavailable for the rest of the process ([`GpuDotError::NoDevice`], which sends
-/// `Auto` to the CPU).
+/// The ordinal that serves products whose options name no device: `GPU_DOT_DEVICE`, else 0.
+pub(crate) fn default_ordinal() -> Result<usize, GpuDotError> {
+    Ok(crate::options::DotOptions::from_env()?.device.unwrap_or(0))
+}
+
+fn device_slot(ordinal: usize) -> Result<&'static DeviceSlot, GpuDotError> {
+    DEVICES.get(ordinal).ok_or_else(|| GpuDotError::NoDevice {
+        reason: format!("device {ordinal} asked for, but gpu-dot addresses at most {MAX_DEVICES}"),
+    })
+}
+
+/// The context of the default device (`GPU_DOT_DEVICE`, else 0); see [`gpu_on`].
 pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
-    let mut slot = SLOT.lock().unwrap_or_else(|p| p.into_inner());
+    gpu_on(default_ordinal()?)
+}
+
+/// The context of device `ordinal`, or why there is none. After a fault
+/// ([`GpuDotError::DeviceFault`]) the first call waits for the operations still running on
+/// the old context to fail, resets the device and makes a new context: modules are loaded
+/// again (from the disk cache) and the pools start empty; tuned plans are kept. Where the
+/// driver refuses a new context after a fault, the device stays unavailable for the rest of
+/// the process ([`GpuDotError::NoDevice`], which sends `Auto` to the CPU). Other devices are
+/// not affected.
+pub(crate) fn gpu_on(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
+    let dev = device_slot(ordinal)?;
+    let mut slot = dev.slot.lock().unwrap_or_else(|p| p.into_inner());
     match &*slot {
-        Some(Ok(gpu)) if !FAULTED.load(Ordering::Acquire) => return Ok(gpu.clone()),
+        Some(Ok(gpu)) if !dev.faulted.load(Ordering::Acquire) => return Ok(gpu.clone()),
         Some(Err(reason)) => {
             return Err(GpuDotError::NoDevice {
                 reason: reason.clone(),
             })
         }
-        Some(Ok(_)) => rebuild(&mut slot)?,
+        Some(Ok(_)) => rebuild(dev, &mut slot)?,
         None => {
-            *slot = Some(make(1));
+            *slot = Some(make(dev, ordinal, 1));
         }
     }
     match slot.as_ref().expect("made above") {
@@ -217,42 +355,100 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
     }
 }
 
-/// The context in use, if one has been made and not faulted; never makes one.
-pub(crate) fn current() -> Option<Arc<Gpu>> {
-    match &*SLOT.lock().unwrap_or_else(|p| p.into_inner()) {
-        Some(Ok(gpu)) => Some(gpu.clone()),
-        _ => None,
+/// The contexts in use, on every device made so far and not faulted; never makes one.
+pub(crate) fn live() -> Vec<Arc<Gpu>> {
+    DEVICES
+        .iter()
+        .filter_map(
+            |dev| match &*dev.slot.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some(Ok(gpu)) => Some(gpu.clone()),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// Records that a driver call reported a fault that poisons a context: the context current
+/// on this thread (cudarc makes a device's context current before each call on it), or, when
+/// that cannot be told, every context in use.
+pub(crate) fn note_fault() {
+    let current = cudarc::driver::result::ctx::get_current().ok().flatten();
+    let live = live();
+    let owner = current.and_then(|c| live.iter().find(|g| g.ctx.cu_ctx() == c));
+    match owner {
+        Some(gpu) => DEVICES[gpu.info.ordinal]
+            .faulted
+            .store(true, Ordering::Release),
+        None => {
+            for gpu in &live {
+                DEVICES[gpu.info.ordinal]
+                    .faulted
+                    .store(true, Ordering::Release);
+            }
+        }
     }
 }
 
-/// Records that a driver call reported a fault that poisons the context.
-pub(crate) fn note_fault() {
-    FAULTED.store(true, Ordering::Release);
+impl Gpu {
+    /// Where memory made on this context lives.
+    pub(crate) fn home(&self) -> Home {
+        Home {
+            ordinal: self.info.ordinal,
+            generation: self.generation,
+        }
+    }
+
+    /// Whether memory that lives at `home` can be used on this context: an error when it is
+    /// on another device ([`GpuDotError::WrongDevice`]) or was lost to a reset
+    /// ([`GpuDotError::MatrixLost`]).
+    pub(crate) fn check_home(&self, home: Home, dim: (usize, usize)) -> Result<(), GpuDotError> {
+        if home.ordinal != self.info.ordinal {
+            Err(GpuDotError::WrongDevice {
+                dim,
+                device: home.ordinal,
+                expected: self.info.ordinal,
+            })
+        } else if home.generation != self.generation {
+            Err(GpuDotError::MatrixLost { dim })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn module_loads(&self) -> Vec<ModuleLoad> {
+        Family::ALL
+            .iter()
+            .filter_map(|f| self.modules[f.index()].get().map(|m| m.cost.clone()))
+            .collect()
+    }
+
+    /// Whether this device's context has faulted (and waits for its rebuild).
+    pub(crate) fn faulted(&self) -> bool {
+        DEVICES[self.info.ordinal].faulted.load(Ordering::Acquire)
+    }
 }
 
-/// Whether the context in use has faulted (and waits for its rebuild).
-pub(crate) fn faulted() -> bool {
-    FAULTED.load(Ordering::Acquire)
+/// The generation of the context in use on device `ordinal`, read-locked: device memory of
+/// another generation must not be used or freed (the device was reset since).
+pub(crate) fn generation(ordinal: usize) -> std::sync::RwLockReadGuard<'static, u64> {
+    DEVICES[ordinal]
+        .generation
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
 }
 
-/// The generation of the context in use, read-locked: device memory of another generation
-/// must not be used or freed (the device was reset since).
-pub(crate) fn generation() -> std::sync::RwLockReadGuard<'static, u64> {
-    GENERATION.read().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Makes the context of generation `generation`.
-fn make(generation: u64) -> Result<Arc<Gpu>, String> {
-    *GENERATION.write().unwrap_or_else(|p| p.into_inner()) = generation;
+/// Makes the context of generation `generation` on device `ordinal`.
+fn make(dev: &DeviceSlot, ordinal: usize, generation: u64) -> Result<Arc<Gpu>, String> {
+    *dev.generation.write().unwrap_or_else(|p| p.into_inner()) = generation;
     // cudarc panics when a symbol it expects is missing from an old driver; that must not
     // take the caller down.
-    std::panic::catch_unwind(|| Gpu::new(generation))
+    std::panic::catch_unwind(|| Gpu::new(ordinal, generation))
         .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
         .map(Arc::new)
 }
 
-/// Replaces the faulted context in `slot` with a new one (see [`gpu`]).
-fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
+/// Replaces the faulted context in `slot` with a new one (see [`gpu_on`]).
+fn rebuild(dev: &DeviceSlot, slot: &mut Slot) -> Result<(), GpuDotError> {
     let Some(Ok(old)) = slot.as_ref() else {
         unreachable!("a faulted context is in the slot")
     };
@@ -261,7 +457,8 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
         if start.elapsed() > REBUILD_WAIT {
             return Err(GpuDotError::NoDevice {
                 reason: format!(
-                    "the device faulted, and {} operations still hold its context after {} s",
+                    "device {} faulted, and {} operations still hold its context after {} s",
+                    old.info.ordinal,
                     Arc::strong_count(old) - 1,
                     REBUILD_WAIT.as_secs()
                 ),
@@ -272,7 +469,7 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
     let Some(Ok(old)) = slot.take() else {
         unreachable!("checked above")
     };
-    let (generation, device) = (old.generation, old.ctx.cu_device());
+    let (generation, device, ordinal) = (old.generation, old.ctx.cu_device(), old.info.ordinal);
     // Everything the crate keeps of the old context goes while its handles are still valid
     // (their frees fail on a poisoned context; the reset below reclaims the memory).
     crate::pipeline::trim_device(&old);
@@ -280,7 +477,7 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
     {
         // Device memory of the old context that users still hold (device matrices) is never
         // touched again: its owners see another generation and forget it.
-        let mut current = GENERATION.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = dev.generation.write().unwrap_or_else(|p| p.into_inner());
         *current = generation + 1;
         // SAFETY: `device` is the ordinal's device handle, valid for the process; no
         // operation of the crate uses the old context any more (the last holder of it is
@@ -290,32 +487,40 @@ fn rebuild(slot: &mut Slot) -> Result<(), GpuDotError> {
         let reset = unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(device).result() };
         if let Err(e) = reset {
             *slot = Some(Err(format!(
-                "the device faulted and could not be reset: {e}"
+                "device {ordinal} faulted and could not be reset: {e}"
             )));
             return Ok(());
         }
     }
-    FAULTED.store(false, Ordering::Release);
-    *slot = Some(make(generation + 1).map_err(|e| {
+    dev.faulted.store(false, Ordering::Release);
+    *slot = Some(make(dev, ordinal, generation + 1).map_err(|e| {
         // Some drivers refuse every new context of a process after a fault (seen on an H200
         // with driver 580: each attempt fails with the fault's own error); then only a new
         // process can use the device again.
         format!(
-            "the device faulted, and CUDA could not make a new context in this process ({e}): \
-             restart the process to use the GPU again"
+            "device {ordinal} faulted, and CUDA could not make a new context in this process \
+             ({e}): restart the process to use the GPU again"
         )
     }));
     if matches!(slot, Some(Ok(_))) {
-        REBUILDS.fetch_add(1, Ordering::SeqCst);
+        dev.rebuilds.fetch_add(1, Ordering::SeqCst);
     }
     Ok(())
 }
 
-static REBUILDS: AtomicUsize = AtomicUsize::new(0);
-
-/// How many times this process has rebuilt the CUDA context after a fault.
+/// How many times this process has rebuilt a CUDA context after a fault, on every device.
 pub fn context_rebuilds() -> usize {
-    REBUILDS.load(Ordering::SeqCst)
+    DEVICES
+        .iter()
+        .map(|d| d.rebuilds.load(Ordering::SeqCst))
+        .sum()
+}
+
+/// Where device memory lives: a device and the generation of the context it was made in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Home {
+    pub(crate) ordinal: usize,
+    pub(crate) generation: u64,
 }
 
 pub(crate) struct LoadedModule {
@@ -326,7 +531,7 @@ pub(crate) struct LoadedModule {
 
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
-    /// Which context this is ([`GENERATION`]).
+    /// Which context this is on its device (the device's generation count).
     pub(crate) generation: u64,
     pub(crate) info: DeviceInfo,
     arch: String,
@@ -349,58 +554,71 @@ pub(crate) struct HighWater {
     pub(crate) pinned: AtomicUsize,
 }
 
+/// Whether the driver and NVRTC libraries are loaded and have every entry point the crate
+/// calls; checked once per process.
+fn libraries() -> Result<(), String> {
+    static READY: OnceCell<Result<(), String>> = OnceCell::new();
+    READY
+        .get_or_init(|| {
+            std::panic::catch_unwind(check_libraries)
+                .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
+        })
+        .clone()
+}
+
+fn check_libraries() -> Result<(), String> {
+    // SAFETY: these only try to open the shared libraries; no symbol is called.
+    let (driver, nvrtc) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    };
+    if !driver {
+        return Err("the CUDA driver library (libcuda) was not found".into());
+    }
+    if !nvrtc {
+        return Err("the NVRTC library (libnvrtc) was not found".into());
+    }
+    // cudarc looks each entry point up on its first call and panics if it is missing; check
+    // them all now, so that an old driver or NVRTC is a reason, never a panic later.
+    // SAFETY: both libraries are present (checked above); `get` only looks a symbol up.
+    let missing = unsafe {
+        let (driver, nvrtc) = (cudarc::driver::sys::culib(), cudarc::nvrtc::sys::culib());
+        DRIVER_SYMBOLS
+            .iter()
+            .find(|name| driver.get::<*const ()>(name.as_bytes()).is_err())
+            .map(|name| {
+                format!("the CUDA driver library lacks {name} (a driver older than CUDA 12?)")
+            })
+            .or_else(|| {
+                NVRTC_SYMBOLS
+                    .iter()
+                    .find(|name| nvrtc.get::<*const ()>(name.as_bytes()).is_err())
+                    .map(|name| {
+                        format!("the NVRTC library lacks {name} (NVRTC older than CUDA 12?)")
+                    })
+            })
+    };
+    missing.map_or(Ok(()), Err)
+}
+
+/// How many CUDA devices the driver reports, or why it cannot say.
+pub(crate) fn device_count() -> Result<usize, String> {
+    libraries()?;
+    let count = CudaContext::device_count()
+        .map_err(|e| format!("the CUDA driver could not count devices: {e}"))?;
+    Ok(count.max(0) as usize)
+}
+
 impl Gpu {
-    fn new(generation: u64) -> Result<Gpu, String> {
+    fn new(ordinal: usize, generation: u64) -> Result<Gpu, String> {
         let start = Instant::now();
-        // SAFETY: these only try to open the shared libraries; no symbol is called.
-        let (driver, nvrtc) = unsafe {
-            (
-                cudarc::driver::sys::is_culib_present(),
-                cudarc::nvrtc::sys::is_culib_present(),
-            )
-        };
-        if !driver {
-            return Err("the CUDA driver library (libcuda) was not found".into());
-        }
-        if !nvrtc {
-            return Err("the NVRTC library (libnvrtc) was not found".into());
-        }
-        // cudarc looks each entry point up on its first call and panics if it is missing; check
-        // them all now, so that an old driver or NVRTC is a reason, never a panic later.
-        // SAFETY: both libraries are present (checked above); `get` only looks a symbol up.
-        let missing = unsafe {
-            let (driver, nvrtc) = (cudarc::driver::sys::culib(), cudarc::nvrtc::sys::culib());
-            DRIVER_SYMBOLS
-                .iter()
-                .find(|name| driver.get::<*const ()>(name.as_bytes()).is_err())
-                .map(|name| {
-                    format!("the CUDA driver library lacks {name} (a driver older than CUDA 12?)")
-                })
-                .or_else(|| {
-                    NVRTC_SYMBOLS
-                        .iter()
-                        .find(|name| nvrtc.get::<*const ()>(name.as_bytes()).is_err())
-                        .map(|name| {
-                            format!("the NVRTC library lacks {name} (NVRTC older than CUDA 12?)")
-                        })
-                })
-        };
-        if let Some(reason) = missing {
-            return Err(reason);
-        }
-        let ordinal = match std::env::var(ENV_DEVICE) {
-            Ok(v) => v
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{ENV_DEVICE}={v:?} is not a device ordinal"))?,
-            Err(_) => 0,
-        };
-        let count = CudaContext::device_count()
-            .map_err(|e| format!("the CUDA driver could not count devices: {e}"))?;
-        if count <= 0 {
+        let count = device_count()?;
+        if count == 0 {
             return Err("the CUDA driver found no device".into());
         }
-        if ordinal >= count as usize {
+        if ordinal >= count {
             return Err(format!(
                 "device {ordinal} asked for, but only {count} found"
             ));

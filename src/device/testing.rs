@@ -40,7 +40,12 @@ extern "C" __global__ void fault_illegal_address(float* x) {
 /// ([`GpuDotError::DeviceFault`] for a fault that poisons the context). Products running on
 /// other threads at that moment fail with it too; the next GPU call rebuilds the context.
 pub fn raise_device_fault(kind: Fault) -> Result<(), GpuDotError> {
-    let gpu = context::gpu()?;
+    raise_device_fault_on(crate::Device::default(), kind)
+}
+
+/// [`raise_device_fault`] on `device`.
+pub fn raise_device_fault_on(device: crate::Device, kind: Fault) -> Result<(), GpuDotError> {
+    let gpu = context::gpu_on(device.ordinal())?;
     let (major, minor) = gpu.info.compute_capability;
     let options = [format!("--gpu-architecture=sm_{major}{minor}")];
     let cubin = cache::compile("fault", FAULT_SOURCE, &options)?;

@@ -400,13 +400,16 @@ pub(crate) fn launch<T: Element>(
 /// isolation.
 type IsolatedClass = (usize, Dtype, (u32, u32, u32), (bool, bool));
 
+/// Timed rounds of each candidate when tuning in isolation.
+const ISOLATED_ROUNDS: usize = 4;
+
 /// Kernel plans tuned in isolation, per shape class and layout: for device-only measurement.
 static ISOLATED: Lazy<Mutex<HashMap<IsolatedClass, Plan>>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// Enqueues `C = op(A) · op(B)` with `kernel` on operands already on the device; under
-/// `Kernel::Auto` the first product of a shape class times each candidate plan twice with
-/// events (the kernel alone) and keeps the fastest. For [`crate::profile`].
+/// `Kernel::Auto` the first product of a shape class times each candidate plan with events
+/// (the kernel alone; one warm-up, then [`ISOLATED_ROUNDS`] rounds) and keeps the fastest. For [`crate::profile`].
 pub(crate) fn launch_isolated<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -436,20 +439,27 @@ pub(crate) fn launch_isolated<T: Element>(
                 Some(plan) => Some(plan),
                 None if candidates.len() == 1 => Some(candidates[0]),
                 None => {
+                    // One untimed launch each (clocks and caches settle), then rounds that
+                    // time every candidate in turn, so that a drift in clocks touches all
+                    // alike; each keeps its fastest round.
                     let watch = Stopwatch::new(gpu)?;
-                    let mut best: Option<(f32, Plan)> = None;
                     for &plan in &candidates {
-                        let mut fastest = f32::INFINITY;
-                        for _ in 0..2 {
+                        launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)?;
+                    }
+                    let mut fastest = vec![f32::INFINITY; candidates.len()];
+                    for _ in 0..ISOLATED_ROUNDS {
+                        for (t, &plan) in fastest.iter_mut().zip(&candidates) {
                             let ms = watch.time(stream, || {
                                 launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)
                             })?;
-                            fastest = fastest.min(ms);
-                        }
-                        if best.is_none_or(|(t, _)| fastest < t) {
-                            best = Some((fastest, plan));
+                            *t = t.min(ms);
                         }
                     }
+                    let best = fastest
+                        .iter()
+                        .zip(&candidates)
+                        .min_by(|x, y| x.0.total_cmp(y.0))
+                        .map(|(&t, &plan)| (t, plan));
                     let plan = best.expect("at least one candidate").1;
                     ISOLATED
                         .lock()

@@ -34,7 +34,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use once_cell::sync::Lazy;
 
-use crate::device::context::Gpu;
+use crate::device::context::{Gpu, Home};
 use crate::element::Element;
 use crate::engine::launch::{self, DeviceOperand, GemmArgs};
 use crate::engine::tuner::{self, Choice, Ran};
@@ -46,8 +46,8 @@ use conduct::{CudaLink, Endpoints, Run, Streams, Trace};
 use schedule::{Residency, Schedule, What};
 use workspace::{Needs, Workspace};
 
+pub(crate) use workspace::{retained_by, trim_device, Pool};
 pub use workspace::{retained_memory, trim};
-pub(crate) use workspace::{trim_device, Pool};
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr.
 static TRACE: Lazy<bool> =
@@ -68,8 +68,8 @@ pub(crate) enum Src<'a, T> {
         mat: DevMat<'a, T>,
         rows: usize,
         cols: usize,
-        /// The context generation the matrix was made in.
-        generation: u64,
+        /// Where the matrix lives.
+        home: Home,
     },
 }
 
@@ -81,11 +81,11 @@ impl<T: Element> Src<'_, T> {
         }
     }
 
-    /// A device matrix's context generation, and its shape.
-    fn generation(&self) -> Option<(u64, (usize, usize))> {
+    /// Where a device matrix lives, and its shape.
+    pub(crate) fn home(&self) -> Option<(Home, (usize, usize))> {
         match self {
             Src::Host(_) => None,
-            Src::Device { generation, .. } => Some((*generation, self.dim())),
+            Src::Device { home, .. } => Some((*home, self.dim())),
         }
     }
 
@@ -110,8 +110,8 @@ pub(crate) enum Dst<'a, T> {
         rows: usize,
         cols: usize,
         ld: usize,
-        /// The context generation the matrix was made in.
-        generation: u64,
+        /// Where the matrix lives.
+        home: Home,
     },
 }
 
@@ -124,10 +124,10 @@ impl<T> Dst<'_, T> {
         }
     }
 
-    /// A device matrix's context generation, and its shape.
-    fn generation(&self) -> Option<(u64, (usize, usize))> {
+    /// Where a device matrix lives, and its shape.
+    pub(crate) fn home(&self) -> Option<(Home, (usize, usize))> {
         match self {
-            Dst::Device { generation, .. } => Some((*generation, self.dim())),
+            Dst::Device { home, .. } => Some((*home, self.dim())),
             _ => None,
         }
     }
@@ -182,13 +182,13 @@ pub(crate) fn gemm<T: Element>(
         error,
         touched: false,
     })?;
-    // Device matrices of an older context are gone (the device was reset after a fault).
-    let lost = [g.a.generation(), g.b.generation(), g.c.generation()]
+    // Device matrices of another device, or of an older context (the device was reset after
+    // a fault), cannot be used here.
+    let elsewhere = [g.a.home(), g.b.home(), g.c.home()]
         .into_iter()
         .flatten()
-        .find(|&(generation, _)| generation != gpu.generation)
-        .map(|(_, dim)| GpuDotError::MatrixLost { dim });
-    if let Some(error) = lost {
+        .find_map(|(home, dim)| gpu.check_home(home, dim).err());
+    if let Some(error) = elsewhere {
         return Err(Failure {
             error,
             touched: false,
@@ -848,6 +848,21 @@ pub(crate) fn zeros<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, G
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for a device allocation"))?;
+    Ok(buf)
+}
+
+/// A copy of `src` in new memory of the same device.
+pub(crate) fn duplicate<T: Element>(
+    gpu: &Gpu,
+    src: &CudaSlice<T>,
+) -> Result<CudaSlice<T>, GpuDotError> {
+    let stream = gpu.stream()?;
+    let buf = stream
+        .clone_dtod(src)
+        .map_err(|e| GpuDotError::driver("copying device memory", src.num_bytes(), e))?;
+    stream
+        .synchronize()
+        .map_err(GpuDotError::at("waiting for a device copy"))?;
     Ok(buf)
 }
 

@@ -214,7 +214,7 @@ pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
 /// Returns a workspace whose work is complete to the pool, or frees it when the pool is full
 /// or the context has faulted.
 pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
-    if context::faulted() {
+    if gpu.faulted() {
         return drop(ws);
     }
     let mut pool = idle(gpu);
@@ -242,21 +242,27 @@ pub(crate) fn trim_device(gpu: &Gpu) {
     drop(drained);
 }
 
-/// Frees the device and page-locked memory that idle workspaces keep for reuse; the next
-/// products allocate it again. Products running on other threads are not affected.
+/// Frees the device and page-locked memory that idle workspaces keep for reuse, on every
+/// device; the next products allocate it again. Products running on other threads are not
+/// affected.
 pub fn trim() {
-    if let Some(gpu) = context::current() {
+    for gpu in context::live() {
         trim_device(&gpu);
     }
 }
 
-/// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse
-/// (freed by [`trim`]).
+/// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse,
+/// summed over every device (freed by [`trim`]).
 pub fn retained_memory() -> (usize, usize) {
-    let Some(gpu) = context::current() else {
-        return (0, 0);
-    };
-    let pool = idle(&gpu);
+    context::live()
+        .iter()
+        .map(|gpu| retained_by(gpu))
+        .fold((0, 0), |(d, p), (d2, p2)| (d + d2, p + p2))
+}
+
+/// [`retained_memory`] of one device.
+pub(crate) fn retained_by(gpu: &Gpu) -> (usize, usize) {
+    let pool = idle(gpu);
     (
         pool.iter().map(Workspace::device_bytes).sum(),
         pool.iter().map(Workspace::pinned_bytes).sum(),
