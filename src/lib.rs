@@ -65,7 +65,10 @@
 //! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
 //! `libnvrtc.so`, which the toolkit's runtime packages ship).
 //!
-//! `GPU_DOT_TRACE=1` prints each GPU product's panels, plan, helper threads and phase times
+//! The crate logs through the [`log`](https://docs.rs/log) crate: each product's route at
+//! debug level, a warning the first time a product that asked for the GPU runs on the CPU
+//! because the GPU failed or is missing, and each GPU product's phase times at trace level.
+//! `GPU_DOT_TRACE=1` also prints each GPU product's panels, plan, helper threads and phase times
 //! (milliseconds from the call: schedule, buffers, first copy, last input copy, last kernel
 //! enqueued, results landed, unpacked; and the host time spent issuing copies, launching
 //! kernels and polling events) to stderr.

@@ -146,7 +146,37 @@ pub(crate) enum Decision {
 ///   written), else the error is returned.
 ///
 /// The CPU product is the caller's ([`Decision::Cpu`]), so that it is ndarray's own.
+///
+/// Each decision is logged at debug level (the `log` crate); the first product of the
+/// process that a failing or missing GPU sends to the CPU is logged as a warning.
 pub(crate) fn route<T: Element>(
+    g: Gemm<'_, '_, '_, '_, T>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Decision, GpuDotError> {
+    let ((m, k), n) = (g.a.dim(), g.b.dim().1);
+    let decision = decide(g, opts, fall_back);
+    let dims = format_args!("{m}×{k}×{n} {}", T::DTYPE);
+    match &decision {
+        Ok(Decision::Done(route)) => log::debug!("{dims}: {route}"),
+        Ok(Decision::Cpu(why)) => {
+            log::debug!("{dims}: {}", Route::Cpu(why.clone()));
+            if let CpuReason::GpuUnavailable(e) = why {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    log::warn!(
+                        "a product ran on the CPU because {e} (warned once; each later \
+                         product's route is logged at debug level)"
+                    )
+                });
+            }
+        }
+        Err(e) => log::debug!("{dims}: failed: {e}"),
+    }
+    decision
+}
+
+fn decide<T: Element>(
     g: Gemm<'_, '_, '_, '_, T>,
     opts: &DotOptions,
     fall_back: bool,

@@ -49,7 +49,8 @@ use workspace::{Needs, Workspace};
 pub(crate) use workspace::{retained_by, trim_device, Pool};
 pub use workspace::{retained_memory, trim};
 
-/// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr.
+/// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are
+/// logged at trace level in any case).
 static TRACE: Lazy<bool> =
     Lazy::new(|| std::env::var_os("GPU_DOT_TRACE").is_some_and(|v| v != "0"));
 
@@ -254,8 +255,12 @@ fn run<T: Element>(
     if let Some(trial) = planned.trial {
         tuner::record(trial, times.total.as_secs_f64());
     }
-    if *TRACE {
-        times.print(ops.dims, &planned);
+    if *TRACE || log::log_enabled!(log::Level::Trace) {
+        let line = times.line(ops.dims, &planned);
+        log::trace!("{line}");
+        if *TRACE {
+            eprintln!("gpu-dot trace: {line}");
+        }
     }
     Ok(done)
 }
@@ -690,12 +695,12 @@ struct Times {
 }
 
 impl Times {
-    fn print(&self, (m, k, n): (usize, usize, usize), planned: &Planned) {
+    fn line(&self, (m, k, n): (usize, usize, usize), planned: &Planned) -> String {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let at = |s: f64| ms(self.loop_start) + s * 1e3;
         let t = &self.run;
-        eprintln!(
-            "gpu-dot trace: {m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
+        format!(
+            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
              total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
              issue={:.3} launch={:.3} poll={:.3}",
@@ -716,7 +721,7 @@ impl Times {
             t.issue * 1e3,
             t.launch * 1e3,
             t.poll * 1e3,
-        );
+        )
     }
 }
 
