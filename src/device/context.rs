@@ -566,25 +566,53 @@ fn libraries() -> Result<(), String> {
         .clone()
 }
 
+/// The file names the driver library and NVRTC go by, most common first.
+#[cfg(windows)]
+const LIBRARY_NAMES: [&[&str]; 2] = [
+    &["nvcuda.dll"],
+    &[
+        "nvrtc64_130_0.dll",
+        "nvrtc64_120_0.dll",
+        "nvrtc64_13.dll",
+        "nvrtc64_12.dll",
+        "nvrtc.dll",
+    ],
+];
+#[cfg(not(windows))]
+const LIBRARY_NAMES: [&[&str]; 2] = [
+    &["libcuda.so.1", "libcuda.so"],
+    &[
+        "libnvrtc.so",
+        "libnvrtc.so.12",
+        "libnvrtc.so.13",
+        "libnvrtc.so.11",
+    ],
+];
+
+/// Opens the first of `names` the dynamic loader finds.
+fn open_library(names: &[&str]) -> Option<libloading::Library> {
+    names.iter().find_map(|name| {
+        // SAFETY: the driver library and NVRTC run no initialisation code with requirements
+        // on the caller when loaded; the handle only looks symbols up and is dropped after.
+        unsafe { libloading::Library::new(*name) }.ok()
+    })
+}
+
+/// Checks the two libraries through the dynamic loader itself, whichever way cudarc is
+/// built to reach them (loaded at run time, or linked by another crate's choice of cudarc
+/// features): both present, with every entry point the crate calls.
 fn check_libraries() -> Result<(), String> {
-    // SAFETY: these only try to open the shared libraries; no symbol is called.
-    let (driver, nvrtc) = unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            cudarc::nvrtc::sys::is_culib_present(),
-        )
-    };
-    if !driver {
+    let [driver_names, nvrtc_names] = LIBRARY_NAMES;
+    let Some(driver) = open_library(driver_names) else {
         return Err("the CUDA driver library (libcuda) was not found".into());
-    }
-    if !nvrtc {
+    };
+    let Some(nvrtc) = open_library(nvrtc_names) else {
         return Err("the NVRTC library (libnvrtc) was not found".into());
-    }
+    };
     // cudarc looks each entry point up on its first call and panics if it is missing; check
     // them all now, so that an old driver or NVRTC is a reason, never a panic later.
-    // SAFETY: both libraries are present (checked above); `get` only looks a symbol up.
+    // SAFETY: `get` only looks a symbol up; nothing is called.
     let missing = unsafe {
-        let (driver, nvrtc) = (cudarc::driver::sys::culib(), cudarc::nvrtc::sys::culib());
         DRIVER_SYMBOLS
             .iter()
             .find(|name| driver.get::<*const ()>(name.as_bytes()).is_err())
