@@ -151,6 +151,9 @@ mod pipeline;
 pub mod profile;
 mod route;
 
+/// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses).
+pub use ndarray;
+
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
 pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
