@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::{assert_close, random};
+use common::{assert_close, random, scaled_tolerance, TestElem};
 use gpu_dot::{
     device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
     ENV_CACHE_DIR,
@@ -97,7 +97,8 @@ fn a_second_process_loads_the_kernels_from_the_disk_cache() {
 /// makes every larger write fail as on a full disk.
 const FILE_SIZE_LIMIT: &str = "GPU_DOT_TEST_CACHE_FSIZE";
 
-/// One GPU product, checked, then the report line.
+/// One GPU product of each element type (so that both register-blocked families are
+/// cached), checked, then the report line.
 fn child() {
     if let Ok(limit) = std::env::var(FILE_SIZE_LIMIT) {
         let limit: u64 = limit.parse().expect("a byte count");
@@ -118,24 +119,8 @@ fn child() {
         "{}",
         device_status()
     );
-    let (m, k, n) = (256, 256, 256);
-    let a = random(m, k);
-    let b = random(k, n);
-    let start = Instant::now();
-    let product = a
-        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
-        .expect("a GPU product");
-    let first_ms = start.elapsed().as_secs_f64() * 1e3;
-    assert!(product.route.is_gpu(), "{}", product.route);
-    let expected = a.dot(&b);
-    let max_diff = product
-        .c
-        .iter()
-        .zip(expected.iter())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max);
-    assert!(max_diff <= 1e-3, "differs from ndarray's dot by {max_diff}");
-    assert_close(&product.c, &a, &b, "product in a child process");
+    let first_ms = product::<f32>();
+    product::<f64>();
 
     let context_ms = match device_status() {
         DeviceStatus::Ready(info) => info.context_ms,
@@ -150,6 +135,36 @@ fn child() {
         nvrtc_compilations(),
         loads.join(",")
     );
+}
+
+/// One GPU product of `T`, checked against ndarray's `dot` and the reference; returns its
+/// milliseconds.
+fn product<T: TestElem>() -> f64 {
+    let (m, k, n) = (256, 256, 256);
+    let a = random::<T>(m, k);
+    let b = random::<T>(k, n);
+    let start = Instant::now();
+    let product = a
+        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
+        .expect("a GPU product");
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    assert!(product.route.is_gpu(), "{}", product.route);
+    let expected = a.dot(&b);
+    let max_diff = product
+        .c
+        .iter()
+        .zip(expected.iter())
+        .map(|(&x, &y)| (x.to_f64() - y.to_f64()).abs())
+        .fold(0.0, f64::max);
+    // 1e-3 in f32, as many ε in f64.
+    let tolerance = scaled_tolerance::<T>(f64::from(1e-3f32));
+    assert!(
+        max_diff <= tolerance,
+        "{}: differs from ndarray's dot by {max_diff}",
+        T::DTYPE
+    );
+    assert_close(&product.c, &a, &b, "product in a child process");
+    ms
 }
 
 /// Runs the test binary as a child with the cache in `dir`, and parses its report.

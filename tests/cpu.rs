@@ -1,14 +1,15 @@
 //! Tests that need no GPU: shapes, errors, dispatch, fallback, layouts through the CPU path,
-//! options and environment parsing. They run in CI and on the device alike.
+//! options and environment parsing. They run in CI and on the device alike; those that multiply
+//! run for both element types (`NAME::f32`, `NAME::f64`).
 
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{assert_close, random};
+use common::{assert_close, both_types, random, test_name, TestElem};
 use gpu_dot::{
-    device_status, Backend, CpuReason, DeviceStatus, DotOptions, GpuDot, GpuDotError, Kernel,
-    Route, DEFAULT_MIN_GPU_FLOPS,
+    device_status, Backend, CpuReason, DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError,
+    Kernel, Route, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64,
 };
 use ndarray::{arr2, s, ArcArray2, Array2, CowArray, Ix2};
 
@@ -24,10 +25,10 @@ fn panic_message(f: impl FnOnce()) -> String {
         .expect("a panic message")
 }
 
-#[test]
-fn shape_mismatch_panics_with_ndarrays_message() {
-    let a = Array2::<f32>::ones((2, 3));
-    let b = Array2::<f32>::ones((4, 5));
+both_types!(shape_mismatch_panics_with_ndarrays_message);
+fn shape_mismatch_panics_with_ndarrays_message<T: TestElem>() {
+    let a = Array2::<T>::ones((2, 3));
+    let b = Array2::<T>::ones((4, 5));
     let ours = panic_message(|| {
         a.gpu_dot(&b);
     });
@@ -41,21 +42,21 @@ fn shape_mismatch_panics_with_ndarrays_message() {
     );
 }
 
+both_types!(shape_mismatch_panic_points_at_the_caller);
 /// `gpu_dot` is `#[track_caller]`: the panic names the caller's line. Checked in a child
 /// process, whose stderr carries the panic's location.
-#[test]
-fn shape_mismatch_panic_points_at_the_caller() {
+fn shape_mismatch_panic_points_at_the_caller<T: TestElem>() {
     const CHILD: &str = "GPU_DOT_TEST_PANIC_CHILD";
     let line = line!() + 3;
     if std::env::var_os(CHILD).is_some() {
-        let a = Array2::<f32>::ones((2, 3));
+        let a = Array2::<T>::ones((2, 3));
         a.gpu_dot(&a);
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "shape_mismatch_panic_points_at_the_caller",
+            &test_name::<T>("shape_mismatch_panic_points_at_the_caller"),
             "--nocapture",
         ])
         .env(CHILD, "1")
@@ -70,10 +71,10 @@ fn shape_mismatch_panic_points_at_the_caller() {
     assert!(stderr.contains("are not compatible for matrix multiplication"));
 }
 
-#[test]
-fn shape_mismatch_is_a_typed_error() {
-    let a = Array2::<f32>::ones((2, 3));
-    let b = Array2::<f32>::ones((4, 5));
+both_types!(shape_mismatch_is_a_typed_error);
+fn shape_mismatch_is_a_typed_error<T: TestElem>() {
+    let a = Array2::<T>::ones((2, 3));
+    let b = Array2::<T>::ones((4, 5));
     for result in [
         a.try_gpu_dot(&b).map(|_| ()),
         a.gpu_dot_with(&b, &cpu()).map(|_| ()),
@@ -100,8 +101,8 @@ fn shape_mismatch_is_a_typed_error() {
     }
 }
 
-#[test]
-fn zero_dimensions_give_zeros_without_a_device() {
+both_types!(zero_dimensions_give_zeros_without_a_device);
+fn zero_dimensions_give_zeros_without_a_device<T: TestElem>() {
     for (m, k, n) in [
         (0, 0, 4),
         (0, 5, 3),
@@ -110,27 +111,27 @@ fn zero_dimensions_give_zeros_without_a_device() {
         (0, 0, 0),
         (7, 0, 9),
     ] {
-        let a = random(m, k);
-        let b = random(k, n);
+        let a = random::<T>(m, k);
+        let b = random::<T>(k, n);
         for backend in [Backend::Auto, Backend::Gpu, Backend::Cpu] {
             let opts = DotOptions::builtin().backend(backend).min_gpu_flops(0);
             let p = a.gpu_dot_with(&b, &opts).unwrap();
             assert_eq!(p.c.dim(), (m, n));
-            assert!(p.c.iter().all(|&x| x == 0.0));
+            assert!(p.c.iter().all(|&x| x == T::zero()));
             assert!(matches!(p.route, Route::Empty), "{:?}", p.route);
         }
         assert_eq!(a.gpu_dot(&b), a.dot(&b));
     }
 }
 
-#[test]
-fn cpu_backend_equals_ndarray_dot_in_every_layout() {
-    let a = random(23, 31);
-    let b = random(31, 17);
-    let at = random(31, 23); // at.t() is 23 × 31, F order
-    let bt = random(17, 31);
-    let big_a = random(50, 70);
-    let big_b = random(70, 40);
+both_types!(cpu_backend_equals_ndarray_dot_in_every_layout);
+fn cpu_backend_equals_ndarray_dot_in_every_layout<T: TestElem>() {
+    let a = random::<T>(23, 31);
+    let b = random::<T>(31, 17);
+    let at = random::<T>(31, 23); // at.t() is 23 × 31, F order
+    let bt = random::<T>(17, 31);
+    let big_a = random::<T>(50, 70);
+    let big_b = random::<T>(70, 40);
     let a_views = [
         a.view(),
         at.t(),
@@ -153,56 +154,72 @@ fn cpu_backend_equals_ndarray_dot_in_every_layout() {
     }
 }
 
-#[test]
-fn broadcast_operands_work() {
-    let row = ndarray::Array1::from_vec(vec![1.0f32, -2.0, 3.0]);
+both_types!(broadcast_operands_work);
+fn broadcast_operands_work<T: TestElem>() {
+    let row = ndarray::Array1::from_vec(vec![1.0, -2.0, 3.0]).mapv(T::from_f64);
     let a = row.broadcast((4, 3)).unwrap();
-    let b = random(3, 5);
+    let b = random::<T>(3, 5);
     assert_eq!(a.gpu_dot(&b), a.dot(&b));
-    let col = random(1, 5);
+    let col = random::<T>(1, 5);
     let bb = col.broadcast((3, 5)).unwrap();
     assert_eq!(a.gpu_dot(&bb), a.dot(&bb));
 }
 
-#[test]
-fn every_array_kind_is_accepted_and_mixed() {
-    let a: Array2<f32> = random(6, 4);
-    let b: Array2<f32> = random(4, 5);
+both_types!(every_array_kind_is_accepted_and_mixed);
+fn every_array_kind_is_accepted_and_mixed<T: TestElem>() {
+    let a: Array2<T> = random(6, 4);
+    let b: Array2<T> = random(4, 5);
     let expected = a.dot(&b);
-    let arc: ArcArray2<f32> = b.to_shared();
-    let cow: CowArray<f32, Ix2> = CowArray::from(a.view());
+    let arc: ArcArray2<T> = b.to_shared();
+    let cow: CowArray<T, Ix2> = CowArray::from(a.view());
     let mut b_mut = b.clone();
     let view_mut = b_mut.view_mut();
     assert_eq!(a.gpu_dot(&arc), expected);
     assert_eq!(cow.gpu_dot(&view_mut), expected);
     assert_eq!(a.view().gpu_dot(&b.view()), expected);
-    let owned_f: Array2<f32> = a.t().to_owned().reversed_axes(); // F order, owned
+    let owned_f: Array2<T> = a.t().to_owned().reversed_axes(); // F order, owned
     assert_eq!(owned_f.gpu_dot(&arc), expected);
 }
 
-#[test]
-fn below_threshold_runs_on_the_cpu_and_says_so() {
-    let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
+both_types!(below_threshold_runs_on_the_cpu_and_says_so);
+/// Below the element type's own default threshold ([`DEFAULT_MIN_GPU_FLOPS`],
+/// [`DEFAULT_MIN_GPU_FLOPS_F64`]), the CPU, and the route says so.
+fn below_threshold_runs_on_the_cpu_and_says_so<T: TestElem>() {
+    let a = arr2(&[[1.0, 2.0], [3.0, 4.0]]).mapv(T::from_f64);
     let p = a.gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
-    assert_eq!(p.c, arr2(&[[7.0, 10.0], [15.0, 22.0]]));
+    assert_eq!(p.c, arr2(&[[7.0, 10.0], [15.0, 22.0]]).mapv(T::from_f64));
+    let default = match T::DTYPE {
+        Dtype::F32 => DEFAULT_MIN_GPU_FLOPS,
+        _ => DEFAULT_MIN_GPU_FLOPS_F64,
+    };
+    assert_eq!(DotOptions::builtin().threshold(T::DTYPE), default);
     match p.route {
         Route::Cpu(CpuReason::BelowThreshold { flops, threshold }) => {
             assert_eq!(flops, 16);
-            assert_eq!(threshold, DEFAULT_MIN_GPU_FLOPS);
+            assert_eq!(threshold, default);
         }
         other => panic!("unexpected route {other:?}"),
     }
 }
 
-#[test]
-fn auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason() {
-    let a = random(40, 50);
-    let b = random(50, 30);
+both_types!(auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason);
+fn auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason<T: TestElem>() {
+    let a = random::<T>(40, 50);
+    let b = random::<T>(50, 30);
     let opts = DotOptions::builtin().min_gpu_flops(0);
     let p = a.gpu_dot_with(&b, &opts).unwrap();
     assert_close(&p.c, &a, &b, "auto");
     match (device_status(), &p.route) {
-        (DeviceStatus::Ready(_), Route::Gpu { kernel, plan, .. }) => {
+        (
+            DeviceStatus::Ready(_),
+            Route::Gpu {
+                dtype,
+                kernel,
+                plan,
+                ..
+            },
+        ) => {
+            assert_eq!(*dtype, T::DTYPE);
             assert_eq!(*kernel, Kernel::Auto);
             assert!(plan.is_some(), "Auto reports the plan it ran");
         }
@@ -213,10 +230,10 @@ fn auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason() {
     }
 }
 
-#[test]
-fn gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one() {
-    let a = random(9, 8);
-    let b = random(8, 7);
+both_types!(gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one);
+fn gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one<T: TestElem>() {
+    let a = random::<T>(9, 8);
+    let b = random::<T>(8, 7);
     let result = a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu));
     match device_status() {
         DeviceStatus::Unavailable(reason) => match result {
@@ -231,10 +248,10 @@ fn gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one() {
     }
 }
 
+both_types!(without_a_visible_device_auto_falls_back_and_gpu_errors);
 /// Runs the assertions of a machine without a usable device in a child process whose
 /// `CUDA_VISIBLE_DEVICES` is empty, so it holds on a GPU machine as well as in CI.
-#[test]
-fn without_a_visible_device_auto_falls_back_and_gpu_errors() {
+fn without_a_visible_device_auto_falls_back_and_gpu_errors<T: TestElem>() {
     const CHILD: &str = "GPU_DOT_TEST_NO_DEVICE_CHILD";
     if std::env::var_os(CHILD).is_some() {
         let status = device_status();
@@ -242,7 +259,7 @@ fn without_a_visible_device_auto_falls_back_and_gpu_errors() {
             panic!("a device is visible: {status:?}");
         };
         assert!(!reason.is_empty());
-        let a = random(64, 64);
+        let a = random::<T>(64, 64);
         let opts = DotOptions::builtin().min_gpu_flops(0);
         let p = a.gpu_dot_with(&a, &opts).unwrap();
         assert!(matches!(
@@ -262,7 +279,7 @@ fn without_a_visible_device_auto_falls_back_and_gpu_errors() {
     let out = std::process::Command::new(exe)
         .args([
             "--exact",
-            "without_a_visible_device_auto_falls_back_and_gpu_errors",
+            &test_name::<T>("without_a_visible_device_auto_falls_back_and_gpu_errors"),
             "--nocapture",
         ])
         .env(CHILD, "1")
@@ -332,11 +349,11 @@ fn options_parse_from_the_environment() {
     }
 }
 
-#[test]
-fn default_products_match_ndarray_above_the_threshold() {
+both_types!(default_products_match_ndarray_above_the_threshold);
+fn default_products_match_ndarray_above_the_threshold<T: TestElem>() {
     // Large enough for Auto to try the GPU; on a machine without one this is the CPU path.
-    let a = random(300, 280);
-    let b = random(280, 310);
+    let a = random::<T>(300, 280);
+    let b = random::<T>(280, 310);
     let c = a.gpu_dot(&b);
     assert_close(&c, &a, &b, "default gpu_dot");
     let c2 = a.try_gpu_dot(&b).unwrap();

@@ -8,7 +8,7 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{check64, random64, reference64};
+use common::{check, random, reference};
 use gpu_dot::{
     device_status, general_mat_mul, general_mat_mul_with, layout_of, Backend, CpuReason,
     DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError, GpuMatrix, Kernel, Route,
@@ -43,8 +43,8 @@ fn panic_message(f: impl FnOnce()) -> String {
 
 #[test]
 fn the_cpu_route_is_ndarrays_f64_dot_in_every_layout() {
-    let a = random64(37, 29);
-    let b = random64(29, 41);
+    let a = random::<f64>(37, 29);
+    let b = random::<f64>(29, 41);
     let (at, bt) = (a.t().to_owned(), b.t().to_owned());
     let views: [(ArrayView2<f64>, ArrayView2<f64>); 4] = [
         (a.view(), b.view()),
@@ -115,9 +115,9 @@ fn zero_dimensions_give_empty_or_zero_f64_results() {
 
 #[test]
 fn the_general_form_takes_f64_on_the_cpu() {
-    let a = random64(9, 7);
-    let b = random64(7, 5);
-    let mut ours = random64(9, 5);
+    let a = random::<f64>(9, 7);
+    let b = random::<f64>(7, 5);
+    let mut ours = random::<f64>(9, 5);
     let mut theirs = ours.clone();
     general_mat_mul(0.5, &a, &b, -2.0, &mut ours);
     ndarray::linalg::general_mat_mul(0.5, &a, &b, -2.0, &mut theirs);
@@ -154,13 +154,13 @@ const SHAPES: [(usize, usize, usize); 12] = [
 fn every_f64_kernel_matches_the_reference_over_shapes_and_layouts() {
     require_gpu();
     for (m, k, n) in SHAPES {
-        let a = random64(m, k);
-        let b = random64(k, n);
+        let a = random::<f64>(m, k);
+        let b = random::<f64>(k, n);
         let (at, bt) = (a.t().to_owned(), b.t().to_owned());
         // An odd-width window: leading dimensions that keep no 16-byte alignment.
-        let wide_a = random64(m, k + 1);
-        let r = reference64(&a, &b);
-        let r_window = reference64(&wide_a.slice(s![.., 1..]), &b);
+        let wide_a = random::<f64>(m, k + 1);
+        let r = reference(&a, &b);
+        let r_window = reference(&wide_a.slice(s![.., 1..]), &b);
         let pairs: [Pair; 5] = [
             ("C·C", a.view(), b.view(), &r),
             ("F·F", at.t(), bt.t(), &r),
@@ -182,7 +182,7 @@ fn every_f64_kernel_matches_the_reference_over_shapes_and_layouts() {
                     ref other => panic!("{what}: ran {other:?}"),
                 }
                 assert_eq!(p.c.strides(), av.dot(&bv).strides(), "{what}: order");
-                check64(&p.c, &av, &bv, r, &what);
+                check(&p.c, &av, &bv, r, &what);
             }
         }
     }
@@ -193,8 +193,8 @@ fn every_f64_kernel_matches_the_reference_over_shapes_and_layouts() {
 fn nan_inf_and_subnormals_propagate_as_in_ndarrays_f64_dot() {
     require_gpu();
     let (m, k, n) = (130, 70, 90);
-    let mut a = random64(m, k);
-    let mut b = random64(k, n);
+    let mut a = random::<f64>(m, k);
+    let mut b = random::<f64>(k, n);
     a[[3, 5]] = f64::NAN;
     a[[7, 0]] = f64::INFINITY;
     b[[2, 11]] = f64::NEG_INFINITY;
@@ -229,15 +229,15 @@ fn nan_inf_and_subnormals_propagate_as_in_ndarrays_f64_dot() {
 fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     require_gpu();
     let opts = DotOptions::builtin().backend(Backend::Gpu);
-    let a = random64(200, 150);
-    let b = random64(150, 170);
+    let a = random::<f64>(200, 150);
+    let b = random::<f64>(150, 170);
     // Host output in F order, alpha and beta.
-    let c0 = random64(200, 170);
+    let c0 = random::<f64>(200, 170);
     let mut c = Array2::<f64>::zeros((200, 170).f());
     c.assign(&c0);
     let route = general_mat_mul_with(0.5, &a, &b, -1.5, &mut c, &opts).unwrap();
     assert!(route.is_gpu(), "{route}");
-    let want = reference64(&a, &b).mapv(|x| 0.5 * x) - c0.mapv(|x| 1.5 * x);
+    let want = reference(&a, &b).mapv(|x| 0.5 * x) - c0.mapv(|x| 1.5 * x);
     let diff = (&c - &want).mapv(f64::abs).fold(0.0, |x: f64, &y| x.max(y));
     assert!(diff < 1e-12, "general form off by {diff}");
 
@@ -247,7 +247,7 @@ fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     let mut h = x.dot(&w).unwrap();
     assert_eq!(format!("{h:?}"), "GpuMatrix<f64>(200 × 170)");
     let hb = h.to_array().unwrap();
-    check64(&hb, &a, &b, &reference64(&a, &b), "device chain");
+    check(&hb, &a, &b, &reference(&a, &b), "device chain");
     h.relu().unwrap();
     let relu = h.to_array().unwrap();
     assert_eq!(relu, hb.mapv(|v| v.max(0.0)));
@@ -260,12 +260,12 @@ fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     let back = GpuMatrix::product(&h.t(), &x).unwrap();
     let mut out = Array2::<f64>::zeros((170, 150).f());
     back.copy_to(&mut out).unwrap();
-    check64(&out, &relu.t(), &a, &reference64(&relu.t(), &a), "hᵀ·x");
+    check(&out, &relu.t(), &a, &reference(&relu.t(), &a), "hᵀ·x");
     // SGD step on device-resident weights: W ← W − 0.1·Xᵀ·G.
     let mut wd = GpuMatrix::from_array(&b).unwrap();
-    let gr = random64(200, 170);
+    let gr = random::<f64>(200, 170);
     general_mat_mul_with(-0.1, &x.t(), &gr, 1.0, &mut wd, &opts).unwrap();
-    let want = &b - &reference64(&a.t(), &gr).mapv(|v| 0.1 * v);
+    let want = &b - &reference(&a.t(), &gr).mapv(|v| 0.1 * v);
     let diff = (&wd.to_array().unwrap() - &want)
         .mapv(f64::abs)
         .fold(0.0, |x: f64, &y| x.max(y));
@@ -280,8 +280,8 @@ fn f64_bad_input_gets_typed_errors_on_the_gpu() {
     let err = GpuMatrix::<f64>::zeros((1 << 20, 1 << 20)).unwrap_err();
     assert!(matches!(err, GpuDotError::OutOfMemory { .. }), "{err}");
     // Mixed shapes between device matrices.
-    let a = GpuMatrix::from_array(&random64(4, 5)).unwrap();
-    let b = GpuMatrix::from_array(&random64(4, 5)).unwrap();
+    let a = GpuMatrix::from_array(&random::<f64>(4, 5)).unwrap();
+    let b = GpuMatrix::from_array(&random::<f64>(4, 5)).unwrap();
     assert!(matches!(
         a.dot(&b),
         Err(GpuDotError::ShapeMismatch { k: 5, k2: 4, .. })
@@ -299,8 +299,8 @@ fn f64_bad_input_gets_typed_errors_on_the_gpu() {
 fn long_k_f64_products_split_and_stay_accurate() {
     require_gpu();
     for (m, k, n) in [(64, 8192, 512), (512, 8192, 64), (96, 20000, 96)] {
-        let a = random64(m, k);
-        let b = random64(k, n);
+        let a = random::<f64>(m, k);
+        let b = random::<f64>(k, n);
         let p = a.gpu_dot_with(&b, &gpu(Kernel::Auto)).unwrap();
         let err = gpu_dot::profile::relative_error_sampled(p.c.view(), a.view(), b.view(), 24);
         assert!(
@@ -321,10 +321,10 @@ fn the_simt_fallback_matches_the_reference() {
     gpu_dot::__testing::pretend_compute_capability(Some(75));
     let result = catch_unwind(|| {
         for (m, k, n) in [(7, 13, 5), (129, 67, 255), (64, 2048, 64), (300, 257, 400)] {
-            let a = random64(m, k);
-            let b = random64(k, n);
+            let a = random::<f64>(m, k);
+            let b = random::<f64>(k, n);
             let (at, bt) = (a.t().to_owned(), b.t().to_owned());
-            let r = reference64(&a, &b);
+            let r = reference(&a, &b);
             for (name, av, bv) in [
                 ("C·C", a.view(), b.view()),
                 ("F·C", at.t(), b.view()),
@@ -335,7 +335,7 @@ fn the_simt_fallback_matches_the_reference() {
                     let what = format!("SIMT {m}×{k}×{n} {name} {kernel}");
                     let p = av.gpu_dot_with(&bv, &gpu(kernel)).expect(&what);
                     assert!(p.route.is_gpu(), "{what}");
-                    check64(&p.c, &av, &bv, &r, &what);
+                    check(&p.c, &av, &bv, &r, &what);
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! Faults: no driver library, no NVRTC, an absent device, NVRTC rejecting a source (through
 //! cudarc, and through the crate with a test-only source override), device memory exhausted,
 //! requests the kernels cannot take, a kernel that faults on the device while other threads
-//! multiply, and products after each of them.
+//! multiply, and products after each of them. Each GPU test runs for both element types
+//! (`NAME::f32`, `NAME::f64`), with products of that type.
 //!
 //! On a machine with a CUDA GPU: `cargo test --release --test faults -- --include-ignored`.
 //!
@@ -37,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
-use common::{assert_close, check, random, reference};
+use common::{assert_close, both_types, check, random, reference, test_name, TestElem};
 use gpu_dot::{
     device_status, nvrtc_compilations, Backend, CpuReason, DeviceInfo, DeviceStatus, DotOptions,
     GpuDot, GpuDotError, Kernel, Route,
@@ -146,9 +147,9 @@ fn candidates(libs: &[&str], extra: &[&str]) -> Vec<String> {
 }
 
 /// What must hold in a process with no usable GPU: the status names why (`reason_has`), Auto
-/// products large enough for the GPU come back right from the CPU with the reason, the GPU
-/// backend is a `NoDevice` error, and `gpu_dot` gives the right product.
-fn check_no_gpu_fallback(reason_has: &str) {
+/// products of `T` large enough for the GPU come back right from the CPU with the reason, the
+/// GPU backend is a `NoDevice` error, and `gpu_dot` gives the right product.
+fn check_no_gpu_fallback<T: TestElem>(reason_has: &str) {
     let status = device_status();
     println!("device status: {status}");
     let DeviceStatus::Unavailable(reason) = status else {
@@ -158,8 +159,8 @@ fn check_no_gpu_fallback(reason_has: &str) {
         reason.contains(reason_has),
         "the reason {reason:?} does not name {reason_has:?}"
     );
-    let (a, b) = (random(256, 256), random(256, 256));
-    let at = random(256, 256); // read through at.t(): F order
+    let (a, b) = (random::<T>(256, 256), random::<T>(256, 256));
+    let at = random::<T>(256, 256); // read through at.t(): F order
     for (what, a) in [("C order", a.view()), ("F order", at.t())] {
         let want = reference(&a, &b);
         let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
@@ -240,31 +241,35 @@ mod dl {
     }
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    without_the_driver_library_auto_falls_back_and_gpu_errors
+);
 /// The driver library cannot be loaded: Auto computes on the CPU, the GPU backend is an error.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn without_the_driver_library_auto_falls_back_and_gpu_errors() {
-    const NAME: &str = "without_the_driver_library_auto_falls_back_and_gpu_errors";
-    if is_child(NAME) {
+fn without_the_driver_library_auto_falls_back_and_gpu_errors<T: TestElem>() {
+    let name = test_name::<T>("without_the_driver_library_auto_falls_back_and_gpu_errors");
+    if is_child(&name) {
         // SAFETY: only tries to open the library (every candidate name); no symbol is called.
         assert!(!unsafe { cudarc::driver::sys::is_culib_present() });
-        check_no_gpu_fallback("libcuda");
+        check_no_gpu_fallback::<T>("libcuda");
         return;
     }
     let _device = device_lock();
     // The driver loads in this process: whatever fails in the child is the shadowing.
     expect_device();
     let garbage = GarbageLibs::new(&candidates(&["cuda", "nvcuda"], &["libcuda.so.1"]));
-    run_child(NAME, &[("LD_LIBRARY_PATH", garbage.ld_library_path())]);
+    run_child(&name, &[("LD_LIBRARY_PATH", garbage.ld_library_path())]);
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    without_nvrtc_auto_falls_back_and_gpu_errors
+);
 /// NVRTC cannot be loaded while the driver can (a driver-only install): Auto computes on the
 /// CPU, the GPU backend is an error.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn without_nvrtc_auto_falls_back_and_gpu_errors() {
-    const NAME: &str = "without_nvrtc_auto_falls_back_and_gpu_errors";
-    if is_child(NAME) {
+fn without_nvrtc_auto_falls_back_and_gpu_errors<T: TestElem>() {
+    let name = test_name::<T>("without_nvrtc_auto_falls_back_and_gpu_errors");
+    if is_child(&name) {
         // SAFETY: these only try to open the libraries; no symbol is called.
         let (driver, nvrtc) = unsafe {
             (
@@ -274,7 +279,7 @@ fn without_nvrtc_auto_falls_back_and_gpu_errors() {
         };
         assert!(driver, "the driver library should still load");
         assert!(!nvrtc, "NVRTC loaded despite the shadowing");
-        check_no_gpu_fallback("libnvrtc");
+        check_no_gpu_fallback::<T>("libnvrtc");
         return;
     }
     let _device = device_lock();
@@ -284,7 +289,7 @@ fn without_nvrtc_auto_falls_back_and_gpu_errors() {
         &["libnvrtc.so", "libnvrtc.so.12", "libnvrtc.so.13"],
     ));
     run_child(
-        NAME,
+        &name,
         &[
             ("LD_LIBRARY_PATH", garbage.ld_library_path()),
             // No compiled kernels from an earlier process either.
@@ -293,30 +298,34 @@ fn without_nvrtc_auto_falls_back_and_gpu_errors() {
     );
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    an_absent_device_ordinal_is_unavailable_and_auto_falls_back
+);
 /// `GPU_DOT_DEVICE` naming a device that is not there: unavailable, with the count found.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn an_absent_device_ordinal_is_unavailable_and_auto_falls_back() {
-    const NAME: &str = "an_absent_device_ordinal_is_unavailable_and_auto_falls_back";
-    if is_child(NAME) {
-        check_no_gpu_fallback("device 99 asked for, but only");
+fn an_absent_device_ordinal_is_unavailable_and_auto_falls_back<T: TestElem>() {
+    let name = test_name::<T>("an_absent_device_ordinal_is_unavailable_and_auto_falls_back");
+    if is_child(&name) {
+        check_no_gpu_fallback::<T>("device 99 asked for, but only");
         return;
     }
     let _device = device_lock();
     expect_device();
-    run_child(NAME, &[("GPU_DOT_DEVICE", "99".into())]);
+    run_child(&name, &[("GPU_DOT_DEVICE", "99".into())]);
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    nvrtc_rejections_leave_later_compilations_working
+);
 /// NVRTC rejecting a source. The crate compiles only its own kernel sources and has no public
 /// way to be handed another, so this checks the layer below it, in a process where the
 /// rejections come before any other compilation: cudarc returns NVRTC's log for a source with
 /// an error and for an architecture NVRTC does not know (as for a device newer than the
 /// NVRTC), and the crate's own compilations and products succeed afterwards.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn nvrtc_rejections_leave_later_compilations_working() {
-    const NAME: &str = "nvrtc_rejections_leave_later_compilations_working";
-    if is_child(NAME) {
+fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
+    let name = test_name::<T>("nvrtc_rejections_leave_later_compilations_working");
+    if is_child(&name) {
         use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
         let info = expect_device();
         let (major, minor) = info.compute_capability;
@@ -354,7 +363,7 @@ fn nvrtc_rejections_leave_later_compilations_working() {
             0,
             "the crate compiled before the test"
         );
-        products_succeed_on_every_family("after NVRTC errors");
+        products_succeed_on_every_family::<T>("after NVRTC errors");
         assert!(
             nvrtc_compilations() > 0,
             "the kernels were not compiled in this process"
@@ -363,7 +372,7 @@ fn nvrtc_rejections_leave_later_compilations_working() {
     }
     let _device = device_lock();
     expect_device();
-    run_child(NAME, &[("GPU_DOT_CACHE_DIR", "off".into())]);
+    run_child(&name, &[("GPU_DOT_CACHE_DIR", "off".into())]);
 }
 
 /// Device memory allocated with cudarc directly, outside the crate, and kept while products
@@ -412,19 +421,22 @@ impl Hog {
     }
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    exhausted_device_memory_is_an_error_then_products_recover
+);
 /// Device memory exhausted: the GPU backend fails with `OutOfMemory` (or another typed error,
 /// printed), Auto falls back to the CPU with that reason, and once the memory is free again
 /// GPU products succeed with every kernel family.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn exhausted_device_memory_is_an_error_then_products_recover() {
+fn exhausted_device_memory_is_an_error_then_products_recover<T: TestElem>() {
     let _device = device_lock();
     let info = expect_device();
-    // B, which a product keeps whole on the device, is 64 MiB; the hog leaves about 8 MiB.
+    // B, which a product keeps whole on the device, is 64 MiB in f32 and 128 MiB in f64; the
+    // hog leaves about 8 MiB.
     let (m, k, n) = (256, 4096, 4096);
-    let b_bytes = k * n * 4;
+    let b_bytes = k * n * T::DTYPE.size();
     let leave = 8 << 20;
-    let (a, b) = (random(m, k), random(k, n));
+    let (a, b) = (random::<T>(m, k), random::<T>(k, n));
     let r = reference(&a, &b);
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     // First GPU use: modules compiled, streams made, the shape class tuned.
@@ -483,19 +495,21 @@ fn exhausted_device_memory_is_an_error_then_products_recover() {
         .expect("a GPU product after the memory is back");
     assert!(p.route.is_gpu(), "{}", p.route);
     check(&p.c, &a, &b, &r, "Backend::Gpu after the memory is back");
-    products_succeed_on_every_family("after running out of device memory");
+    products_succeed_on_every_family::<T>("after running out of device memory");
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    a_dimension_above_i32_max_is_too_large_then_products_succeed
+);
 /// A dimension above `i32::MAX` (broadcast views: no memory behind them) is `TooLarge` on the
 /// GPU backend, and products succeed afterwards.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_dimension_above_i32_max_is_too_large_then_products_succeed() {
+fn a_dimension_above_i32_max_is_too_large_then_products_succeed<T: TestElem>() {
     let _device = device_lock();
     expect_device();
     let big = i32::MAX as usize + 1;
-    let one = Array1::from_elem(1, 0.5f32);
-    let small = Array2::from_elem((1, 1), 0.25f32);
+    let one = Array1::from_elem(1, T::from_f64(0.5));
+    let small = Array2::from_elem((1, 1), T::from_f64(0.25));
     let tall = one.broadcast((big, 1)).unwrap(); // m = big
     let wide = one.broadcast((1, big)).unwrap(); // k or n = big
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
@@ -509,13 +523,13 @@ fn a_dimension_above_i32_max_is_too_large_then_products_succeed() {
             other => panic!("{what} = 2^31: expected TooLarge, got {other:?}"),
         }
     }
-    products_succeed_on_every_family("after TooLarge");
+    products_succeed_on_every_family::<T>("after TooLarge");
 }
 
-/// Products on the GPU with each kernel family (naive, tiled, register-blocked), checked
-/// against the f64 reference.
-fn products_succeed_on_every_family(when: &str) {
-    let (a, b) = (random(257, 300), random(300, 129));
+/// Products of `T` on the GPU with each kernel family (naive, tiled, register-blocked),
+/// checked against the reference.
+fn products_succeed_on_every_family<T: TestElem>(when: &str) {
+    let (a, b) = (random::<T>(257, 300), random::<T>(300, 129));
     for kernel in [Kernel::Naive, Kernel::Tiled32, Kernel::Reg128, Kernel::Auto] {
         let opts = DotOptions::builtin().backend(Backend::Gpu).kernel(kernel);
         let p = a
@@ -526,6 +540,10 @@ fn products_succeed_on_every_family(when: &str) {
     }
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    a_device_fault_is_contained_while_threads_multiply
+);
 /// A sticky fault, raised by a kernel that traps or one that writes to an illegal address
 /// (through the crate's hidden test hook; each in its own process), while eight threads
 /// multiply: every product either succeeds with the right answer or fails with a typed error,
@@ -534,16 +552,14 @@ fn products_succeed_on_every_family(when: &str) {
 /// on the GPU again and right) or, where the driver refuses every new context of a process
 /// after a fault, the GPU reports itself unavailable with that reason and `Auto` answers on
 /// the CPU; device matrices made before the fault fail with typed errors and drop safely.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_device_fault_is_contained_while_threads_multiply() {
-    const NAME: &str = "a_device_fault_is_contained_while_threads_multiply";
+fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
+    let name = test_name::<T>("a_device_fault_is_contained_while_threads_multiply");
     const KIND: &str = "GPU_DOT_TEST_FAULT_KIND";
-    if !is_child(NAME) {
+    if !is_child(&name) {
         let _device = device_lock();
         expect_device();
         for kind in ["trap", "illegal-address"] {
-            run_child(NAME, &[(KIND, kind.into())]);
+            run_child(&name, &[(KIND, kind.into())]);
         }
         return;
     }
@@ -559,7 +575,7 @@ fn a_device_fault_is_contained_while_threads_multiply() {
         other => panic!("{KIND}: {other:?}"),
     };
     expect_device();
-    products_succeed_on_every_family("before the fault");
+    products_succeed_on_every_family::<T>("before the fault");
     let shapes = [
         (300, 200, 500),
         (512, 512, 512),
@@ -568,7 +584,7 @@ fn a_device_fault_is_contained_while_threads_multiply() {
     ];
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     for &(m, k, n) in &shapes {
-        let (a, b) = (random(m, k), random(k, n));
+        let (a, b) = (random::<T>(m, k), random::<T>(k, n));
         for _ in 0..4 {
             let c = a.gpu_dot_with(&b, &gpu).unwrap().c;
             assert_close(&c, &a, &b, "warm-up");
@@ -576,7 +592,7 @@ fn a_device_fault_is_contained_while_threads_multiply() {
     }
     let plans_before = tuned_plans().len();
     assert!(plans_before > 0, "nothing was tuned");
-    let old = GpuMatrix::from_array(&random(64, 64)).unwrap();
+    let old = GpuMatrix::from_array(&random::<T>(64, 64)).unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -588,7 +604,7 @@ fn a_device_fault_is_contained_while_threads_multiply() {
                 while !stop.load(Ordering::Relaxed) {
                     let (m, k, n) = shapes[i % shapes.len()];
                     i += 1;
-                    let (a, b) = (random(m, k), random(k, n));
+                    let (a, b) = (random::<T>(m, k), random::<T>(k, n));
                     if t % 2 == 0 {
                         // Auto: always an answer, and always the right one.
                         assert_close(&a.gpu_dot(&b), &a, &b, "gpu_dot under a fault");
@@ -638,8 +654,8 @@ fn a_device_fault_is_contained_while_threads_multiply() {
         failed.load(Ordering::Relaxed)
     );
 
-    let (a, b) = (random(700, 300), random(300, 500));
-    let host = random(64, 64);
+    let (a, b) = (random::<T>(700, 300), random::<T>(300, 500));
+    let host = random::<T>(64, 64);
     match a.gpu_dot_with(&b, &gpu) {
         Ok(p) => {
             println!("{kind:?}: the context was rebuilt");
@@ -657,7 +673,7 @@ fn a_device_fault_is_contained_while_threads_multiply() {
             ));
             let fresh = GpuMatrix::from_array(&host).unwrap();
             assert_eq!(fresh.to_array().unwrap(), host);
-            products_succeed_on_every_family("after the fault");
+            products_succeed_on_every_family::<T>("after the fault");
         }
         Err(GpuDotError::NoDevice { reason }) => {
             println!("{kind:?}: no new context: {reason}");
@@ -680,20 +696,24 @@ fn a_device_fault_is_contained_while_threads_multiply() {
     drop(old);
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families
+);
 /// NVRTC rejecting one of the crate's kernel families, through the crate (a test-only source
 /// override): the product asking for that family gets [`GpuDotError::Compile`] with NVRTC's
 /// log, `Auto` answers on the CPU, the other families still compile and run, and the rejected
 /// source leaves nothing in the kernel cache.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families() {
-    const NAME: &str = "an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families";
-    if !is_child(NAME) {
+fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: TestElem>() {
+    let name =
+        test_name::<T>("an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families");
+    if !is_child(&name) {
         let _device = device_lock();
         expect_device();
-        let dir = std::env::temp_dir().join(format!("gpu-dot-nvrtc-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("gpu-dot-nvrtc-{}-{}", std::process::id(), T::DTYPE));
         let _ = std::fs::remove_dir_all(&dir);
-        run_child(NAME, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
+        run_child(&name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -702,7 +722,7 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families() {
         r#"extern "C" __global__ void sgemm_tiled_16_nn(float* x) { x[0] = not_declared; }"#;
     assert!(override_kernel_source("tiled", Some(broken.into())));
     assert!(!override_kernel_source("no such family", None));
-    let (a, b) = (random(300, 200), random(200, 100));
+    let (a, b) = (random::<T>(300, 200), random::<T>(200, 100));
     let gpu = DotOptions::builtin()
         .backend(Backend::Gpu)
         .kernel(Kernel::Tiled16);
@@ -735,7 +755,7 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families() {
         assert!(p.route.is_gpu());
         assert_close(&p.c, &a, &b, "another family after a rejection");
     }
-    // Two families were cached (naive and the fast family), the rejected one not.
+    // Two families were cached (naive and `T`'s register-blocked family), the rejected one not.
     let dir = gpu_dot::kernel_cache_dir().expect("the cache is on");
     let entries = std::fs::read_dir(&dir)
         .map(|d| d.filter_map(Result::ok).count())

@@ -1,5 +1,6 @@
-//! GPU tests: every kernel against an f64 reference on fresh random inputs, with the device
-//! output poisoned with NaN before each launch. Run on a machine with a CUDA GPU:
+//! GPU tests: every kernel against a reference of higher precision on fresh random inputs,
+//! with the device output poisoned with NaN before each launch, for both element types (each
+//! test is `NAME::f32` and `NAME::f64`). Run on a machine with a CUDA GPU:
 //! `cargo test -- --include-ignored`.
 //!
 //! `GPU_DOT_TEST_MAX_DIM` caps the square sizes (for slow runs under compute-sanitizer); the
@@ -9,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_close, check, random, reference};
+use common::{assert_close, both_types, check, random, reference, scaled_tolerance, TestElem};
 use gpu_dot::{
     device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
     Kernel, Layout, Route,
@@ -39,19 +40,22 @@ fn max_dim() -> usize {
     std::env::var("GPU_DOT_TEST_MAX_DIM").map_or(usize::MAX, |v| v.parse().expect("an integer"))
 }
 
-/// Multiplies on the GPU with `kernel` and checks against the f64 reference `r`.
+/// Multiplies on the GPU with `kernel` and checks against the reference `r`.
 #[track_caller]
-fn check_kernel(
+fn check_kernel<T: TestElem>(
     kernel: Kernel,
-    a: ArrayView2<f32>,
-    b: ArrayView2<f32>,
+    a: ArrayView2<T>,
+    b: ArrayView2<T>,
     r: &Array2<f64>,
     what: &str,
 ) -> Route {
     let p = a
         .gpu_dot_with(&b, &on(kernel))
         .unwrap_or_else(|e| panic!("{what} {kernel}: {e}"));
-    assert!(p.route.is_gpu(), "{what}: ran {:?}", p.route);
+    match p.route {
+        Route::Gpu { dtype, .. } => assert_eq!(dtype, T::DTYPE, "{what} {kernel}"),
+        ref other => panic!("{what}: ran {other:?}"),
+    }
     check(&p.c, &a, &b, r, &format!("{what} {kernel}"));
     p.route
 }
@@ -78,9 +82,11 @@ fn device_is_ready_and_described() {
     );
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_kernel_on_square_sizes() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    every_kernel_on_square_sizes
+);
+fn every_kernel_on_square_sizes<T: TestElem>() {
     expect_device();
     let cap = max_dim();
     let mut skipped = Vec::new();
@@ -89,8 +95,8 @@ fn every_kernel_on_square_sizes() {
             skipped.push(size);
             continue;
         }
-        let a = random(size, size);
-        let b = random(size, size);
+        let a = random::<T>(size, size);
+        let b = random::<T>(size, size);
         let r = reference(&a, &b);
         for kernel in KERNELS {
             check_kernel(kernel, a.view(), b.view(), &r, &format!("{size}³"));
@@ -99,9 +105,11 @@ fn every_kernel_on_square_sizes() {
     println!("sizes above GPU_DOT_TEST_MAX_DIM={cap} left out: {skipped:?}");
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_kernel_on_rectangular_shapes() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    every_kernel_on_rectangular_shapes
+);
+fn every_kernel_on_rectangular_shapes<T: TestElem>() {
     expect_device();
     let shapes = [
         (1, 300, 257),
@@ -117,8 +125,8 @@ fn every_kernel_on_rectangular_shapes() {
         (16, 32, 48),
     ];
     for (m, k, n) in shapes {
-        let a = random(m, k);
-        let b = random(k, n);
+        let a = random::<T>(m, k);
+        let b = random::<T>(k, n);
         let r = reference(&a, &b);
         for kernel in KERNELS {
             check_kernel(kernel, a.view(), b.view(), &r, &format!("{m}×{k}×{n}"));
@@ -126,23 +134,25 @@ fn every_kernel_on_rectangular_shapes() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_kernel_in_every_layout() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    every_kernel_in_every_layout
+);
+fn every_kernel_in_every_layout<T: TestElem>() {
     expect_device();
     let (m, k, n) = (67, 45, 39);
-    let a = random(m, k);
-    let b = random(k, n);
-    let in_f_order = |x: &Array2<f32>| {
+    let a = random::<T>(m, k);
+    let b = random::<T>(k, n);
+    let in_f_order = |x: &Array2<T>| {
         let mut f = Array2::zeros(x.raw_dim().f());
         f.assign(x);
         f
     };
     let (a_f, b_f) = (in_f_order(&a), in_f_order(&b));
-    let big = random(3 * m, 3 * k);
-    let big_b = random(3 * k, 3 * n);
+    let big = random::<T>(3 * m, 3 * k);
+    let big_b = random::<T>(3 * k, 3 * n);
     let a_sliced = big.slice(s![5..5 + m, 7..7 + k]).to_owned();
-    let a_views: Vec<(ArrayView2<f32>, Layout, &str)> = vec![
+    let a_views: Vec<(ArrayView2<T>, Layout, &str)> = vec![
         (a.view(), Layout::C, "C"),
         (a_f.view(), Layout::F, "F"),
         // A window keeps its rows contiguous: packed row by row.
@@ -155,7 +165,7 @@ fn every_kernel_in_every_layout() {
         // Rows in reverse order, each still contiguous.
         (big.slice(s![m..2 * m;-1, ..k]), Layout::C, "negative"),
     ];
-    let b_views: Vec<(ArrayView2<f32>, Layout, &str)> = vec![
+    let b_views: Vec<(ArrayView2<T>, Layout, &str)> = vec![
         (b.view(), Layout::C, "C"),
         (b_f.view(), Layout::F, "F"),
         (big_b.slice(s![2..2 + k, 1..1 + n]), Layout::C, "sliced"),
@@ -182,39 +192,46 @@ fn every_kernel_in_every_layout() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn zero_inner_dimension_gives_zeros() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    zero_inner_dimension_gives_zeros
+);
+fn zero_inner_dimension_gives_zeros<T: TestElem>() {
     expect_device();
-    let a = random(5, 0);
-    let b = random(0, 6);
+    let a = random::<T>(5, 0);
+    let b = random::<T>(0, 6);
     for kernel in KERNELS {
         let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
-        assert_eq!(p.c, Array2::<f32>::zeros((5, 6)));
+        assert_eq!(p.c, Array2::<T>::zeros((5, 6)));
         assert!(matches!(p.route, Route::Empty));
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn nan_and_inf_propagate_like_the_cpu() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    nan_and_inf_propagate_like_the_cpu
+);
+fn nan_and_inf_propagate_like_the_cpu<T: TestElem>() {
     expect_device();
     let (m, k, n) = (45, 70, 38);
-    let mut a = random(m, k);
-    let mut b = random(k, n);
-    a[[3, 10]] = f32::NAN; // row 3 of C is NaN
-    a[[7, 0]] = f32::INFINITY; // row 7: ±Inf where b[0, j] != 0
-    b[[5, 9]] = f32::NEG_INFINITY; // column 9: ±Inf, NaN where it meets the Inf or NaN
-    a[[20, 5]] = 0.0; // Inf · 0 = NaN at (20, 9)
-    b[[0, 2]] = 0.0; // and at (7, 2)
+    let mut a = random::<T>(m, k);
+    let mut b = random::<T>(k, n);
+    a[[3, 10]] = T::nan(); // row 3 of C is NaN
+    a[[7, 0]] = T::infinity(); // row 7: ±Inf where b[0, j] != 0
+    b[[5, 9]] = T::neg_infinity(); // column 9: ±Inf, NaN where it meets the Inf or NaN
+    a[[20, 5]] = T::zero(); // Inf · 0 = NaN at (20, 9)
+    b[[0, 2]] = T::zero(); // and at (7, 2)
     let cpu = a.dot(&b);
+    // 1e-4 in f32 (about 840 ε), as many ε in f64.
+    let tolerance = scaled_tolerance::<T>(f64::from(1e-4f32));
     for kernel in KERNELS {
         let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
         for ((i, j), &x) in c.indexed_iter() {
             let y = cpu[[i, j]];
             if y.is_finite() {
+                let (x, y) = (x.to_f64(), y.to_f64());
                 assert!(
-                    (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                    (x - y).abs() <= tolerance * (1.0 + y.abs()),
                     "{kernel} ({i}, {j}): {x} vs {y}"
                 );
             } else if y.is_nan() {
@@ -227,9 +244,11 @@ fn nan_and_inf_propagate_like_the_cpu() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sixteen_threads_multiply_at_once() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    sixteen_threads_multiply_at_once
+);
+fn sixteen_threads_multiply_at_once<T: TestElem>() {
     expect_device();
     let handles: Vec<_> = (0..16)
         .map(|t| {
@@ -237,8 +256,8 @@ fn sixteen_threads_multiply_at_once() {
                 for round in 0..4 {
                     let kernel = Kernel::ALL[(t + round) % Kernel::ALL.len()];
                     let (m, k, n) = (50 + 13 * t + round, 70 + 7 * round, 40 + 11 * t);
-                    let a = random(m, k);
-                    let b = random(k, n);
+                    let a = random::<T>(m, k);
+                    let b = random::<T>(k, n);
                     let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
                     assert!(p.route.is_gpu());
                     assert_close(&p.c, &a, &b, &format!("thread {t} round {round} {kernel}"));
@@ -256,14 +275,16 @@ const COMPILE_CHILD: &str = "GPU_DOT_TEST_COMPILE_CHILD";
 /// The line the child prints when its checks passed.
 const COMPILE_REPORT: &str = "gpu-dot-compile-child: ok";
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    each_family_is_compiled_once_per_process
+);
 /// Counts NVRTC compilations in a child process of this test binary with an empty kernel
 /// cache of its own, so that the count does not depend on what earlier runs left in the
 /// default cache, nor on other tests of this process.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn each_family_is_compiled_once_per_process() {
+fn each_family_is_compiled_once_per_process<T: TestElem>() {
     if std::env::var_os(COMPILE_CHILD).is_some() {
-        return count_compilations();
+        return count_compilations::<T>();
     }
     expect_device();
     let dir = std::env::temp_dir().join(format!(
@@ -274,7 +295,7 @@ fn each_family_is_compiled_once_per_process() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "each_family_is_compiled_once_per_process",
+            &common::test_name::<T>("each_family_is_compiled_once_per_process"),
             "--nocapture",
             "--include-ignored",
         ])
@@ -300,17 +321,18 @@ fn each_family_is_compiled_once_per_process() {
     );
 }
 
-/// The child's checks: with an empty cache, each of the three families is compiled exactly
-/// once, however many products use it.
-fn count_compilations() {
+/// The child's checks: with an empty cache, each of the three families the kernels of `T`
+/// come from (naive, tiled, and `T`'s register-blocked family) is compiled exactly once,
+/// however many products use it.
+fn count_compilations<T: TestElem>() {
     expect_device();
     assert_eq!(
         nvrtc_compilations(),
         0,
         "nothing compiled before the first product"
     );
-    let a = Arc::new(random(64, 48));
-    let b = random(48, 80);
+    let a = Arc::new(random::<T>(64, 48));
+    let b = random::<T>(48, 80);
     for kernel in KERNELS {
         a.gpu_dot_with(&b, &on(kernel)).unwrap();
     }
@@ -339,11 +361,13 @@ fn count_compilations() {
     println!("{COMPILE_REPORT}");
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn auto_sends_large_products_to_the_gpu() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    auto_sends_large_products_to_the_gpu
+);
+fn auto_sends_large_products_to_the_gpu<T: TestElem>() {
     expect_device();
-    let a = random(300, 300);
+    let a = random::<T>(300, 300);
     let p = a.gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     assert_close(&p.c, &a, &a, "auto");
@@ -351,11 +375,13 @@ fn auto_sends_large_products_to_the_gpu() {
     assert_close(&c, &a, &a, "gpu_dot");
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    auto_plans_on_the_shape_suite
+);
 /// The shapes the speed goals are set on, with the Auto plans (autotuned and fixed), and
 /// shapes that exercise split-K, the GEMV kernels, the unaligned entries and edge tiles.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn auto_plans_on_the_shape_suite() {
+fn auto_plans_on_the_shape_suite<T: TestElem>() {
     expect_device();
     let cap = max_dim();
     let shapes = [
@@ -382,8 +408,8 @@ fn auto_plans_on_the_shape_suite() {
             skipped.push((m, k, n));
             continue;
         }
-        let a = random(m, k);
-        let b = random(k, n);
+        let a = random::<T>(m, k);
+        let b = random::<T>(k, n);
         let r = reference(&a, &b);
         for autotune in [true, false] {
             let opts = on(Kernel::Auto).autotune(autotune);
@@ -400,8 +426,8 @@ fn auto_plans_on_the_shape_suite() {
         for kernel in [Kernel::Reg64, Kernel::Reg128] {
             check_kernel(kernel, a.view(), b.view(), &r, &format!("{m}×{k}×{n}"));
         }
-        // Transposed operands with leading dimensions not divisible by 4 take the unaligned
-        // entries.
+        // Transposed operands whose leading dimensions are not multiples of 16 bytes (4 f32 or
+        // 2 f64 elements) take the unaligned entries.
         let at = a.t().as_standard_layout().into_owned();
         let bt = b.t().as_standard_layout().into_owned();
         check_kernel(

@@ -1,4 +1,6 @@
-//! Load: many threads multiplying mixed shapes with `gpu_dot` at once, for a bounded time.
+//! Load: many threads multiplying mixed shapes with `gpu_dot` at once, for a bounded time, in
+//! each element type (`load_many_threads_mixed_shapes_correct_and_flat_memory::f32` and
+//! `::f64`, one after the other: each measures the memory of the whole process and device).
 //!
 //! On a machine with a CUDA GPU:
 //! `cargo test --release --test load -- --include-ignored --nocapture`
@@ -8,14 +10,15 @@
 //!   grown), then random ones for `GPU_DOT_LOAD_SECS` seconds (default 20). The shapes are
 //!   squares from 64 to 1024, rectangles, GEMV shapes and shapes below the GPU threshold; each
 //!   operand is C order, F order (a transposed view) or a strided slice.
-//! - Every result is checked: in full against the f64 reference (`common::check`) when
+//! - Every result is checked: in full against the reference (`common::check`) when
 //!   m·k·n ≤ [`FULL_CHECK_MAX`], else on both ends of each dimension, [`SAMPLES`] random
-//!   entries, one whole row and one whole column, each against its f64 dot product within the
-//!   worst-case bound of an f32 sum of k products, k·ε·Σ|a||b| (it never fails a correct
-//!   result, whatever the summation order, and still catches a wrong index or a skipped step).
-//!   Half the products go through `gpu_dot_with` with the built-in options, whose route must be
-//!   the GPU above the threshold and the CPU below it: a GPU failure under load shows up there,
-//!   where `gpu_dot` would silently compute on the CPU.
+//!   entries, one whole row and one whole column, each against its reference dot product
+//!   (`TestElem::dot_reference`) within the worst-case bound of a sum of k products in the
+//!   element type, k·ε·Σ|a||b| (it never fails a correct result, whatever the summation order,
+//!   and still catches a wrong index or a skipped step). Half the products go through
+//!   `gpu_dot_with` with the built-in options, whose route must be the GPU above the element
+//!   type's threshold and the CPU below it: a GPU failure under load shows up there, where
+//!   `gpu_dot` would silently compute on the CPU.
 //! - No deadlock: the test fails if it has not finished within the run time plus
 //!   [`WATCHDOG_SLACK`].
 //! - Memory is flat after the warm-up. At the end of the warm-up and at the end, with every
@@ -44,16 +47,16 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpu_dot::{
-    device_status, flops, CpuReason, DeviceStatus, DotOptions, GpuDot, Route, DEFAULT_MIN_GPU_FLOPS,
-};
+use common::{both_types, uniform, TestElem};
+use gpu_dot::{device_status, flops, CpuReason, DeviceStatus, DotOptions, GpuDot, Route};
 use ndarray::{s, Array2, ArrayView2};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// The shapes `(m, k, n)`: squares, rectangles, GEMV shapes (one row or one column), and
-/// products below the GPU threshold ([`DEFAULT_MIN_GPU_FLOPS`]: the small ones, and at 16 M
-/// flops `(160, 160, 160)` and `(777, 129, 65)`).
+/// products below the GPU threshold (in `f32`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS`] = 10 M flops:
+/// eight, up to `(160, 160, 160)` at 8.2 M; in `f64`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS_F64`] =
+/// 3 M: five, up to `(1, 1024, 1024)` at 2.1 M).
 const SHAPES: &[(usize, usize, usize)] = &[
     (16, 16, 16),
     (100, 50, 30),
@@ -118,13 +121,13 @@ enum Lay {
     Sliced,
 }
 
-struct Operand {
-    store: Array2<f32>,
+struct Operand<T> {
+    store: Array2<T>,
     lay: Lay,
 }
 
-impl Operand {
-    fn new(rng: &mut SmallRng, rows: usize, cols: usize) -> Operand {
+impl<T: TestElem> Operand<T> {
+    fn new(rng: &mut SmallRng, rows: usize, cols: usize) -> Operand<T> {
         let lay = match rng.random_range(0..10) {
             0..5 => Lay::C,
             5..8 => Lay::F,
@@ -135,11 +138,11 @@ impl Operand {
             Lay::F => (cols, rows),
             Lay::Sliced => (rows + 1, 2 * cols),
         };
-        let store = Array2::from_shape_simple_fn((r, c), || rng.random_range(-1.0f32..1.0));
+        let store = Array2::from_shape_simple_fn((r, c), || uniform::<T>(rng, -1.0, 1.0));
         Operand { store, lay }
     }
 
-    fn view(&self) -> ArrayView2<'_, f32> {
+    fn view(&self) -> ArrayView2<'_, T> {
         match self.lay {
             Lay::C => self.store.view(),
             Lay::F => self.store.t(),
@@ -166,16 +169,21 @@ enum Msg {
 
 /// One product of `shape` on fresh operands in random layouts, checked; half the time, at
 /// random, through `gpu_dot_with` with the built-in options, whose route is checked too.
-fn one_product(rng: &mut SmallRng, (m, k, n): (usize, usize, usize), counts: &mut Counts) {
-    let (ao, bo) = (Operand::new(rng, m, k), Operand::new(rng, k, n));
+fn one_product<T: TestElem>(
+    rng: &mut SmallRng,
+    (m, k, n): (usize, usize, usize),
+    counts: &mut Counts,
+) {
+    let (ao, bo) = (Operand::<T>::new(rng, m, k), Operand::<T>::new(rng, k, n));
     let (a, b) = (ao.view(), bo.view());
-    let what = format!("{m}×{k}×{n} ({:?}, {:?})", ao.lay, bo.lay);
+    let what = format!("{} {m}×{k}×{n} ({:?}, {:?})", T::DTYPE, ao.lay, bo.lay);
+    let threshold = DotOptions::builtin().threshold(T::DTYPE);
     let c = if rng.random_bool(0.5) {
         let p = a
             .gpu_dot_with(&b, &DotOptions::builtin())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         match &p.route {
-            Route::Gpu { .. } if flops(m, k, n) >= DEFAULT_MIN_GPU_FLOPS => counts.gpu_routes += 1,
+            Route::Gpu { .. } if flops(m, k, n) >= threshold => counts.gpu_routes += 1,
             Route::Cpu(CpuReason::BelowThreshold { .. }) => counts.cpu_routes += 1,
             other => panic!("{what}: took the route {other}"),
         }
@@ -193,11 +201,11 @@ fn one_product(rng: &mut SmallRng, (m, k, n): (usize, usize, usize), counts: &mu
 }
 
 /// Checks the ends, random entries, one row and one column of `c = a · b`.
-fn check_entries(
+fn check_entries<T: TestElem>(
     rng: &mut SmallRng,
-    c: &Array2<f32>,
-    a: ArrayView2<f32>,
-    b: ArrayView2<f32>,
+    c: &Array2<T>,
+    a: ArrayView2<T>,
+    b: ArrayView2<T>,
     what: &str,
 ) {
     let ((m, k), n) = (a.dim(), b.ncols());
@@ -207,14 +215,12 @@ fn check_entries(
     entries.extend((0..n).map(|j| (row, j)));
     entries.extend((0..m).map(|i| (i, col)));
     for (i, j) in entries {
-        let (mut exact, mut scale) = (0.0f64, 0.0f64);
-        for (&x, &y) in a.row(i).iter().zip(b.column(j)) {
-            let xy = f64::from(x) * f64::from(y);
-            exact += xy;
-            scale += xy.abs();
-        }
-        let got = f64::from(c[[i, j]]);
-        let bound = k as f64 * f64::from(f32::EPSILON) * scale;
+        let exact = T::dot_reference(a.row(i).iter().copied(), b.column(j).iter().copied());
+        let scale: f64 = (a.row(i).iter().zip(b.column(j)))
+            .map(|(&x, &y)| (x.to_f64() * y.to_f64()).abs())
+            .sum();
+        let got = c[[i, j]].to_f64();
+        let bound = k as f64 * T::EPS * scale;
         assert!(
             (got - exact).abs() <= bound,
             "{what}: C[{i}, {j}] = {got}, f64 gives {exact} (bound {bound:.3e})"
@@ -303,9 +309,14 @@ fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn load_many_threads_mixed_shapes_correct_and_flat_memory() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    load_many_threads_mixed_shapes_correct_and_flat_memory
+);
+fn load_many_threads_mixed_shapes_correct_and_flat_memory<T: TestElem>() {
+    // The memory readings are of the whole process and device: one load test at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let info = match device_status() {
         DeviceStatus::Ready(info) => info,
         DeviceStatus::Unavailable(reason) => panic!("this test needs a CUDA GPU: {reason}"),
@@ -318,8 +329,9 @@ fn load_many_threads_mixed_shapes_correct_and_flat_memory() {
     let deadline = Instant::now() + run_time + WATCHDOG_SLACK;
     let seed = common::fresh_seed();
     println!(
-        "LOAD: device={:?} threads={threads} secs={secs} seed={seed}",
-        info.name
+        "LOAD: device={:?} dtype={} threads={threads} secs={secs} seed={seed}",
+        info.name,
+        T::DTYPE
     );
 
     // Peak device memory in use, sampled every 10 ms for the whole run.
@@ -353,7 +365,8 @@ fn load_many_threads_mixed_shapes_correct_and_flat_memory() {
                         // Two passes: every thread meets every shape twice, so the crate's
                         // reusable buffers have grown to the mix's largest needs.
                         for i in 0..2 * SHAPES.len() {
-                            one_product(&mut rng, SHAPES[(i + t) % SHAPES.len()], &mut warm);
+                            let shape = SHAPES[(i + t) % SHAPES.len()];
+                            one_product::<T>(&mut rng, shape, &mut warm);
                         }
                         tx.send(Msg::Warm).unwrap();
                         while !go.load(Ordering::Acquire) {
@@ -365,7 +378,7 @@ fn load_many_threads_mixed_shapes_correct_and_flat_memory() {
                         let mut counts = Counts::default();
                         while !stop.load(Ordering::Acquire) {
                             let shape = SHAPES[rng.random_range(0..SHAPES.len())];
-                            one_product(&mut rng, shape, &mut counts);
+                            one_product::<T>(&mut rng, shape, &mut counts);
                         }
                         counts
                     };
@@ -456,9 +469,10 @@ fn load_many_threads_mixed_shapes_correct_and_flat_memory() {
     let gpu_routes: usize = per_thread.iter().map(|c| c.gpu_routes).sum();
     let cpu_routes: usize = per_thread.iter().map(|c| c.cpu_routes).sum();
     println!(
-        "LOAD: threads={threads} products={products} per_sec={:.1} device_peak_mib={:.0} \
+        "LOAD: dtype={} threads={threads} products={products} per_sec={:.1} device_peak_mib={:.0} \
          rss_peak_mib={:.0} secs={elapsed:.2} warmup_secs={warm_secs:.2} gpu_routes={gpu_routes} \
          cpu_routes={cpu_routes}",
+        T::DTYPE,
         products as f64 / elapsed,
         mib(device_peak),
         mib(rss_peak),

@@ -1,10 +1,11 @@
 //! The host↔device paths: chunked and unchunked products through the pinned staging buffers,
-//! device-resident matrices and chains, and the general form `C = alpha·A·B + beta·C`.
-//! GPU tests are ignored on machines without one; run them with `--include-ignored`.
+//! device-resident matrices and chains, and the general form `C = alpha·A·B + beta·C`, for
+//! both element types (`NAME::f32`, `NAME::f64`). GPU tests are ignored on machines without
+//! one; run them with `--include-ignored`.
 
 mod common;
 
-use common::{check, random, reference};
+use common::{both_types, check, random, reference, scaled_tolerance, TestElem};
 use gpu_dot::{
     general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, Backend, DotOptions,
     GpuDot, GpuDotError, GpuMatrix, Kernel, Layout, Route,
@@ -22,35 +23,34 @@ fn gpu() -> DotOptions {
 /// Checks `c` against `alpha·a·b + beta·c0` in f64: the product's rounding bound (as
 /// `common::check`) scaled by |alpha|, plus a few ulps of the other terms.
 #[track_caller]
-fn check_general(
-    c: ArrayView2<f32>,
-    alpha: f32,
-    a: ArrayView2<f32>,
-    b: ArrayView2<f32>,
-    beta: f32,
-    c0: ArrayView2<f32>,
+fn check_general<T: TestElem>(
+    c: ArrayView2<T>,
+    alpha: T,
+    a: ArrayView2<T>,
+    b: ArrayView2<T>,
+    beta: T,
+    c0: ArrayView2<T>,
     what: &str,
 ) {
     let r = reference(&a, &b);
-    let abs = a
-        .mapv(|x| f64::from(x).abs())
-        .dot(&b.mapv(|x| f64::from(x).abs()));
+    let abs = common::abs_product(&a, &b);
+    let (alpha, beta) = (alpha.to_f64(), beta.to_f64());
     let (mut diff, mut scale, mut rest) = (0.0f64, 0.0f64, 0.0f64);
     for (((&x, &p), &s), &old) in c.iter().zip(r.iter()).zip(abs.iter()).zip(c0.iter()) {
-        let old = if beta == 0.0 { 0.0 } else { f64::from(old) };
-        let want = f64::from(alpha) * p + f64::from(beta) * old;
-        diff += (f64::from(x) - want).powi(2);
+        let old = if beta == 0.0 { 0.0 } else { old.to_f64() };
+        let want = alpha * p + beta * old;
+        diff += (x.to_f64() - want).powi(2);
         scale += s * s;
-        rest += want * want + (f64::from(beta) * old).powi(2);
+        rest += want * want + (beta * old).powi(2);
     }
-    let eps = f32::EPSILON as f64;
-    let bound =
-        f64::from(alpha.abs()) * 4.0 * eps * (a.ncols().max(1) as f64).sqrt() * scale.sqrt()
-            + 4.0 * eps * rest.sqrt()
-            + f64::MIN_POSITIVE;
+    let eps = T::EPS;
+    let bound = alpha.abs() * 4.0 * eps * (a.ncols().max(1) as f64).sqrt() * scale.sqrt()
+        + 4.0 * eps * rest.sqrt()
+        + f64::MIN_POSITIVE;
     assert!(
         diff.sqrt() <= bound,
-        "{what}: ‖C − ref‖ = {:.3e} above {bound:.3e}",
+        "{what} ({}): ‖C − ref‖ = {:.3e} above {bound:.3e}",
+        T::DTYPE,
         diff.sqrt()
     );
 }
@@ -64,11 +64,12 @@ fn panels(route: &Route) -> usize {
 
 // ---- CPU (run everywhere) ----------------------------------------------------------------
 
-#[test]
-fn general_form_on_the_cpu_matches_the_reference() {
-    let (a, b) = (random(37, 29), random(29, 41));
+both_types!(general_form_on_the_cpu_matches_the_reference);
+fn general_form_on_the_cpu_matches_the_reference<T: TestElem>() {
+    let (a, b) = (random::<T>(37, 29), random::<T>(29, 41));
     for (alpha, beta) in [(1.0, 0.0), (0.5, -2.0), (0.0, 3.0), (-1.5, 1.0)] {
-        let c0 = random(41, 37).reversed_axes(); // F order
+        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
+        let c0 = random::<T>(41, 37).reversed_axes(); // F order
         let mut c = c0.clone();
         let route = general_mat_mul_with(
             alpha,
@@ -84,38 +85,37 @@ fn general_form_on_the_cpu_matches_the_reference() {
     }
 }
 
-#[test]
-fn general_form_with_beta_zero_never_reads_c() {
-    let (a, b) = (random(8, 5), random(5, 6));
-    let mut c = Array2::<f32>::from_elem((8, 6), f32::NAN);
-    general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+both_types!(general_form_with_beta_zero_never_reads_c);
+fn general_form_with_beta_zero_never_reads_c<T: TestElem>() {
+    let (a, b) = (random::<T>(8, 5), random::<T>(5, 6));
+    let mut c = Array2::<T>::from_elem((8, 6), T::nan());
+    general_mat_mul(T::one(), &a, &b, T::zero(), &mut c);
     assert!(c.iter().all(|x| x.is_finite()));
     check(&c, &a, &b, &reference(&a, &b), "beta = 0");
 }
 
-#[test]
-fn general_form_shape_errors_match_ndarray() {
-    let (a, b) = (Array2::<f32>::ones((2, 3)), Array2::<f32>::ones((3, 4)));
-    let mut wrong = Array2::<f32>::zeros((2, 5));
+both_types!(general_form_shape_errors_match_ndarray);
+fn general_form_shape_errors_match_ndarray<T: TestElem>() {
+    let (a, b) = (Array2::<T>::ones((2, 3)), Array2::<T>::ones((3, 4)));
+    let mut wrong = Array2::<T>::zeros((2, 5));
+    let (one, zero) = (T::one(), T::zero());
     let ours = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        general_mat_mul(1.0, &a, &b, 0.0, &mut wrong.clone())
+        general_mat_mul(one, &a, &b, zero, &mut wrong.clone())
     }))
     .expect_err("a panic");
     let theirs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut wrong.clone())
+        ndarray::linalg::general_mat_mul(one, &a, &b, zero, &mut wrong.clone())
     }))
     .expect_err("a panic");
-    assert_eq!(
-        ours.downcast_ref::<String>(),
-        theirs.downcast_ref::<String>()
-    );
-    match try_general_mat_mul(1.0, &a, &b, 0.0, &mut wrong) {
+    let ours = ours.downcast_ref::<String>().expect("a message");
+    assert_eq!(Some(ours), theirs.downcast_ref::<String>());
+    match try_general_mat_mul(one, &a, &b, zero, &mut wrong) {
         Err(GpuDotError::OutputShape { expected, found }) => {
             assert_eq!((expected, found), ((2, 4), (2, 5)))
         }
         other => panic!("{other:?}"),
     }
-    match try_general_mat_mul(1.0, &a, &a, 0.0, &mut wrong) {
+    match try_general_mat_mul(one, &a, &a, zero, &mut wrong) {
         Err(GpuDotError::ShapeMismatch { m, k, k2, n }) => assert_eq!((m, k, k2, n), (2, 3, 2, 3)),
         other => panic!("{other:?}"),
     }
@@ -123,16 +123,18 @@ fn general_form_shape_errors_match_ndarray() {
 
 // ---- GPU -----------------------------------------------------------------------------------
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn chunked_and_unchunked_products_agree_with_the_reference() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    chunked_and_unchunked_products_agree_with_the_reference
+);
+fn chunked_and_unchunked_products_agree_with_the_reference<T: TestElem>() {
     let _ = NEEDS_GPU;
     let (m, k, n) = (1000, 300, 700);
-    let a = random(m, k);
-    let at = random(k, m);
-    let b = random(k, n);
-    let bt = random(n, k);
-    let a_big = random(m + 7, 2 * k);
+    let a = random::<T>(m, k);
+    let at = random::<T>(k, m);
+    let b = random::<T>(k, n);
+    let bt = random::<T>(n, k);
+    let a_big = random::<T>(m + 7, 2 * k);
     let a_views = [
         (a.view(), Layout::C),
         (at.t(), Layout::F),
@@ -177,10 +179,12 @@ fn chunked_and_unchunked_products_agree_with_the_reference() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn large_products_are_chunked_by_default_with_every_kernel() {
-    let (a, b) = (random(2048, 1024), random(1024, 1536));
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    large_products_are_chunked_by_default_with_every_kernel
+);
+fn large_products_are_chunked_by_default_with_every_kernel<T: TestElem>() {
+    let (a, b) = (random::<T>(2048, 1024), random::<T>(1024, 1536));
     let r = reference(&a, &b);
     for kernel in [Kernel::Auto, Kernel::Reg128, Kernel::Tiled32] {
         let p = a.gpu_dot_with(&b, &gpu().kernel(kernel)).unwrap();
@@ -189,11 +193,13 @@ fn large_products_are_chunked_by_default_with_every_kernel() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn matrices_round_trip_through_the_device_exactly() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    matrices_round_trip_through_the_device_exactly
+);
+fn matrices_round_trip_through_the_device_exactly<T: TestElem>() {
     for (r, c) in [(1, 1), (3, 1000), (777, 333), (3000, 3000)] {
-        let host = random(r, c);
+        let host = random::<T>(r, c);
         let dev = GpuMatrix::from_array(&host).unwrap();
         assert_eq!(dev.dim(), (r, c));
         assert_eq!(dev.to_array().unwrap(), host);
@@ -201,25 +207,27 @@ fn matrices_round_trip_through_the_device_exactly() {
         let f = host.t().as_standard_layout().reversed_axes().to_owned();
         assert_eq!(GpuMatrix::from_array(&f).unwrap().to_array().unwrap(), host);
         let mut dev = dev;
-        let other = random(r, c);
+        let other = random::<T>(r, c);
         dev.assign(&other.slice(s![.., ..])).unwrap();
         assert_eq!(dev.to_array().unwrap(), other);
     }
-    let v = random(40, 60);
+    let v = random::<T>(40, 60);
     let stepped = v.slice(s![..;-2, ..;3]);
     assert_eq!(
         GpuMatrix::from_array(&stepped).unwrap().to_array().unwrap(),
         stepped
     );
-    let z = GpuMatrix::<f32>::zeros((5, 7)).unwrap().to_array().unwrap();
-    assert!(z.iter().all(|&x| x == 0.0));
+    let z = GpuMatrix::<T>::zeros((5, 7)).unwrap().to_array().unwrap();
+    assert!(z.iter().all(|&x| x == T::zero()));
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn device_resident_chains_match_the_host_result() {
-    let x = random(300, 500);
-    let (w1h, w2h) = (random(500, 400), random(400, 50));
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    device_resident_chains_match_the_host_result
+);
+fn device_resident_chains_match_the_host_result<T: TestElem>() {
+    let x = random::<T>(300, 500);
+    let (w1h, w2h) = (random::<T>(500, 400), random::<T>(400, 50));
     let (w1, w2) = (
         GpuMatrix::from_array(&w1h).unwrap(),
         GpuMatrix::from_array(&w2h).unwrap(),
@@ -274,34 +282,32 @@ fn device_resident_chains_match_the_host_result() {
     ));
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn general_form_with_alpha_and_beta_on_host_and_device_outputs() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    general_form_with_alpha_and_beta_on_host_and_device_outputs
+);
+fn general_form_with_alpha_and_beta_on_host_and_device_outputs<T: TestElem>() {
     let (m, k, n) = (333, 257, 190);
-    let (a, b) = (random(m, k), random(k, n));
-    for (alpha, beta) in [
-        (1.0f32, 0.0f32),
-        (0.5, 0.0),
-        (1.0, 1.0),
-        (-2.0, 0.5),
-        (0.0, -1.5),
-    ] {
+    let (a, b) = (random::<T>(m, k), random::<T>(k, n));
+    let v = T::from_f64;
+    for (alpha, beta) in [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-2.0, 0.5), (0.0, -1.5)] {
+        let (alpha, beta) = (v(alpha), v(beta));
         for rows in [None, Some(64)] {
             let opts = gpu().panel_rows(rows);
             let what = format!("alpha {alpha} beta {beta} panels {rows:?}");
             // Host output in C order, F order and a stepped view.
-            let c0 = random(m, n);
+            let c0 = random::<T>(m, n);
             let mut c = c0.clone();
             let route = general_mat_mul_with(alpha, &a, &b, beta, &mut c, &opts).unwrap();
             assert!(route.is_gpu(), "{what}: {route}");
             check_general(c.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
 
-            let mut cf = Array2::<f32>::zeros((m, n).f());
+            let mut cf = Array2::<T>::zeros((m, n).f());
             cf.assign(&c0);
             general_mat_mul_with(alpha, &a, &b, beta, &mut cf, &opts).unwrap();
             check_general(cf.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
 
-            let mut big = Array2::<f32>::from_elem((2 * m, n + 3), 7.0);
+            let mut big = Array2::<T>::from_elem((2 * m, n + 3), v(7.0));
             big.slice_mut(s![..;-2, 1..n + 1]).assign(&c0);
             general_mat_mul_with(
                 alpha,
@@ -323,8 +329,8 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs() {
             );
             // `..;-2` over 2m rows takes the odd rows, last first: the even rows and the
             // first column are outside the output view.
-            assert!(big.slice(s![..;-2, 0]).iter().all(|&x| x == 7.0));
-            assert!(big.slice(s![0..;2, ..]).iter().all(|&x| x == 7.0));
+            assert!(big.slice(s![..;-2, 0]).iter().all(|&x| x == v(7.0)));
+            assert!(big.slice(s![0..;2, ..]).iter().all(|&x| x == v(7.0)));
 
             // Device output, device and host operands.
             let mut dc = GpuMatrix::from_array(&c0).unwrap();
@@ -343,95 +349,107 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs() {
         }
     }
     // beta = 0 never reads C: NaN there is overwritten.
-    let mut c = Array2::<f32>::from_elem((m, n), f32::NAN);
-    general_mat_mul_with(2.0, &a, &b, 0.0, &mut c, &gpu()).unwrap();
+    let mut c = Array2::<T>::from_elem((m, n), T::nan());
+    general_mat_mul_with(v(2.0), &a, &b, T::zero(), &mut c, &gpu()).unwrap();
     check_general(
         c.view(),
-        2.0,
+        v(2.0),
         a.view(),
         b.view(),
-        0.0,
+        T::zero(),
         c.view(),
         "NaN C, beta 0",
     );
-    let mut dc = GpuMatrix::from_array(&Array2::<f32>::from_elem((m, n), f32::NAN)).unwrap();
-    general_mat_mul_with(1.0, &a, &b, 0.0, &mut dc, &gpu()).unwrap();
+    let mut dc = GpuMatrix::from_array(&Array2::<T>::from_elem((m, n), T::nan())).unwrap();
+    general_mat_mul_with(T::one(), &a, &b, T::zero(), &mut dc, &gpu()).unwrap();
     let got = dc.to_array().unwrap();
     check(&got, &a, &b, &reference(&a, &b), "NaN device C, beta 0");
     // k = 0: C = beta·C.
-    let (a0, b0) = (Array2::<f32>::zeros((m, 0)), Array2::<f32>::zeros((0, n)));
-    let c0 = random(m, n);
+    let (a0, b0) = (Array2::<T>::zeros((m, 0)), Array2::<T>::zeros((0, n)));
+    let c0 = random::<T>(m, n);
     let mut c = c0.clone();
-    general_mat_mul_with(1.0, &a0, &b0, 0.5, &mut c, &gpu()).unwrap();
-    assert_eq!(c, c0.mapv(|x| 0.5 * x));
+    general_mat_mul_with(T::one(), &a0, &b0, v(0.5), &mut c, &gpu()).unwrap();
+    assert_eq!(c, c0.mapv(|x| v(0.5) * x));
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sgd_updates_of_device_weights_match_the_cpu() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    sgd_updates_of_device_weights_match_the_cpu
+);
+fn sgd_updates_of_device_weights_match_the_cpu<T: TestElem>() {
     // The training step the `mlp` example runs: W ← W − lr·Xᵀ·G, with W on the device.
-    let (x, g) = (random(256, 64), random(256, 32));
-    let w0 = random(64, 32);
+    let (x, g) = (random::<T>(256, 64), random::<T>(256, 32));
+    let w0 = random::<T>(64, 32);
     let mut w = GpuMatrix::from_array(&w0).unwrap();
     let mut w_cpu = w0.clone();
+    let lr = T::from_f64(-0.01);
     for _ in 0..5 {
-        try_general_mat_mul(-0.01, &x.t(), &g, 1.0, &mut w).unwrap();
-        ndarray::linalg::general_mat_mul(-0.01, &x.t(), &g, 1.0, &mut w_cpu);
+        try_general_mat_mul(lr, &x.t(), &g, T::one(), &mut w).unwrap();
+        ndarray::linalg::general_mat_mul(lr, &x.t(), &g, T::one(), &mut w_cpu);
     }
     let got = w.to_array().unwrap();
     let err = (&got - &w_cpu)
-        .mapv(f32::abs)
-        .fold(0.0f32, |m, &x| m.max(x));
-    assert!(err < 1e-4, "max difference {err}");
+        .mapv(|d| d.abs().to_f64())
+        .fold(0.0, |m: f64, &x| m.max(x));
+    // 1e-4 in f32, as many ε in f64.
+    let tolerance = scaled_tolerance::<T>(f64::from(1e-4f32));
+    assert!(err < tolerance, "max difference {err}");
     let _ = x.as_operand();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn relu_and_its_gradient_on_the_device_match_the_host() {
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    relu_and_its_gradient_on_the_device_match_the_host
+);
+fn relu_and_its_gradient_on_the_device_match_the_host<T: TestElem>() {
     for (r, c) in [(1, 1), (3, 1000), (256, 1024), (1023, 2049)] {
-        let mut h0 = random(r, c);
+        let mut h0 = random::<T>(r, c);
         // Special values where a sloppy kernel would differ: NaN (becomes 0, as `max`),
         // -0.0 (not positive), infinities and the smallest subnormals.
+        let smallest = T::min_positive_value() * T::epsilon();
         let specials = [
-            f32::NAN,
-            -0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1e-45,
-            -1e-45,
+            T::nan(),
+            T::neg_zero(),
+            T::infinity(),
+            T::neg_infinity(),
+            smallest,
+            -smallest,
         ];
         for (x, &v) in h0.iter_mut().step_by(7).zip(specials.iter().cycle()) {
             *x = v;
         }
-        let g0 = random(r, c);
+        let g0 = random::<T>(r, c);
         let mut h = GpuMatrix::from_array(&h0).unwrap();
         let mut g = GpuMatrix::from_array(&g0).unwrap();
         h.relu().unwrap();
         g.relu_backward(&h).unwrap();
-        let h_cpu = h0.mapv(|v| v.max(0.0));
-        let g_cpu = ndarray::Zip::from(&g0)
-            .and(&h_cpu)
-            .map_collect(|&g, &a| if a > 0.0 { g } else { 0.0 });
+        let h_cpu = h0.mapv(|v| v.max(T::zero()));
+        let g_cpu = ndarray::Zip::from(&g0).and(&h_cpu).map_collect(|&g, &a| {
+            if a > T::zero() {
+                g
+            } else {
+                T::zero()
+            }
+        });
         let (h_gpu, g_gpu) = (h.to_array().unwrap(), g.to_array().unwrap());
         // Bit for bit (-0.0 and 0.0 alike are what `max` may give for -0.0).
         for (a, b) in h_gpu.iter().zip(&h_cpu) {
             assert!(a == b && !a.is_nan(), "relu: {a} against {b} ({r}×{c})");
         }
-        for (a, b) in g_gpu.iter().zip(&g_cpu) {
-            assert_eq!(a.to_bits(), b.to_bits(), "relu gradient ({r}×{c})");
+        for (&a, &b) in g_gpu.iter().zip(&g_cpu) {
+            assert_eq!(a.bits(), b.bits(), "relu gradient ({r}×{c})");
         }
         // copy_to into an F-order array and into a stepped view gives the same values.
-        let mut f = Array2::<f32>::from_elem((r, c).f(), f32::NAN);
+        let mut f = Array2::<T>::from_elem((r, c).f(), T::nan());
         g.copy_to(&mut f).unwrap();
         assert_eq!(f, g_gpu);
-        let mut big = Array2::<f32>::from_elem((2 * r, c), f32::NAN);
+        let mut big = Array2::<T>::from_elem((2 * r, c), T::nan());
         g.copy_to(&mut big.slice_mut(s![..;2, ..])).unwrap();
         assert_eq!(big.slice(s![..;2, ..]), g_gpu);
         assert!(big.slice(s![1..;2, ..]).iter().all(|x| x.is_nan()));
     }
     // Shapes must agree: a typed error, and nothing changes.
-    let mut g = GpuMatrix::from_array(&random(4, 5)).unwrap();
+    let mut g = GpuMatrix::from_array(&random::<T>(4, 5)).unwrap();
     let before = g.to_array().unwrap();
     let h = GpuMatrix::zeros((5, 4)).unwrap();
     assert!(matches!(
@@ -441,11 +459,11 @@ fn relu_and_its_gradient_on_the_device_match_the_host() {
             found: (5, 4)
         })
     ));
-    let mut wrong = Array2::<f32>::zeros((4, 6));
+    let mut wrong = Array2::<T>::zeros((4, 6));
     assert!(matches!(
         g.copy_to(&mut wrong),
         Err(GpuDotError::OutputShape { .. })
     ));
     assert_eq!(g.to_array().unwrap(), before);
-    assert!(wrong.iter().all(|&x| x == 0.0));
+    assert!(wrong.iter().all(|&x| x == T::zero()));
 }

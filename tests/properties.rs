@@ -1,8 +1,9 @@
 //! Property tests: random shapes `m × k · k × n` with m, k, n in 0..300 (biased toward 0, 1 and
 //! the tile sizes ± 1), each operand in a random layout (C order, F order, a window of a larger
-//! matrix, stepped or negative strides, stride-0 broadcasts), checked against the f64 reference
-//! on fresh random values. A failing case shrinks to a minimal shape and layout pair and is
-//! printed with the seed of its values, so that it can be replayed.
+//! matrix, stepped or negative strides, stride-0 broadcasts), checked against a reference of
+//! higher precision on fresh random values. A failing case shrinks to a minimal shape and
+//! layout pair and is printed with the seed of its values, so that it can be replayed. Every
+//! property runs for both element types (`NAME::f32`, `NAME::f64`).
 //!
 //! The CPU properties run everywhere (256 cases each; `PROPTEST_CASES` overrides). The GPU
 //! property needs a CUDA GPU (`cargo test --test properties -- --include-ignored`): 1000 cases
@@ -13,21 +14,25 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{check, check64, reference64};
+use common::{both_types, check, uniform, TestElem};
 use gpu_dot::{
-    device_status, flops, layout_of, Backend, CpuReason, DeviceStatus, DotOptions, GpuDot,
-    GpuDotError, Kernel, Route, DEFAULT_MIN_GPU_FLOPS,
+    device_status, flops, layout_of, Backend, CpuReason, DeviceStatus, DotOptions, Dtype, Element,
+    GpuDot, GpuDotError, Kernel, Route,
 };
 use ndarray::{s, Array2, ArrayView2};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::SmallRng, SeedableRng};
 
-/// `a · b` in f64 through ndarray's `dot`: its rounding (k·2⁻⁵³ at most, relative to |a|·|b|)
-/// is far below the f32 bound `check` allows, so it serves as the reference here, and costs a
-/// fraction of the compensated sum in `common::reference` in unoptimised test builds.
-fn reference(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> Array2<f64> {
-    a.mapv(f64::from).dot(&b.mapv(f64::from))
+/// `a · b` in f64. For `f32` operands through ndarray's f64 `dot`: its rounding (k·2⁻⁵³ at
+/// most, relative to |a|·|b|) is far below the f32 bound `check` allows, and it costs a
+/// fraction of the compensated sum in `common::reference` in unoptimised test builds. For
+/// `f64` operands, `common::reference` (about twice f64 precision).
+fn reference<T: TestElem>(a: &ArrayView2<T>, b: &ArrayView2<T>) -> Array2<f64> {
+    match T::DTYPE {
+        Dtype::F32 => a.mapv(Element::to_f64).dot(&b.mapv(Element::to_f64)),
+        _ => common::reference(a, b),
+    }
 }
 
 /// The largest m, k or n drawn.
@@ -97,15 +102,16 @@ fn recipe() -> impl Strategy<Value = Recipe> {
 }
 
 /// The storage behind one operand and the recipe for its view.
-struct Operand {
-    store: Array2<f32>,
+struct Operand<T> {
+    store: Array2<T>,
     recipe: Recipe,
     dim: (usize, usize),
 }
 
-impl Operand {
-    /// A `rows × cols` operand laid out as `recipe`, its storage uniform in [-1, 1).
-    fn new(recipe: Recipe, (rows, cols): (usize, usize), rng: &mut StdRng) -> Self {
+impl<T: TestElem> Operand<T> {
+    /// A `rows × cols` operand laid out as `recipe`, its storage uniform in [-1, 1) with every
+    /// bit of `T`'s precision random.
+    fn new(recipe: Recipe, (rows, cols): (usize, usize), rng: &mut SmallRng) -> Self {
         let store_dim = match recipe {
             Recipe::C => (rows, cols),
             Recipe::F => (cols, rows),
@@ -128,7 +134,7 @@ impl Operand {
             Recipe::Broadcast(Repeat::Column) => (rows, 1),
             Recipe::Broadcast(Repeat::Element) => (1, 1),
         };
-        let store = Array2::from_shape_simple_fn(store_dim, || rng.random_range(-1.0f32..1.0));
+        let store = Array2::from_shape_simple_fn(store_dim, || uniform::<T>(rng, -1.0, 1.0));
         Operand {
             store,
             recipe,
@@ -136,13 +142,9 @@ impl Operand {
         }
     }
 
-    fn view(&self) -> ArrayView2<'_, f32> {
-        self.view_of(&self.store)
-    }
-
-    /// The same recipe over `store` (the storage, or its values in another element type).
-    fn view_of<'s, A>(&self, store: &'s Array2<A>) -> ArrayView2<'s, A> {
+    fn view(&self) -> ArrayView2<'_, T> {
         let (rows, cols) = self.dim;
+        let store = &self.store;
         let v = match self.recipe {
             Recipe::C => store.view(),
             Recipe::F => store.t(),
@@ -179,8 +181,8 @@ struct Case {
 }
 
 impl Case {
-    fn operands(&self) -> (Operand, Operand) {
-        let mut rng = StdRng::seed_from_u64(self.seed);
+    fn operands<T: TestElem>(&self) -> (Operand<T>, Operand<T>) {
+        let mut rng = SmallRng::seed_from_u64(self.seed);
         let a = Operand::new(self.a, (self.m, self.k), &mut rng);
         let b = Operand::new(self.b, (self.k2, self.n), &mut rng);
         (a, b)
@@ -256,8 +258,13 @@ fn panic_message(f: impl FnOnce()) -> Result<String, TestCaseError> {
         .ok_or_else(|| TestCaseError::fail("a panic without a message"))
 }
 
-/// Checks the route `Backend::Auto` took for a non-empty product below or above `threshold`.
-fn check_auto_route(route: &Route, case: &Case, threshold: u64) -> Result<(), TestCaseError> {
+/// Checks the route `Backend::Auto` took for a non-empty product of `T` below or above
+/// `threshold`.
+fn check_auto_route<T: TestElem>(
+    route: &Route,
+    case: &Case,
+    threshold: u64,
+) -> Result<(), TestCaseError> {
     let f = flops(case.m, case.k, case.n);
     match (route, device_status()) {
         (
@@ -273,9 +280,10 @@ fn check_auto_route(route: &Route, case: &Case, threshold: u64) -> Result<(), Te
             );
             prop_assert_eq!((*flops, *t), (f, threshold));
         }
-        (Route::Gpu { kernel, .. }, DeviceStatus::Ready(_)) => {
+        (Route::Gpu { kernel, dtype, .. }, DeviceStatus::Ready(_)) => {
             prop_assert!(f >= threshold, "{f} flops went to the GPU");
             prop_assert_eq!(*kernel, Kernel::Auto);
+            prop_assert_eq!(*dtype, T::DTYPE);
         }
         (
             Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::NoDevice { reason })),
@@ -293,16 +301,14 @@ fn check_auto_route(route: &Route, case: &Case, threshold: u64) -> Result<(), Te
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(config(256))]
-
-    /// `Backend::Cpu` is ndarray's `dot`, bit for bit, and within the rounding bound of the f64
-    /// reference; `Backend::Auto` (at the default threshold and at 0), `gpu_dot` and
-    /// `try_gpu_dot` match the reference too; every result has the shape `m × n`, and a zero
-    /// dimension is `Route::Empty` with zeros.
-    #[test]
-    fn cpu_and_auto_match_the_reference(case in case(MAX_DIM)) {
-        let (a, b) = case.operands();
+both_types!(cpu_and_auto_match_the_reference);
+/// `Backend::Cpu` is ndarray's `dot`, bit for bit, and within the rounding bound of the
+/// reference; `Backend::Auto` (at the element type's default threshold and at 0), `gpu_dot` and
+/// `try_gpu_dot` match the reference too; every result has the shape `m × n`, and a zero
+/// dimension is `Route::Empty` with zeros.
+fn cpu_and_auto_match_the_reference<T: TestElem>() {
+    proptest!(config(256), |(case in case(MAX_DIM))| {
+        let (a, b) = case.operands::<T>();
         let (a, b) = (a.view(), b.view());
         let r = reference(&a, &b);
         let cpu = DotOptions::builtin().backend(Backend::Cpu);
@@ -310,26 +316,27 @@ proptest! {
         prop_assert_eq!(p.c.dim(), (case.m, case.n));
         if case.is_empty() {
             prop_assert!(matches!(p.route, Route::Empty), "{:?}", p.route);
-            prop_assert!(p.c.iter().all(|&x| x == 0.0));
+            prop_assert!(p.c.iter().all(|&x| x == T::zero()));
         } else {
             prop_assert!(matches!(p.route, Route::Cpu(CpuReason::Requested)), "{:?}", p.route);
             prop_assert_eq!(&p.c, &a.dot(&b));
         }
         check(&p.c, &a, &b, &r, "Backend::Cpu");
         // A result equal to the CPU's is within the bound just checked; any other is checked.
-        let matches_reference = |c: &Array2<f32>, what: &str| {
+        let matches_reference = |c: &Array2<T>, what: &str| {
             if *c != p.c {
                 check(c, &a, &b, &r, what);
             }
         };
-        for threshold in [DEFAULT_MIN_GPU_FLOPS, 0] {
+        let default = DotOptions::builtin().threshold(T::DTYPE);
+        for threshold in [default, 0] {
             let opts = DotOptions::builtin().min_gpu_flops(threshold);
             let q = a.gpu_dot_with(&b, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(q.c.dim(), (case.m, case.n));
             if case.is_empty() {
                 prop_assert!(matches!(q.route, Route::Empty), "{:?}", q.route);
             } else {
-                check_auto_route(&q.route, &case, threshold)?;
+                check_auto_route::<T>(&q.route, &case, threshold)?;
             }
             matches_reference(&q.c, &format!("Backend::Auto, threshold {threshold}"));
         }
@@ -339,13 +346,15 @@ proptest! {
         let c = a.try_gpu_dot(&b).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(c.dim(), (case.m, case.n));
         matches_reference(&c, "try_gpu_dot");
-    }
+    });
+}
 
-    /// Incompatible shapes: every fallible entry point returns exactly `ShapeMismatch` with the
-    /// operands' dimensions, whatever the backend, and `gpu_dot` panics with ndarray's message.
-    #[test]
-    fn mismatched_shapes_fail_like_ndarray(case in mismatch()) {
-        let (a, b) = case.operands();
+both_types!(mismatched_shapes_fail_like_ndarray);
+/// Incompatible shapes: every fallible entry point returns exactly `ShapeMismatch` with the
+/// operands' dimensions, whatever the backend, and `gpu_dot` panics with ndarray's message.
+fn mismatched_shapes_fail_like_ndarray<T: TestElem>() {
+    proptest!(config(256), |(case in mismatch())| {
+        let (a, b) = case.operands::<T>();
         let (a, b) = (a.view(), b.view());
         let (m, k, k2, n) = (case.m, case.k, case.k2, case.n);
         let mut results = vec![("try_gpu_dot", a.try_gpu_dot(&b))];
@@ -370,70 +379,31 @@ proptest! {
             a.dot(&b);
         })?;
         prop_assert_eq!(ours, ndarrays);
-    }
+    });
 }
 
 fn max_dim() -> usize {
     std::env::var("GPU_DOT_TEST_MAX_DIM").map_or(usize::MAX, |v| v.parse().expect("an integer"))
 }
 
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    every_kernel_matches_the_reference_on_the_gpu
+);
 /// On the GPU, every kernel (with the autotuner on or off for `Auto`) runs every random shape
-/// and layout pair, reports the layouts `layout_of` gives, and matches the f64 reference within
-/// the rounding bound; the output is poisoned with NaN first, so an unwritten element fails.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_kernel_matches_the_reference_on_the_gpu() {
+/// and layout pair, reports the element type and the layouts `layout_of` gives, returns the
+/// result in ndarray's memory order, and matches the reference within the rounding bound; the
+/// output is poisoned with NaN first, so an unwritten element fails.
+fn every_kernel_matches_the_reference_on_the_gpu<T: TestElem>() {
     if let DeviceStatus::Unavailable(reason) = device_status() {
         panic!("this test needs a CUDA GPU: {reason}");
     }
     let cap = max_dim().min(MAX_DIM);
-    println!("m, k, n in 0..={cap}");
+    println!("{}: m, k, n in 0..={cap}", T::DTYPE);
     proptest!(config(1000), |(case in case(cap), autotune in any::<bool>())| {
-        let (a, b) = case.operands();
+        let (a, b) = case.operands::<T>();
         let (a, b) = (a.view(), b.view());
         let r = reference(&a, &b);
-        for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
-            let opts = DotOptions::builtin()
-                .backend(Backend::Gpu)
-                .kernel(kernel)
-                .autotune(autotune)
-                .poison_output(true);
-            let p = a
-                .gpu_dot_with(&b, &opts)
-                .map_err(|e| TestCaseError::fail(format!("{kernel}: {e}")))?;
-            prop_assert_eq!(p.c.dim(), (case.m, case.n));
-            match p.route {
-                Route::Empty => prop_assert!(case.is_empty(), "{}: Route::Empty", kernel),
-                Route::Gpu { kernel: ran, a_layout, b_layout, .. } => {
-                    prop_assert!(!case.is_empty(), "{}: an empty product ran", kernel);
-                    prop_assert_eq!(ran, kernel);
-                    prop_assert_eq!((a_layout, b_layout), (layout_of(&a), layout_of(&b)));
-                }
-                other => return Err(TestCaseError::fail(format!("{kernel}: ran {other:?}"))),
-            }
-            check(&p.c, &a, &b, &r, &format!("{kernel} (autotune {autotune})"));
-        }
-    });
-}
-
-/// The same property for `f64`: every kernel, every random shape and layout pair, checked
-/// against a reference of about twice f64 precision, output poisoned first; the result's memory
-/// order is ndarray's.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_kernel_matches_the_reference_on_the_gpu_in_f64() {
-    if let DeviceStatus::Unavailable(reason) = device_status() {
-        panic!("this test needs a CUDA GPU: {reason}");
-    }
-    let cap = max_dim().min(MAX_DIM);
-    println!("m, k, n in 0..={cap}");
-    proptest!(config(1000), |(case in case(cap), autotune in any::<bool>())| {
-        let (a, b) = case.operands();
-        // Values with more bits than f32 holds, in the same layouts.
-        let widen = |o: &Operand| o.store.mapv(|x| f64::from(x) * (1.0 + f64::EPSILON * 3.0) + 1e-9);
-        let (sa, sb) = (widen(&a), widen(&b));
-        let (a, b) = (a.view_of(&sa), b.view_of(&sb));
-        let r = reference64(&a, &b);
         let ndarrays = a.dot(&b);
         for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
             let opts = DotOptions::builtin()
@@ -451,12 +421,12 @@ fn every_kernel_matches_the_reference_on_the_gpu_in_f64() {
                 Route::Gpu { kernel: ran, dtype, a_layout, b_layout, .. } => {
                     prop_assert!(!case.is_empty(), "{}: an empty product ran", kernel);
                     prop_assert_eq!(ran, kernel);
-                    prop_assert_eq!(dtype, gpu_dot::Dtype::F64);
+                    prop_assert_eq!(dtype, T::DTYPE);
                     prop_assert_eq!((a_layout, b_layout), (layout_of(&a), layout_of(&b)));
                 }
                 other => return Err(TestCaseError::fail(format!("{kernel}: ran {other:?}"))),
             }
-            check64(&p.c, &a, &b, &r, &format!("{kernel} f64 (autotune {autotune})"));
+            check(&p.c, &a, &b, &r, &format!("{kernel} (autotune {autotune})"));
         }
     });
 }

@@ -1,11 +1,143 @@
-//! Helpers shared by the integration tests: fresh random inputs and an f64 reference.
+//! Helpers shared by the integration tests, generic over the element type ([`TestElem`]):
+//! fresh random inputs, a reference product of higher precision, the rounding bound, and
+//! [`both_types!`], which runs one generic test body for `f32` and for `f64`.
 #![allow(dead_code)]
 
-use ndarray::{Array2, ArrayBase, Data, Ix2};
+use gpu_dot::Element;
+use ndarray::{Array2, ArrayBase, ArrayView2, Axis, Data, Ix2};
+use rand::distr::uniform::SampleUniform;
 use rand::{Rng, SeedableRng};
 
-/// A fresh seed per call (time and a counter), printed so that a failure can be replayed
-/// with `GPU_DOT_TEST_SEED`.
+/// Two tests from one generic body `fn NAME<T: TestElem>()`: `NAME::f32` and `NAME::f64`,
+/// each with the attributes given (`#[ignore = "needs a CUDA GPU"]` for a GPU test).
+///
+/// ```ignore
+/// both_types!(#[ignore = "needs a CUDA GPU"] every_kernel_on_square_sizes);
+/// fn every_kernel_on_square_sizes<T: TestElem>() { ... }
+/// ```
+#[allow(unused_macros)]
+macro_rules! both_types {
+    ($(#[$attr:meta])* $name:ident) => {
+        mod $name {
+            #[test]
+            $(#[$attr])*
+            fn f32() {
+                super::$name::<f32>()
+            }
+
+            #[test]
+            $(#[$attr])*
+            fn f64() {
+                super::$name::<f64>()
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use both_types;
+
+/// The full name of a test made by [`both_types!`] for `T` (`NAME::f32`), for running it
+/// again in a child process with `--exact`.
+pub fn test_name<T: TestElem>(name: &str) -> String {
+    format!("{name}::{}", T::DTYPE)
+}
+
+/// What the tests need of an element type besides [`Element`]: its epsilon, uniform draws and
+/// a reference product well beyond its own precision.
+pub trait TestElem: Element + SampleUniform + std::fmt::LowerExp {
+    /// The machine epsilon (2⁻²³ or 2⁻⁵²).
+    const EPS: f64;
+
+    /// `a · b` in f64, far more precise than a product in this type (see [`reference`]).
+    fn reference<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+    where
+        S1: Data<Elem = Self>,
+        S2: Data<Elem = Self>;
+
+    /// One dot product of `x` and `y` in f64, as precise as [`TestElem::reference`]'s.
+    fn dot_reference(x: impl IntoIterator<Item = Self>, y: impl IntoIterator<Item = Self>) -> f64;
+
+    /// The value's bits (NaN payloads and the sign of zero included).
+    fn bits(self) -> u64;
+}
+
+impl TestElem for f32 {
+    const EPS: f64 = f32::EPSILON as f64;
+
+    /// A Kahan-compensated f64 sum for small products, ndarray's f64 `dot` (threaded) for
+    /// large ones, where f64's own rounding is already far below f32's.
+    fn reference<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+    where
+        S1: Data<Elem = f32>,
+        S2: Data<Elem = f32>,
+    {
+        let (m, k) = a.dim();
+        let n = b.ncols();
+        let a64 = a.mapv(f64::from);
+        if m * k * n > 1 << 26 {
+            return a64.dot(&b.mapv(f64::from));
+        }
+        let b64 = b.t().mapv(f64::from); // n × k, so each dot product walks two rows
+        let mut c = Array2::zeros((m, n));
+        for i in 0..m {
+            let ai = a64.row(i);
+            for j in 0..n {
+                let bj = b64.row(j);
+                let (mut sum, mut comp) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let y = ai[p] * bj[p] - comp;
+                    let t = sum + y;
+                    comp = (t - sum) - y;
+                    sum = t;
+                }
+                c[[i, j]] = sum;
+            }
+        }
+        c
+    }
+
+    /// A plain f64 sum: the products are exact, and the sum's rounding (k·2⁻⁵³ at most) is far
+    /// below f32's.
+    fn dot_reference(x: impl IntoIterator<Item = f32>, y: impl IntoIterator<Item = f32>) -> f64 {
+        x.into_iter()
+            .zip(y)
+            .map(|(x, y)| f64::from(x) * f64::from(y))
+            .sum()
+    }
+
+    fn bits(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+}
+
+impl TestElem for f64 {
+    const EPS: f64 = f64::EPSILON;
+
+    /// About twice f64 precision, rounded to f64: compensated dot products with FMA (Ogita,
+    /// Rump and Oishi's Dot2), on every core for large products.
+    fn reference<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+    where
+        S1: Data<Elem = f64>,
+        S2: Data<Elem = f64>,
+    {
+        dot2::product(a.view(), b.view())
+    }
+
+    fn dot_reference(x: impl IntoIterator<Item = f64>, y: impl IntoIterator<Item = f64>) -> f64 {
+        let (mut s, mut c) = (0.0, 0.0);
+        for (x, y) in x.into_iter().zip(y) {
+            dot2::step(&mut s, &mut c, x, y);
+        }
+        s + c
+    }
+
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+/// A fresh seed per call (time and a counter). `GPU_DOT_TEST_SEED` fixes the time part, so that
+/// a test run alone (one test thread) draws the same matrices again.
 pub fn fresh_seed() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -23,57 +155,42 @@ pub fn fresh_seed() -> u64 {
     )
 }
 
-/// A `rows × cols` matrix of uniform values in [-1, 1) from a fresh seed (never all zeros).
-pub fn random(rows: usize, cols: usize) -> Array2<f32> {
+/// A value drawn uniformly from `[lo, hi)` in `T`'s own precision.
+pub fn uniform<T: TestElem>(rng: &mut impl Rng, lo: f64, hi: f64) -> T {
+    rng.random_range(T::from_f64(lo)..T::from_f64(hi))
+}
+
+/// A `rows × cols` matrix of uniform values in [-1, 1) from a fresh seed (never all zeros),
+/// with every bit of `T`'s precision random.
+pub fn random<T: TestElem>(rows: usize, cols: usize) -> Array2<T> {
     let seed = fresh_seed();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let a = Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0f32..1.0));
+    let a = Array2::from_shape_simple_fn((rows, cols), || uniform::<T>(&mut rng, -1.0, 1.0));
     assert!(
-        rows * cols == 0 || a.iter().any(|&x| x != 0.0),
+        rows * cols == 0 || a.iter().any(|&x| x != T::zero()),
         "random input is all zeros (seed {seed})"
     );
     a
 }
 
-/// `a · b` in f64, the reference every product is checked against: a Kahan-compensated sum
-/// for small products, ndarray's f64 `dot` (threaded) for large ones, where f64's own rounding
-/// is already far below f32's.
-pub fn reference<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+/// `a · b` in f64, the reference every product is checked against: for `f32` operands an f64
+/// product (compensated for small products), for `f64` operands a compensated product of about
+/// twice f64 precision. Either is far more precise than the product being checked.
+pub fn reference<T, S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
 where
-    S1: Data<Elem = f32>,
-    S2: Data<Elem = f32>,
+    T: TestElem,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
 {
-    let (m, k) = a.dim();
-    let n = b.ncols();
-    let a64 = a.mapv(f64::from);
-    if m * k * n > 1 << 26 {
-        return a64.dot(&b.mapv(f64::from));
-    }
-    let b64 = b.t().mapv(f64::from); // n × k, so each dot product walks two rows
-    let mut c = Array2::zeros((m, n));
-    for i in 0..m {
-        let ai = a64.row(i);
-        for j in 0..n {
-            let bj = b64.row(j);
-            let (mut sum, mut comp) = (0.0f64, 0.0f64);
-            for p in 0..k {
-                let y = ai[p] * bj[p] - comp;
-                let t = sum + y;
-                comp = (t - sum) - y;
-                sum = t;
-            }
-            c[[i, j]] = sum;
-        }
-    }
-    c
+    T::reference(a, b)
 }
 
 /// ‖c − r‖_F / ‖r‖_F (NaN if `c` holds a NaN, so that a comparison with a tolerance fails).
-pub fn rel_err<S: Data<Elem = f32>>(c: &ArrayBase<S, Ix2>, r: &Array2<f64>) -> f64 {
+pub fn rel_err<T: TestElem, S: Data<Elem = T>>(c: &ArrayBase<S, Ix2>, r: &Array2<f64>) -> f64 {
     assert_eq!(c.dim(), r.dim(), "result has the wrong shape");
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &y) in c.iter().zip(r.iter()) {
-        diff += (x as f64 - y).powi(2);
+        diff += (x.to_f64() - y).powi(2);
         norm += y * y;
     }
     if norm == 0.0 {
@@ -83,13 +200,24 @@ pub fn rel_err<S: Data<Elem = f32>>(c: &ArrayBase<S, Ix2>, r: &Array2<f64>) -> f
     }
 }
 
-/// Checks `c` against the f64 reference `r` of `a · b`: ‖c − r‖_F must stay within
-/// 4·ε·√k·‖|a|·|b|‖_F, the probabilistic rounding bound of an f32 sum of `k` products (it
-/// scales with |a|·|b|, not with the result, so cancellation in a single dot product does not
-/// make it fail, while a wrong index, a skipped step or an unwritten (NaN) element does).
-/// Returns the relative error ‖c − r‖_F / ‖r‖_F.
+/// `(|a|·|b|)` in f64.
+pub fn abs_product<T, S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
+where
+    T: TestElem,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+{
+    a.mapv(|x| x.to_f64().abs())
+        .dot(&b.mapv(|x| x.to_f64().abs()))
+}
+
+/// Checks `c` against the reference `r` of `a · b`: ‖c − r‖_F must stay within
+/// 4·ε·√k·‖|a|·|b|‖_F with ε of `T`, the probabilistic rounding bound of a sum of `k` products
+/// in `T` (it scales with |a|·|b|, not with the result, so cancellation in a single dot product
+/// does not make it fail, while a wrong index, a skipped step or an unwritten (NaN) element
+/// does). Returns the relative error ‖c − r‖_F / ‖r‖_F.
 #[track_caller]
-pub fn check<S, S1, S2>(
+pub fn check<T, S, S1, S2>(
     c: &ArrayBase<S, Ix2>,
     a: &ArrayBase<S1, Ix2>,
     b: &ArrayBase<S2, Ix2>,
@@ -97,109 +225,161 @@ pub fn check<S, S1, S2>(
     what: &str,
 ) -> f64
 where
-    S: Data<Elem = f32>,
-    S1: Data<Elem = f32>,
-    S2: Data<Elem = f32>,
+    T: TestElem,
+    S: Data<Elem = T>,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
 {
     assert_eq!(c.dim(), r.dim(), "{what}: result has the wrong shape");
-    let abs = a
-        .mapv(|x| f64::from(x).abs())
-        .dot(&b.mapv(|x| f64::from(x).abs()));
+    let abs = abs_product(a, b);
     let (mut diff, mut scale) = (0.0f64, 0.0f64);
     for ((&x, &y), &s) in c.iter().zip(r.iter()).zip(abs.iter()) {
-        diff += (x as f64 - y).powi(2);
+        diff += (x.to_f64() - y).powi(2);
         scale += s * s;
     }
-    let bound = 4.0 * f32::EPSILON as f64 * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
+    let bound = 4.0 * T::EPS * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
     assert!(
         diff.sqrt() <= bound,
-        "{what}: ‖C − ref‖ = {:.3e} above the bound {bound:.3e} (relative error {:.3e})",
+        "{what} ({}): ‖C − ref‖ = {:.3e} above the bound {bound:.3e} (relative error {:.3e})",
+        T::DTYPE,
         diff.sqrt(),
         rel_err(c, r)
     );
     rel_err(c, r)
 }
 
-/// Asserts `c` matches the f64 reference of `a · b` (see [`check`]).
+/// Asserts `c` matches the reference of `a · b` (see [`check`]).
 #[track_caller]
-pub fn assert_close<S, S1, S2>(
+pub fn assert_close<T, S, S1, S2>(
     c: &ArrayBase<S, Ix2>,
     a: &ArrayBase<S1, Ix2>,
     b: &ArrayBase<S2, Ix2>,
     what: &str,
 ) where
-    S: Data<Elem = f32>,
-    S1: Data<Elem = f32>,
-    S2: Data<Elem = f32>,
+    T: TestElem,
+    S: Data<Elem = T>,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
 {
     check(c, a, b, &reference(a, b), what);
 }
 
-/// A `rows × cols` f64 matrix of uniform values in [-1, 1) from a fresh seed.
-pub fn random64(rows: usize, cols: usize) -> Array2<f64> {
-    let seed = fresh_seed();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0f64..1.0))
+/// A tolerance set for `f32`, scaled to `T`'s precision by ε_T / ε_f32 (a power of two: the
+/// tolerance is unchanged for `f32`).
+pub fn scaled_tolerance<T: TestElem>(for_f32: f64) -> f64 {
+    for_f32 * (T::EPS / f64::from(f32::EPSILON))
 }
 
-/// `a · b` for f64 operands to about twice f64 precision (compensated dot products with FMA:
-/// Ogita, Rump and Oishi's Dot2), rounded to f64: the reference of the f64 products.
-pub fn reference64<S1, S2>(a: &ArrayBase<S1, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<f64>
-where
-    S1: Data<Elem = f64>,
-    S2: Data<Elem = f64>,
-{
-    let (m, k) = a.dim();
-    let n = b.ncols();
-    let bt = b.t().to_owned();
-    Array2::from_shape_fn((m, n), |(i, j)| {
-        let (ai, bj) = (a.row(i), bt.row(j));
-        let (mut s, mut c) = (0.0f64, 0.0f64);
-        for q in 0..k {
-            let p = ai[q] * bj[q];
-            let pe = ai[q].mul_add(bj[q], -p);
-            let t = s + p;
-            let z = t - s;
-            c += pe + ((s - (t - z)) + (p - z));
-            s = t;
-        }
-        s + c
-    })
-}
+/// Dot2 (Ogita, Rump and Oishi, 2005): dot products accumulated with an error-free
+/// transformation of each product (an FMA) and each addition, as if in twice f64 precision.
+mod dot2 {
+    use super::*;
 
-/// [`check`] for f64 products against [`reference64`]: ‖c − r‖_F within 4·ε₆₄·√k·‖|a|·|b|‖_F.
-/// Returns the relative error.
-#[track_caller]
-pub fn check64<S, S1, S2>(
-    c: &ArrayBase<S, Ix2>,
-    a: &ArrayBase<S1, Ix2>,
-    b: &ArrayBase<S2, Ix2>,
-    r: &Array2<f64>,
-    what: &str,
-) -> f64
-where
-    S: Data<Elem = f64>,
-    S1: Data<Elem = f64>,
-    S2: Data<Elem = f64>,
-{
-    assert_eq!(c.dim(), r.dim(), "{what}: result has the wrong shape");
-    let abs = a.mapv(f64::abs).dot(&b.mapv(f64::abs));
-    let (mut diff, mut scale, mut norm) = (0.0f64, 0.0f64, 0.0f64);
-    for ((&x, &y), &s) in c.iter().zip(r.iter()).zip(abs.iter()) {
-        diff += (x - y).powi(2);
-        scale += s * s;
-        norm += y * y;
+    /// Rows of A per block: each row of B read from memory serves this many rows of C.
+    const ROWS: usize = 4;
+    /// Columns of C per block: the block's sums and compensations stay in the cache.
+    const COLS: usize = 256;
+    /// Products of fewer multiply-adds are computed on the calling thread alone.
+    const THREADED_FROM: usize = 1 << 22;
+
+    /// Adds `x·y` to the compensated sum `s + c`.
+    #[inline(always)]
+    pub(super) fn step(s: &mut f64, c: &mut f64, x: f64, y: f64) {
+        let p = x * y;
+        let pe = x.mul_add(y, -p); // exact: p + pe == x·y
+        let t = *s + p;
+        let z = t - *s;
+        *c += pe + ((*s - (t - z)) + (p - z)); // the rounding error of s + p, exact
+        *s = t;
     }
-    let bound = 4.0 * f64::EPSILON * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
-    let rel = if norm == 0.0 {
-        diff.sqrt()
-    } else {
-        (diff / norm).sqrt()
-    };
-    assert!(
-        diff.sqrt() <= bound,
-        "{what}: ‖C − ref‖ = {:.3e} above the bound {bound:.3e} (relative error {rel:.3e})",
-        diff.sqrt(),
-    );
-    rel
+
+    /// `a · b` rounded to f64.
+    pub(super) fn product(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Array2<f64> {
+        let (m, k) = a.dim();
+        let n = b.ncols();
+        let (a, b) = (a.as_standard_layout(), b.as_standard_layout());
+        let mut c = Array2::zeros((m, n));
+        if m == 0 || n == 0 {
+            return c;
+        }
+        let blocks: Vec<_> = c.axis_chunks_iter_mut(Axis(0), ROWS).enumerate().collect();
+        let threads = if m * k * n < THREADED_FROM {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map_or(1, |p| p.get())
+                .min(blocks.len())
+        };
+        let queue = std::sync::Mutex::new(blocks);
+        let work = || loop {
+            let next = queue.lock().unwrap().pop();
+            let Some((i, mut rows)) = next else { break };
+            let a_rows = a.slice(ndarray::s![i * ROWS..i * ROWS + rows.nrows(), ..]);
+            rows_of(a_rows, b.view(), &mut rows);
+        };
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(work);
+            }
+            work();
+        });
+        c
+    }
+
+    /// Rows of C from the same rows of A (C order) and B (C order).
+    fn rows_of(a: ArrayView2<f64>, b: ArrayView2<f64>, c: &mut ndarray::ArrayViewMut2<f64>) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has the features the function is compiled for (checked above).
+            return unsafe { rows_fma(a, b, c) };
+        }
+        rows_any(a, b, c)
+    }
+
+    /// [`rows_any`] compiled for AVX2 and hardware FMA, where the inner loop runs four columns
+    /// per instruction.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_fma(
+        a: ArrayView2<f64>,
+        b: ArrayView2<f64>,
+        c: &mut ndarray::ArrayViewMut2<f64>,
+    ) {
+        rows_any(a, b, c)
+    }
+
+    #[inline(always)]
+    fn rows_any(a: ArrayView2<f64>, b: ArrayView2<f64>, c: &mut ndarray::ArrayViewMut2<f64>) {
+        let (rows, k) = a.dim();
+        let n = b.ncols();
+        let a = a.as_slice().expect("C order");
+        let b = b.as_slice().expect("C order");
+        let mut sums = vec![0.0f64; ROWS * COLS];
+        let mut comps = vec![0.0f64; ROWS * COLS];
+        for j0 in (0..n).step_by(COLS) {
+            let width = COLS.min(n - j0);
+            sums.fill(0.0);
+            comps.fill(0.0);
+            for q in 0..k {
+                let b_row = &b[q * n + j0..q * n + j0 + width];
+                for r in 0..rows {
+                    let x = a[r * k + q];
+                    let s = &mut sums[r * COLS..r * COLS + width];
+                    let e = &mut comps[r * COLS..r * COLS + width];
+                    for j in 0..width {
+                        step(&mut s[j], &mut e[j], x, b_row[j]);
+                    }
+                }
+            }
+            for r in 0..rows {
+                for j in 0..width {
+                    c[[r, j0 + j]] = sums[r * COLS + j] + comps[r * COLS + j];
+                }
+            }
+        }
+    }
 }
