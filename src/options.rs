@@ -32,7 +32,8 @@ pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
 /// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
 /// or `reg128`.
 pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
-/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`] (a non-negative integer).
+/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`] and [`DEFAULT_MIN_GPU_FLOPS_F64`]
+/// (a non-negative integer, for both element types).
 pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
 /// Environment variable turning the autotuner off (`0`, `off`, `false`) or on (`1`, `on`, `true`).
 pub const ENV_AUTOTUNE: &str = "GPU_DOT_AUTOTUNE";
@@ -64,10 +65,13 @@ pub enum Kernel {
     Tiled16,
     /// Shared-memory tiles of 32 × 32.
     Tiled32,
-    /// Register-blocked 64 × 64 tiles: each thread computes a block of outputs from
-    /// vectorised shared-memory reads, with a cp.async pipeline over K.
+    /// The small register-blocked tiles: for f32, 64 × 64 tiles where each thread computes a
+    /// block of outputs from vectorised shared-memory reads, with a cp.async pipeline over K;
+    /// for f64, 64 × 64 tiles on the FP64 tensor cores (the SIMT DGEMM before sm_80).
     Reg64,
-    /// Register-blocked 128 × 128 tiles, 256 threads, 8 × 8 outputs per thread.
+    /// The large register-blocked tiles: for f32, 128 × 128 tiles, 256 threads, 8 × 8
+    /// outputs per thread; for f64, 128 × 64 tiles on the FP64 tensor cores (the SIMT DGEMM
+    /// before sm_80).
     Reg128,
 }
 

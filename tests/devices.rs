@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{check, check64, random, random64, reference, reference64};
+use common::{check, random, reference};
 use gpu_dot::{
     Backend, CpuReason, Device, DeviceStatus, DotOptions, GpuDot, GpuDotError, GpuMatrix, Kernel,
     Route,
@@ -81,7 +81,7 @@ fn device_handles_describe_themselves_and_never_panic() {
 /// `Gpu` is an error naming the device; other devices are not affected.
 #[test]
 fn an_absent_device_in_the_options_falls_back_under_auto_and_is_an_error_under_gpu() {
-    let (a, b) = (random(200, 190), random(190, 210));
+    let (a, b) = (random::<f32>(200, 190), random(190, 210));
     let absent = Device::count() + 7;
     let auto = DotOptions::builtin().min_gpu_flops(0).device(absent);
     let p = a.gpu_dot_with(&b, &auto).expect("Auto never fails");
@@ -114,12 +114,12 @@ fn products_and_matrices_run_on_the_device_the_options_name() {
     let _lock = device_lock();
     expect_devices(1);
     let dev = Device::new(0);
-    let (a, b) = (random(300, 257), random(257, 129));
+    let (a, b) = (random::<f32>(300, 257), random(257, 129));
     let p = a.gpu_dot_with(&b, &gpu().device(0)).expect("device 0");
     assert!(p.route.is_gpu(), "{:?}", p.route);
     check(&p.c, &a, &b, &reference(&a, &b), "device 0");
 
-    let (a64, b64) = (random64(130, 70), random64(70, 90));
+    let (a64, b64) = (random::<f64>(130, 70), random::<f64>(70, 90));
     let ga = GpuMatrix::from_array_on(&a64, dev).expect("upload");
     assert_eq!(ga.device(), dev);
     let copy = ga.to_device(dev).expect("a copy on the same device");
@@ -127,11 +127,11 @@ fn products_and_matrices_run_on_the_device_the_options_name() {
     assert_eq!(copy.to_array().expect("download"), a64, "the copy is exact");
     let c = GpuMatrix::product_with(&copy, &b64, &gpu().device(0)).expect("product");
     assert_eq!(c.device(), dev);
-    check64(
+    check(
         &c.to_array().expect("download"),
         &a64,
         &b64,
-        &reference64(&a64, &b64),
+        &reference(&a64, &b64),
         "device matrices on device 0",
     );
     assert!(
@@ -148,7 +148,7 @@ fn two_devices_keep_their_own_products_and_matrices() {
     let _lock = device_lock();
     expect_devices(2);
     let (d0, d1) = (Device::new(0), Device::new(1));
-    let (a, b) = (random(333, 517), random(517, 261));
+    let (a, b) = (random::<f32>(333, 517), random(517, 261));
     let r = reference(&a, &b);
     for ordinal in [0, 1] {
         for kernel in [Kernel::Auto, Kernel::Reg64, Kernel::Tiled32] {
@@ -163,7 +163,7 @@ fn two_devices_keep_their_own_products_and_matrices() {
         assert!(!d.module_loads().is_empty(), "{d} loaded its own modules");
     }
 
-    let (x, w) = (random64(129, 65), random64(65, 33));
+    let (x, w) = (random::<f64>(129, 65), random::<f64>(65, 33));
     let gx0 = GpuMatrix::from_array_on(&x, d0).expect("upload to 0");
     let gw1 = GpuMatrix::from_array_on(&w, d1).expect("upload to 1");
     assert_eq!((gx0.device(), gw1.device()), (d0, d1));
@@ -186,11 +186,11 @@ fn two_devices_keep_their_own_products_and_matrices() {
     assert_eq!(gx1.device(), d1);
     let c = GpuMatrix::product(&gx1, &gw1).expect("both on device 1");
     assert_eq!(c.device(), d1, "the result lives with its operands");
-    check64(
+    check(
         &c.to_array().expect("download"),
         &x,
         &w,
-        &reference64(&x, &w),
+        &reference(&x, &w),
         "device 1",
     );
     // A host operand joins a device matrix on its device.
@@ -206,7 +206,7 @@ fn two_devices_a_fault_on_one_leaves_the_other_alone() {
     let _lock = device_lock();
     expect_devices(2);
     let (d0, d1) = (Device::new(0), Device::new(1));
-    let keep = random(64, 48);
+    let keep = random::<f32>(64, 48);
     let on1 = GpuMatrix::from_array_on(&keep, d1).expect("upload to 1");
     let on0 = GpuMatrix::from_array_on(&keep, d0).expect("upload to 0");
     let rebuilds = (d0.context_rebuilds(), d1.context_rebuilds());
@@ -217,7 +217,7 @@ fn two_devices_a_fault_on_one_leaves_the_other_alone() {
     );
     // Device 1 is untouched: its matrix reads back, its products run.
     assert_eq!(on1.to_array().expect("device 1 survives"), keep);
-    let (a, b) = (random(200, 300), random(300, 100));
+    let (a, b) = (random::<f32>(200, 300), random(300, 100));
     let p = a
         .gpu_dot_with(&b, &gpu().device(1))
         .expect("device 1 computes");

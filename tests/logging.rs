@@ -51,7 +51,7 @@ fn take() -> Vec<(Level, String)> {
 #[test]
 fn routes_are_logged_and_the_first_fallback_is_a_warning() {
     let _session = session();
-    let (a, b) = (random(40, 30), random(30, 20));
+    let (a, b) = (random::<f32>(40, 30), random(30, 20));
     let cpu = DotOptions::builtin().backend(Backend::Cpu);
     a.gpu_dot_with(&b, &cpu).expect("the CPU backend");
     let logged = take();
@@ -85,7 +85,7 @@ fn routes_are_logged_and_the_first_fallback_is_a_warning() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_products_log_their_route_and_phase_times() {
     let _session = session();
-    let (a, b) = (random(300, 200), random(200, 100));
+    let (a, b) = (random::<f32>(300, 200), random(200, 100));
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let p = a.gpu_dot_with(&b, &gpu).expect("a GPU product");
     assert!(p.route.is_gpu());

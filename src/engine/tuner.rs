@@ -28,7 +28,8 @@ use crate::options::{DotOptions, Kernel};
 /// Panels are multiples of this many rows (the big kernel tile's height), so that device
 /// panel offsets keep 16-byte alignment and panels tile evenly.
 pub(crate) const PANEL_GRANULE: usize = 128;
-/// Largest A-panel-plus-C-panel, in floats (32 MiB): bounds the device panel buffers.
+/// Largest A-panel-plus-C-panel, in elements (32 MiB of f32, 64 MiB of f64): bounds the device
+/// panel buffers.
 const MAX_PANEL_FLOATS: usize = 8 << 20;
 /// Products moving fewer host bytes than this run as one panel unless tuning finds more
 /// panels faster: below it the kernels are short and panels mostly add launches.

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use once_cell::sync::Lazy;
 
-/// The sizes a schedule cuts transfers into, in floats.
+/// The sizes a schedule cuts transfers into, in elements (the byte sizes in the comments are
+/// f32's; f64 transfers move twice the bytes per element).
 ///
 /// Parcels going up grow geometrically from the smallest to the largest size (the first copy
 /// starts after little packing; later ones are large, where a copy's fixed cost is small);
