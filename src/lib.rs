@@ -154,7 +154,7 @@ mod route;
 /// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses).
 pub use ndarray;
 
-use ndarray::{Array2, ArrayBase, Data, Ix2};
+use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
 pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use device::context::{
@@ -183,15 +183,25 @@ pub use route::{flops, CpuReason, Product, Route};
 /// changes whenever a kernel does, so compiled code can be identified across processes.
 pub const KERNELS_HASH: &str = env!("GPU_DOT_KERNELS_HASH");
 
-/// Matrix multiplication of 2-D `f32` and `f64` arrays on the GPU, with ndarray's `dot` as
-/// fallback.
-pub trait GpuDot {
-    /// The element type (`f32` or `f64`).
-    type Elem: Element;
+/// ndarray's `dot` on the GPU, for `f32` and `f64` arrays, with ndarray's `dot` as fallback:
+/// every form ndarray's [`Dot`](ndarray::linalg::Dot) has, with the same result types.
+///
+/// | `self` | `rhs` | result |
+/// |---|---|---|
+/// | matrix `m × k` | matrix `k × n` | `Array2`, `m × n` |
+/// | matrix `m × k` | vector `k` | `Array1`, `m` |
+/// | vector `k` | matrix `k × n` | `Array1`, `n` |
+/// | vector `k` | vector `k` | the scalar |
+///
+/// Products with a vector run on the GPU's matrix–vector kernels when they are large enough
+/// (the same threshold in flops as matrices: `2·m·k`, `2·k·n` or `2·k`).
+pub trait GpuDot<Rhs: ?Sized> {
+    /// The result's type: what ndarray's `dot` returns for these operands.
+    type Output;
 
-    /// Matrix product `self · rhs`: an `m × k` matrix times a `k × n` matrix gives an `m × n`
-    /// matrix, equal to ndarray's `self.dot(rhs)` within floating-point tolerance and in the
-    /// same memory order (F order when both operands are column-major, else C order).
+    /// The product `self · rhs`, equal to ndarray's `self.dot(rhs)` within floating-point
+    /// tolerance and, for a matrix, in the same memory order (F order when both operands are
+    /// column-major, else C order).
     ///
     /// Runs on the GPU when the product is large enough and a GPU is usable, else on the CPU
     /// (see the [crate docs](crate)); it never panics because of the GPU. Options come from
@@ -199,27 +209,30 @@ pub trait GpuDot {
     /// GPU makes this method compute on the CPU (use [`try_gpu_dot`](GpuDot::try_gpu_dot) to
     /// see the error).
     ///
-    /// **Panics** if the shapes are incompatible (`k` differs), with ndarray's message.
+    /// **Panics** if the shapes are incompatible, with ndarray's message.
     ///
     /// ```
     /// use gpu_dot::GpuDot;
-    /// use ndarray::arr2;
+    /// use ndarray::{arr1, arr2};
     ///
     /// let a = arr2(&[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]); // 2 × 3
     /// let b = arr2(&[[1.0f32], [0.0], [-1.0]]); // 3 × 1
     /// assert_eq!(a.gpu_dot(&b), arr2(&[[-2.0], [-2.0]]));
+    /// assert_eq!(a.gpu_dot(&arr1(&[1.0f32, 0.0, -1.0])), arr1(&[-2.0, -2.0]));
+    /// assert_eq!(arr1(&[1.0f32, 1.0]).gpu_dot(&a), arr1(&[5.0, 7.0, 9.0]));
+    /// assert_eq!(arr1(&[1.0f32, 2.0]).gpu_dot(&arr1(&[3.0f32, 4.0])), 11.0);
     ///
     /// let a = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
     /// assert_eq!(a.gpu_dot(&a.t()), a.dot(&a.t()));
     /// ```
-    fn gpu_dot<S2: Data<Elem = Self::Elem>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<Self::Elem>;
+    fn gpu_dot(&self, rhs: &Rhs) -> Self::Output;
 
-    /// Matrix product `self · rhs`, as [`gpu_dot`](GpuDot::gpu_dot), but with every failure
+    /// The product `self · rhs`, as [`gpu_dot`](GpuDot::gpu_dot), but with every failure
     /// returned as a [`GpuDotError`]: never panics.
     ///
     /// ```
     /// use gpu_dot::{GpuDot, GpuDotError};
-    /// use ndarray::Array2;
+    /// use ndarray::{Array1, Array2};
     ///
     /// let a = Array2::<f32>::ones((2, 3));
     /// let b = Array2::<f32>::ones((4, 5));
@@ -227,13 +240,14 @@ pub trait GpuDot {
     ///     a.try_gpu_dot(&b),
     ///     Err(GpuDotError::ShapeMismatch { m: 2, k: 3, k2: 4, n: 5 })
     /// ));
+    /// assert!(matches!(
+    ///     a.try_gpu_dot(&Array1::<f32>::ones(4)),
+    ///     Err(GpuDotError::ShapeMismatch { m: 2, k: 3, k2: 4, n: 1 })
+    /// ));
     /// ```
-    fn try_gpu_dot<S2: Data<Elem = Self::Elem>>(
-        &self,
-        rhs: &ArrayBase<S2, Ix2>,
-    ) -> Result<Array2<Self::Elem>, GpuDotError>;
+    fn try_gpu_dot(&self, rhs: &Rhs) -> Result<Self::Output, GpuDotError>;
 
-    /// Matrix product `self · rhs` with explicit options, returning the product and the route
+    /// The product `self · rhs` with explicit options, returning the product and the route
     /// it took (GPU and which kernel, or CPU and why). Never panics.
     ///
     /// With [`Backend::Gpu`], no usable GPU is an error, never a silent CPU run.
@@ -247,18 +261,23 @@ pub trait GpuDot {
     /// assert_eq!(p.c, a.dot(&a));
     /// assert!(matches!(p.route, Route::Cpu(_)));
     /// ```
-    fn gpu_dot_with<S2: Data<Elem = Self::Elem>>(
+    fn gpu_dot_with(
         &self,
-        rhs: &ArrayBase<S2, Ix2>,
+        rhs: &Rhs,
         opts: &DotOptions,
-    ) -> Result<Product<Self::Elem>, GpuDotError>;
+    ) -> Result<Product<Self::Output>, GpuDotError>;
 }
 
-impl<A: Element, S: Data<Elem = A>> GpuDot for ArrayBase<S, Ix2> {
-    type Elem = A;
+impl<A, S, S2> GpuDot<ArrayBase<S2, Ix2>> for ArrayBase<S, Ix2>
+where
+    A: Element,
+    S: Data<Elem = A>,
+    S2: Data<Elem = A>,
+{
+    type Output = Array2<A>;
 
     #[track_caller]
-    fn gpu_dot<S2: Data<Elem = A>>(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<A> {
+    fn gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<A> {
         let ((m, k), (k2, n)) = (self.dim(), rhs.dim());
         if route::check_shapes((m, k), (k2, n)).is_err() {
             dot_shape_error(m, k, k2, n);
@@ -270,21 +289,88 @@ impl<A: Element, S: Data<Elem = A>> GpuDot for ArrayBase<S, Ix2> {
         }
     }
 
-    fn try_gpu_dot<S2: Data<Elem = A>>(
-        &self,
-        rhs: &ArrayBase<S2, Ix2>,
-    ) -> Result<Array2<A>, GpuDotError> {
+    fn try_gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Result<Array2<A>, GpuDotError> {
         Ok(route::dot(self, rhs, &DotOptions::from_env()?, false)?.c)
     }
 
-    fn gpu_dot_with<S2: Data<Elem = A>>(
+    fn gpu_dot_with(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
         opts: &DotOptions,
-    ) -> Result<Product<A>, GpuDotError> {
+    ) -> Result<Product<Array2<A>>, GpuDotError> {
         route::dot(self, rhs, opts, false)
     }
 }
+
+/// The forms with a vector: the vector is a one-column (right) or one-row (left) matrix
+/// view, and the result loses that axis again. Shapes that disagree panic inside ndarray's
+/// own `dot`, so that the message is the one the project's ndarray gives, and the CPU route
+/// is ndarray's own vector `dot`.
+macro_rules! vector_forms {
+    ($lhs:ty, $rhs:ty, $out:ty, |$a:ident, $b:ident| ($a2:expr, $b2:expr), |$c:ident| $finish:expr) => {
+        impl<A, S, S2> GpuDot<ArrayBase<S2, $rhs>> for ArrayBase<S, $lhs>
+        where
+            A: Element,
+            S: Data<Elem = A>,
+            S2: Data<Elem = A>,
+        {
+            type Output = $out;
+
+            #[track_caller]
+            fn gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> $out {
+                let ($a, $b) = (self.view(), rhs.view());
+                let (a2, b2) = ($a2, $b2);
+                if a2.ncols() != b2.nrows() {
+                    let _ = self.dot(rhs);
+                    unreachable!("ndarray's dot panics for these shapes");
+                }
+                let opts = DotOptions::default();
+                let cpu = || self.dot(rhs);
+                match route::dot_as(&a2, &b2, &opts, true, |$c| $finish, cpu) {
+                    Ok(product) => product.c,
+                    // Only a host allocation failure for the result gets here.
+                    Err(_) => self.dot(rhs),
+                }
+            }
+
+            fn try_gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> Result<$out, GpuDotError> {
+                Ok(self.gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
+            }
+
+            fn gpu_dot_with(
+                &self,
+                rhs: &ArrayBase<S2, $rhs>,
+                opts: &DotOptions,
+            ) -> Result<Product<$out>, GpuDotError> {
+                let ($a, $b) = (self.view(), rhs.view());
+                let cpu = || self.dot(rhs);
+                route::dot_as(&$a2, &$b2, opts, false, |$c| $finish, cpu)
+            }
+        }
+    };
+}
+
+vector_forms!(
+    Ix2,
+    Ix1,
+    Array1<A>,
+    |a, b| (a, b.insert_axis(Axis(1))),
+    |c| c.remove_axis(Axis(1))
+);
+vector_forms!(
+    Ix1,
+    Ix2,
+    Array1<A>,
+    |a, b| (a.insert_axis(Axis(0)), b),
+    |c| c.remove_axis(Axis(0))
+);
+vector_forms!(
+    Ix1,
+    Ix1,
+    A,
+    |a, b| (a.insert_axis(Axis(0)), b.insert_axis(Axis(1))),
+    |c| c[[0, 0]]
+);
 
 /// Panics as ndarray's `dot` does for incompatible shapes.
 #[cold]

@@ -15,12 +15,13 @@ use crate::layout::{classify, Layout};
 use crate::options::{Backend, DotOptions, Kernel};
 use crate::pipeline::{self, Done, Dst, Gemm, Src};
 
-/// A product and how it was computed.
+/// A product and how it was computed: `C` is the result's type, as ndarray's `dot` gives it
+/// (a matrix, a vector, or a scalar for two vectors).
 #[derive(Debug, Clone)]
-pub struct Product<A = f32> {
-    /// The `m × n` result, in ndarray's memory order for the operands (F order when both
-    /// operands are column-major, as `dot` gives; else C order).
-    pub c: Array2<A>,
+pub struct Product<C = Array2<f32>> {
+    /// The result. A matrix comes in ndarray's memory order for the operands (F order when
+    /// both operands are column-major, as `dot` gives; else C order).
+    pub c: C,
     /// Where it was computed, and why there.
     pub route: Route,
 }
@@ -277,7 +278,26 @@ pub(crate) fn dot<T, S1, S2>(
     b: &ArrayBase<S2, Ix2>,
     opts: &DotOptions,
     fall_back: bool,
-) -> Result<Product<T>, GpuDotError>
+) -> Result<Product<Array2<T>>, GpuDotError>
+where
+    T: Element,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+{
+    dot_as(a, b, opts, fall_back, |c| c, || a.dot(b))
+}
+
+/// [`dot`] for a product whose caller gives it another shape: `finish` turns the `m × n`
+/// matrix into the caller's result, and the CPU route runs `cpu` (the caller's own ndarray
+/// `dot`, so that it is ndarray's answer bit for bit).
+pub(crate) fn dot_as<T, S1, S2, C>(
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+    opts: &DotOptions,
+    fall_back: bool,
+    finish: impl FnOnce(Array2<T>) -> C,
+    cpu: impl FnOnce() -> C,
+) -> Result<Product<C>, GpuDotError>
 where
     T: Element,
     S1: Data<Elem = T>,
@@ -316,7 +336,7 @@ where
     };
     Ok(match decision {
         Decision::Done(Route::Empty) => Product {
-            c: Array2::zeros((m, n).set_f(f_order)),
+            c: finish(Array2::zeros((m, n).set_f(f_order))),
             route: Route::Empty,
         },
         Decision::Done(mut route) => {
@@ -335,12 +355,12 @@ where
                 (*a_layout, *b_layout) = (classify(a).0, classify(b).0);
             }
             Product {
-                c: if f_order { c.reversed_axes() } else { c },
+                c: finish(if f_order { c.reversed_axes() } else { c }),
                 route,
             }
         }
         Decision::Cpu(why) => Product {
-            c: a.dot(b),
+            c: cpu(),
             route: Route::Cpu(why),
         },
     })
