@@ -157,11 +157,11 @@ pub(crate) fn route<T: Element>(
 ) -> Result<Decision, GpuDotError> {
     let ((m, k), n) = (g.a.dim(), g.b.dim().1);
     let decision = decide(g, opts, fall_back);
-    let dims = format_args!("{m}×{k}×{n} {}", T::DTYPE);
+    let dtype = T::DTYPE;
     match &decision {
-        Ok(Decision::Done(route)) => log::debug!("{dims}: {route}"),
+        Ok(Decision::Done(route)) => log::debug!("{m}×{k}×{n} {dtype}: {route}"),
         Ok(Decision::Cpu(why)) => {
-            log::debug!("{dims}: {}", Route::Cpu(why.clone()));
+            log::debug!("{m}×{k}×{n} {dtype}: {}", Route::Cpu(why.clone()));
             if let CpuReason::GpuUnavailable(e) = why {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
@@ -172,7 +172,7 @@ pub(crate) fn route<T: Element>(
                 });
             }
         }
-        Err(e) => log::debug!("{dims}: failed: {e}"),
+        Err(e) => log::debug!("{m}×{k}×{n} {dtype}: failed: {e}"),
     }
     decision
 }
