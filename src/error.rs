@@ -35,8 +35,8 @@ pub enum GpuDotError {
     Driver {
         /// What the crate was doing.
         context: &'static str,
-        /// The driver's error, with its `CUresult` code.
-        source: DriverError,
+        /// The driver's error: its `CUresult` code, name and text.
+        source: CudaError,
     },
     /// NVRTC rejected a kernel source.
     Compile {
@@ -92,8 +92,8 @@ pub enum GpuDotError {
     DeviceFault {
         /// What the crate was doing when the driver reported it.
         context: &'static str,
-        /// The driver's error, with its `CUresult` code.
-        source: DriverError,
+        /// The driver's error: its `CUresult` code, name and text.
+        source: CudaError,
     },
     /// A [`GpuMatrix`](crate::GpuMatrix) made before the device was reset after a
     /// [`DeviceFault`](Self::DeviceFault): its contents are gone. Make it again.
@@ -127,14 +127,20 @@ impl GpuDotError {
     /// Wraps a driver error, turning `CUDA_ERROR_OUT_OF_MEMORY` into [`OutOfMemory`](Self::OutOfMemory).
     /// A fault that poisons the context ([`DeviceFault`](Self::DeviceFault)) is recorded, so
     /// that the next GPU call rebuilds the context.
-    pub(crate) fn driver(context: &'static str, bytes: usize, source: DriverError) -> Self {
-        if source.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+    pub(crate) fn driver(context: &'static str, bytes: usize, error: DriverError) -> Self {
+        if error.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             GpuDotError::OutOfMemory { bytes }
-        } else if is_sticky(source.0) {
+        } else if is_sticky(error.0) {
             crate::device::context::note_fault();
-            GpuDotError::DeviceFault { context, source }
+            GpuDotError::DeviceFault {
+                context,
+                source: CudaError::from(error),
+            }
         } else {
-            GpuDotError::Driver { context, source }
+            GpuDotError::Driver {
+                context,
+                source: CudaError::from(error),
+            }
         }
     }
 
@@ -160,6 +166,44 @@ impl GpuDotError {
         GpuDotError::Compile { kernel, log }
     }
 }
+
+/// An error the CUDA driver reported: its `CUresult` code, name and description, as the
+/// driver gives them (`cuGetErrorName`, `cuGetErrorString`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CudaError {
+    /// The `CUresult` value, e.g. 700 for `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    pub code: i32,
+    /// The `CUresult` name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    pub name: String,
+    /// The driver's description of it.
+    pub description: String,
+}
+
+impl From<DriverError> for CudaError {
+    fn from(e: DriverError) -> Self {
+        let text = |r: Result<&std::ffi::CStr, DriverError>| {
+            r.map(|s| s.to_string_lossy().into_owned()).ok()
+        };
+        CudaError {
+            code: e.0 as i32,
+            name: text(e.error_name()).unwrap_or_else(|| format!("{:?}", e.0)),
+            description: text(e.error_string()).unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name, self.code)?;
+        if !self.description.is_empty() {
+            write!(f, ": {}", self.description)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CudaError {}
 
 /// The driver's errors after which the context is unusable: every later call in it fails.
 fn is_sticky(code: CUresult) -> bool {
@@ -188,7 +232,7 @@ impl fmt::Display for GpuDotError {
             ),
             GpuDotError::NoDevice { reason } => write!(f, "no usable CUDA device: {reason}"),
             GpuDotError::Driver { context, source } => {
-                write!(f, "CUDA driver error while {context}: {source:?}")
+                write!(f, "CUDA driver error while {context}: {source}")
             }
             GpuDotError::Compile { kernel, log } => {
                 write!(f, "NVRTC could not compile the {kernel} kernels: {log}")
@@ -214,8 +258,8 @@ impl fmt::Display for GpuDotError {
             GpuDotError::Cublas { status } => write!(f, "cuBLAS failed: {status}"),
             GpuDotError::DeviceFault { context, source } => write!(
                 f,
-                "the device faulted while {context} ({source:?}); its context is rebuilt on \
-                 the next GPU call"
+                "the device faulted while {context} ({source}); its context is rebuilt on the \
+                 next GPU call"
             ),
             GpuDotError::MatrixLost { dim: (r, c) } => write!(
                 f,

@@ -148,6 +148,7 @@ mod layout;
 mod matrix;
 mod options;
 mod pipeline;
+#[doc(hidden)]
 pub mod profile;
 mod route;
 
@@ -164,8 +165,9 @@ pub use device::context::{
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;
+#[doc(hidden)]
 pub use engine::tuner::{tuned_plans, tuning_in_progress};
-pub use error::GpuDotError;
+pub use error::{CudaError, GpuDotError};
 pub use host::crew::ENV_HOST_THREADS;
 pub use layout::{layout_of, Layout};
 pub use matrix::{
@@ -180,7 +182,9 @@ pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
-/// changes whenever a kernel does, so compiled code can be identified across processes.
+/// changes whenever a kernel does, so compiled code can be identified across processes. For
+/// the crate's own benches and tools; not part of the API.
+#[doc(hidden)]
 pub const KERNELS_HASH: &str = env!("GPU_DOT_KERNELS_HASH");
 
 /// ndarray's `dot` on the GPU, for `f32` and `f64` arrays, with ndarray's `dot` as fallback:

@@ -317,16 +317,25 @@ pub struct Operand<'a, A: Element = f32>(pub(crate) Src<'a, A>);
 /// by [`AsOutput::as_output`].
 pub struct Output<'a, A: Element = f32>(pub(crate) Dst<'a, A>);
 
+mod sealed {
+    /// Keeps [`AsOperand`](super::AsOperand) and [`AsOutput`](super::AsOutput) to the types
+    /// this crate implements them for, so that they can grow without breaking anyone.
+    pub trait Sealed {}
+    impl<S: ndarray::RawData, D> Sealed for ndarray::ArrayBase<S, D> {}
+    impl<A: crate::Element> Sealed for super::GpuMatrix<A> {}
+    impl<A: crate::Element> Sealed for super::GpuView<'_, A> {}
+}
+
 /// What the general product reads: every 2-D ndarray array or view of an [`Element`] type,
-/// [`GpuMatrix`] and [`GpuView`].
-pub trait AsOperand<A: Element> {
+/// [`GpuMatrix`] and [`GpuView`]. Sealed: implemented for those types only.
+pub trait AsOperand<A: Element>: sealed::Sealed {
     /// The operand, borrowed.
     fn as_operand(&self) -> Operand<'_, A>;
 }
 
 /// What the general product writes: every mutable 2-D ndarray array or view of an
-/// [`Element`] type, and [`GpuMatrix`].
-pub trait AsOutput<A: Element> {
+/// [`Element`] type, and [`GpuMatrix`]. Sealed: implemented for those types only.
+pub trait AsOutput<A: Element>: sealed::Sealed {
     /// The output, borrowed mutably.
     fn as_output(&mut self) -> Output<'_, A>;
 }

@@ -42,6 +42,7 @@ pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
 
 /// Where a product is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Backend {
     /// The GPU for products at or above the threshold when a GPU is usable, else the CPU.
     #[default]
@@ -54,6 +55,7 @@ pub enum Backend {
 
 /// Which CUDA kernel computes a GPU product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Kernel {
     /// The register-blocked family with the plan measured fastest for the shape class (tile
     /// configuration, split-K, or GEMV for one row or column); see [`DotOptions::autotune`].
@@ -144,6 +146,7 @@ impl FromStr for Kernel {
 /// Choices for one product. `DotOptions::default()` is what the environment says, or the
 /// built-in defaults where it says nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DotOptions {
     /// Where to compute.
     pub backend: Backend,

@@ -18,6 +18,7 @@ use crate::pipeline::{self, Done, Dst, Gemm, Src};
 /// A product and how it was computed: `C` is the result's type, as ndarray's `dot` gives it
 /// (a matrix, a vector, or a scalar for two vectors).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Product<C = Array2<f32>> {
     /// The result. A matrix comes in ndarray's memory order for the operands (F order when
     /// both operands are column-major, as `dot` gives; else C order).
@@ -28,6 +29,7 @@ pub struct Product<C = Array2<f32>> {
 
 /// Where a product was computed.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Route {
     /// On the GPU.
     Gpu {
@@ -52,6 +54,7 @@ pub enum Route {
 
 /// Why a product ran on the CPU.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum CpuReason {
     /// The options asked for the CPU.
     Requested,

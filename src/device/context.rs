@@ -23,6 +23,7 @@ use crate::error::GpuDotError;
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// The device's ordinal.
     pub ordinal: usize,
@@ -181,6 +182,7 @@ impl fmt::Display for Device {
 
 /// The first-use costs of one kernel family's module.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ModuleLoad {
     /// The family, e.g. "tiled".
     pub family: &'static str,
@@ -628,7 +630,30 @@ fn check_libraries() -> Result<(), String> {
                     })
             })
     };
-    missing.map_or(Ok(()), Err)
+    if let Some(reason) = missing {
+        return Err(reason);
+    }
+    // cudarc finds the libraries by its own list of names (and panics where it finds none):
+    // have it load both now, where a panic is caught, rather than at a later call.
+    let loads = std::panic::catch_unwind(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: nvrtcVersion only writes the two integers it is given.
+        let nvrtc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        (cudarc::driver::result::init(), nvrtc)
+    });
+    match loads {
+        Ok((Ok(()), cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS)) => Ok(()),
+        Ok((Err(e), _)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => {
+            Err("the CUDA driver found no device".into())
+        }
+        Ok((Err(e), _)) => Err(format!("the CUDA driver could not initialise: {e:?}")),
+        Ok((_, e)) => Err(format!("NVRTC does not answer: {e:?}")),
+        Err(_) => Err(
+            "cudarc could not load the CUDA driver library or NVRTC under the names it knows \
+             (a CUDA 13 install needs the unversioned libnvrtc.so with the cuda-12080 bindings)"
+                .into(),
+        ),
+    }
 }
 
 /// How many CUDA devices the driver reports, or why it cannot say.

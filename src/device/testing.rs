@@ -16,6 +16,7 @@ use crate::error::GpuDotError;
 
 /// How [`raise_device_fault`]'s kernel faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fault {
     /// The kernel executes a trap instruction.
     Trap,

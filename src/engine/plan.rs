@@ -53,6 +53,7 @@ fn thresholds(dtype: Dtype) -> Thresholds {
 
 /// How a product is computed by the register-blocked family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Plan {
     /// A tiled SGEMM, the K range cut into `splits` parts when `splits > 1`.
     Tile {
