@@ -61,8 +61,16 @@
 //
 // DESIGN (tensor-core kernels): block tile BM x BN x 16, STAGES-deep cp.async pipeline in
 // dynamic shared memory, one __syncthreads per K tile. Each warp owns a WTM x WTN warp tile
-// made of 16x8 mma tiles; one mma.m16n8k16.f64 (sm_90) or eight mma.m8n8k4.f64 (sm_80/86/89)
-// per 16x8 tile per K tile. The operands keep their global orientation in shared memory:
+// made of 16x8 mma tiles. Two main loops:
+//   classic (64x64 everywhere, 128x64 before sm_90 and for K < 8 tiles): after the barrier the
+//       warp loads the K tile's fragments and issues one mma.m16n8k16.f64 (sm_90) or eight
+//       mma.m8n8k4.f64 (sm_80/86/89) per 16x8 tile;
+//   pipelined (128x64 on sm_90, TcPipe): two mma.m16n8k8 per 16x8 tile per K tile, each step's
+//       fragments loaded while the previous step issues (A rolling in place, B double-buffered),
+//       the refill copies issued after the first mma row, the barrier after two rows of the
+//       second step. Interior blocks run the iterations with full refills without guards or
+//       branches, so ptxas spreads copies and shared loads over the mma issue slots.
+// The operands keep their global orientation in shared memory:
 //   operand contiguous along k (A with TA=false, B with TB=true): S[x][k], row stride 20
 //       doubles (16 + 4 padding);
 //   operand contiguous along x = m / n (A^T, B):                S[k][x], row stride BX + 4.
@@ -71,12 +79,25 @@
 // Global -> shared: 16-byte cp.async.cg along the contiguous direction (aligned entries) or
 // 8-byte cp.async.ca (_u entries); a warp's copies cover whole 128-byte lines and its shared
 // stores are conflict-free. Interior tiles (full in M, N and the K tile) use unguarded copies,
-// edge tiles zero-filling (src-size) copies; the choice is a block-uniform branch per K tile.
+// edge tiles zero-filling (src-size) copies.
 // Nsight Compute on H200 (4096^3 nn): 0 shared-memory bank conflicts on loads and stores.
-// Measured (tools/dgemm-lab): ~48-54 TFLOP/s on large shapes, 0.84-0.91x cuBLAS DGEMM; the
-// limit is DMMA issue latency with 2-3 warps per scheduler (registers: 64 / 32 accumulator
-// doubles per thread), not memory. Tried and slower: 128x128 tiles (1 block / SM), BK = 32,
-// LDS.128 fragments with a permuted k order + XOR swizzle, m16n8k8 instead of m16n8k16.
+// Measured (tools/dgemm-lab, H200): the FP64 tensor ceiling is 66.7 TFLOP/s at 1.98 GHz with 1
+// to 4 warps per scheduler (tools/dgemm-lab/dmma_peak.cu), so mma issue is not the limit; the
+// loss is cycles in which neither warp of a scheduler has an mma ready. Nsight Compute, 4096^3
+// nn, SM busy (tensor pipe): classic 128x64 81%, pipelined 87%, cuBLAS 95% (its kernel:
+// sm90 128x64x16, 3 stages, 2x2 warps, m16n8k8, the same pipelined structure, 246 registers).
+// 128x64, one lab run: pipelined 52.6 TFLOP/s at 4096^3 (0.89x cuBLAS DGEMM), 51.7 at 8192^3
+// (0.92x), 52.6 at 2048^3 (0.93x); the classic loop 49.8 (0.83x), 51.4 (0.91x), 49.9 (0.87x).
+// Registers: 243-248 (128x64, sm_90), 0 spills. Tried and slower: 128x128 tiles (1 block / SM),
+// BK = 32, LDS.128 fragments with a permuted k order + XOR swizzle, m16n8k8 in the classic loop;
+// 128x64 with 256 threads (4x2 warps of 32x32, 128 registers: 0.84x at 4096^3 nn, 0.67x for
+// nt/tt, which spill); pipelined m16n8k16 fragments (B cannot be double-buffered in 255
+// registers: 0.81-0.91x at 4096^3 from one ptxas schedule to the next); the k8 pipeline with
+// the refill right after the barrier (as fast, but spills); the k8 pipeline with guarded copies
+// behind a per-tile branch (0.77x at 4096^3: copies and loads not overlapped with the mma); the
+// pipelined loop for K < 8 tiles (-13% at 8192 x 64 x 8192). Without the classic fallback
+// compiled in (-DDGM_PIPE_MIN_KT=0), ptxas gives the pipelined loop 254 registers: 2-12% faster
+// on most shapes of the lab suite (8192^3 0.93x; 4096^3 tt 6% slower), 13% slower at K = 64.
 #include "common.cuh"
 
 #define DGM_DEV __device__ __forceinline__
@@ -99,6 +120,18 @@ DGM_DEV unsigned smem_u32(const void* p) {
 
 // Grouped tile order: GROUP_M tile rows share the B panels in L2. Returns (m0, n0).
 template <int BM, int BN>
+DGM_DEV void tile_origin_of(long long id, int M, int N, int& m0, int& n0) {
+    constexpr long long GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    m0 = (int)((first_m + in_group % gm) * BM);
+    n0 = (int)((in_group / gm) * BN);
+}
+template <int BM, int BN>
 DGM_DEV void tile_origin(int M, int N, int& m0, int& n0) {
     constexpr long long GROUP_M = 8;
     const long long tiles_m = (M - 1) / BM + 1;
@@ -110,6 +143,24 @@ DGM_DEV void tile_origin(int M, int N, int& m0, int& n0) {
     const long long in_group = id % group_size;
     m0 = (int)((first_m + in_group % gm) * BM);
     n0 = (int)((in_group / gm) * BN);
+}
+
+// Special registers read anew (volatile: not merged with earlier reads, so values derived from
+// them need not stay live across a main loop).
+DGM_DEV unsigned fresh_ctaid_x() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));
+    return r;
+}
+DGM_DEV unsigned fresh_ctaid_z() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(r));
+    return r;
+}
+DGM_DEV unsigned fresh_tid_x() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
+    return r;
 }
 
 }  // namespace dgm
@@ -163,17 +214,44 @@ DGM_DEV void mma16816(double (&d)[4], const double (&a)[8], const double (&b)[4]
 #endif
 }
 
+// D(16x8) += A(16x8) * B(8x8): the k = 0..7 half of the m16n8k16 fragments (a[v] = A[g + 8*(v%2)]
+// [t + 4*(v/2)], b[v] = B[t + 4*v][g]).
+DGM_DEV void mma1688(double (&d)[4], const double (&a)[4], const double (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+#else
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
+                : "d"(a[2 * q + h]), "d"(b[q]));
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tile configuration
 // ---------------------------------------------------------------------------------------------
-// ISSUE_LATE: issue the next tile's cp.async after the first 16x8 mma row of a K tile instead
-// of right after the barrier (measured: +3..8% for 64x64, -2..3% for 128x64 on H200).
+// ISSUE_LATE (classic loop): issue the next tile's cp.async after the first 16x8 mma row of a K
+// tile instead of right after the barrier (measured: +3..8% for 64x64, -2..3% for the classic
+// 128x64 on H200).
+// PIPE: the software-pipelined loop (TcPipe, sm_90 only) for K of PIPE_MIN_KT tiles or more;
+// shorter K runs the classic loop (measured faster there: 8192 x 64 x 8192).
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, int MINB_,
-          bool ISSUE_LATE_>
+          bool ISSUE_LATE_, bool PIPE_ = false>
 struct TcCfg {
     static constexpr int BM = BM_, BN = BN_, BK = BK_;
     static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_, MINB = MINB_;
-    static constexpr bool ISSUE_LATE = ISSUE_LATE_;
+    static constexpr bool ISSUE_LATE = ISSUE_LATE_, PIPE = PIPE_;
+#ifdef DGM_PIPE_MIN_KT
+    static constexpr int PIPE_MIN_KT = DGM_PIPE_MIN_KT;
+#else
+    static constexpr int PIPE_MIN_KT = 8;
+#endif
     static constexpr int NT = WARPS_M * WARPS_N * 32;
     static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // warp tile
     static constexpr int MT = WTM / 16, NTL = WTN / 8;           // mma tiles per warp
@@ -186,15 +264,21 @@ struct TcCfg {
     static constexpr int SMEM_BYTES = STAGES * STAGE * 8;
     static_assert(BK % 16 == 0 && WTM % 16 == 0 && WTN % 8 == 0, "tile shape");
     static_assert((A_STAGE * 8) % 16 == 0 && (B_STAGE * 8) % 16 == 0, "16-byte stage alignment");
+    static_assert(!PIPE || BK == 16, "the pipelined loop takes one k16 tile per stage");
 };
 
 // (DGM_BIG_VARIANT / DGM_SMALL_VARIANT exist only for tuning experiments; leave them undefined:
-//  the launch table above describes the defaults)
+//  the launch table above describes the defaults. 2: the classic loop on sm_90 too)
 #if defined(DGM_BIG_VARIANT) && DGM_BIG_VARIANT == 1
 typedef TcCfg<128, 64, 32, 2, 2, 2, 2, false> TcBig;
 #else
-// "big": 128x64x16, 4 warps as 2 (m) x 2 (n), warp tile 64x32, 3 stages, 2 blocks / SM.
-typedef TcCfg<128, 64, 16, 2, 2, 3, 2, false> TcBig;
+// "big": 128x64x16, 4 warps as 2 (m) x 2 (n), warp tile 64x32, 3 stages, 2 blocks / SM;
+// the pipelined loop on sm_90, the classic loop before.
+#if (defined(DGM_BIG_VARIANT) && DGM_BIG_VARIANT == 2) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+typedef TcCfg<128, 64, 16, 2, 2, 3, 2, false, false> TcBig;
+#else
+typedef TcCfg<128, 64, 16, 2, 2, 3, 2, false, true> TcBig;
+#endif
 static_assert(TcBig::NT == 128 && TcBig::SMEM_BYTES == 92160,
               "keep the @launch dgemm_tc_128x64 line in sync");
 #endif
@@ -277,6 +361,110 @@ struct TcLoader {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Pipelined main loop (sm_90, BK = 16): each K tile is two m16n8k8 steps (k 0..7, 8..15; the
+// halves of the m16n8k16 fragments). A's fragments roll in place: row i of the next step is
+// loaded as soon as row i of the current step has issued its mma. B's fragments are
+// double-buffered (bf[0]: step 0, bf[1]: step 1). At the top of iteration kt the registers hold
+// step 0 of tile kt:
+//   step 0 (16 mma), loading step 1 of tile kt; after its first row, the refill: tile kt+ST-1
+//       into the stage of tile kt-1 (every warp finished reading it before the last barrier);
+//   wait for tile kt+1; PRE rows of step 1; barrier (tile kt+1 visible, tile kt's stage read);
+//   the other rows of step 1, loading step 0 of tile kt+1.
+// Every shared load has a dozen mma of its warp to hide behind, and the barrier wait overlaps the
+// warp's own mma. Interior blocks run the iterations whose refill is a full K tile with
+// unguarded copies and no branch: one basic block, in which ptxas spreads the copies and loads
+// over the issue slots between the mma (a separate copy block or loads right after the barrier
+// leave the tensor pipe idle).
+// ---------------------------------------------------------------------------------------------
+template <class CF, bool TA, bool TB>
+struct TcPipe {
+    static constexpr int MT = CF::MT, NTL = CF::NTL, ST = CF::STAGES, BK = CF::BK;
+    static constexpr int PRE = 2;  // rows of step 1 issued before the barrier
+    // fragment strides (doubles): A (m, k) at !TA: m*SK + k, TA: k*SXA + m;
+    // B (k, n) at TB: n*SK + k, !TB: k*SXB + n
+    static constexpr int A_M8 = TA ? 8 : 8 * CF::SK, A_K4 = TA ? 4 * CF::SXA : 4;
+    static constexpr int B_N8 = TB ? 8 * CF::SK : 8, B_K4 = TB ? 4 : 4 * CF::SXB;
+
+    double (&acc)[MT][NTL][4];
+    const double* smem;
+    int aoff, boff;  // this thread's fragment base inside a stage
+    int rs, ws;      // stage of tile kt; stage refilled in iteration kt
+    double af[MT][4], bf[2][NTL][2];
+
+    DGM_DEV TcPipe(double (&acc_)[MT][NTL][4], const double* smem_, int aoff_, int boff_)
+        : acc(acc_), smem(smem_), aoff(aoff_), boff(boff_), rs(0), ws(ST - 1) {}
+
+    // row i of A, k half h, from stage st
+    DGM_DEV void load_a(int i, int h, int st) {
+        const double* As = smem + st * CF::STAGE + aoff;
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+            af[i][v] = As[(2 * i + (v & 1)) * A_M8 + (2 * h + (v >> 1)) * A_K4];
+    }
+    // all of B, k half h, from stage st, into buffer b
+    DGM_DEV void load_b(int b, int h, int st) {
+        const double* Bs = smem + st * CF::STAGE + CF::A_STAGE + boff;
+#pragma unroll
+        for (int j = 0; j < NTL; ++j)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) bf[b][j][q] = Bs[j * B_N8 + (2 * h + q) * B_K4];
+    }
+
+    template <bool FAST, class Fast, class Guarded>
+    DGM_DEV void tile(int kt, int KT, Fast& copy_fast, Guarded& copy_guarded) {
+        load_b(1, 1, rs);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+#pragma unroll
+            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[0][j]);
+            load_a(i, 1, rs);
+            if (i == 0) {
+                if constexpr (FAST) copy_fast(ws);
+                else copy_guarded(kt + ST - 1, ws);
+            }
+        }
+        cp_wait<ST - 2>();
+#pragma unroll
+        for (int i = 0; i < PRE; ++i)
+#pragma unroll
+            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[1][j]);
+        __syncthreads();
+        // next tile's stage; after the last tile the current one (the values are not used)
+        const int rn = (kt + 1 == KT) ? rs : ((rs + 1 == ST) ? 0 : rs + 1);
+        load_b(0, 0, rn);
+#pragma unroll
+        for (int i = 0; i < PRE; ++i) load_a(i, 0, rn);
+#pragma unroll
+        for (int i = PRE; i < MT; ++i) {
+#pragma unroll
+            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[1][j]);
+            load_a(i, 0, rn);
+        }
+        rs = (rs + 1 == ST) ? 0 : rs + 1;
+        ws = (ws + 1 == ST) ? 0 : ws + 1;
+    }
+
+    // Tiles 0 .. ST-2 are in flight (one commit group each).
+    template <class Fast, class Guarded>
+    DGM_DEV void run(int K, int KT, bool interior, Fast& copy_fast, Guarded& copy_guarded) {
+        static_assert(PRE <= MT, "rows before the barrier");
+        cp_wait<ST - 2>();
+        __syncthreads();
+        if (KT > 0) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i) load_a(i, 0, 0);
+            load_b(0, 0, 0);
+        }
+        // iterations whose refill (tile kt+ST-1) is a full K tile of an interior block
+        int kfast = interior ? K / BK - (ST - 1) : 0;
+        kfast = kfast < 0 ? 0 : kfast;
+        int kt = 0;
+        for (; kt < kfast; ++kt) tile<true>(kt, KT, copy_fast, copy_guarded);
+        for (; kt < KT; ++kt) tile<false>(kt, KT, copy_fast, copy_guarded);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Main GEMM body
 // ---------------------------------------------------------------------------------------------
 template <class CF, bool TA, bool TB, bool AL, bool SPLIT>
@@ -300,7 +488,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
             A += TA ? kb * lda : kb;
             B += TB ? kb : kb * ldb;
         }
-        C += (long long)blockIdx.z * (long long)M * ldc;
+        if constexpr (!CF::PIPE) C += (long long)blockIdx.z * (long long)M * ldc;
         K = kc;
     }
 
@@ -311,13 +499,12 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
     const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
     const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
 
-    // ---- prologue: tiles 0 .. ST-2 ----
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-        if (s < KT) {
-            const unsigned sa = sbase + (unsigned)(s * CF::STAGE) * 8u;
+    // Copies K tile nt (if it exists) into stage `slot`; always commits one group.
+    auto copy_tile = [&](int nt, int slot) {
+        if (nt < KT) {
+            const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 8u;
             const unsigned sb = sa + (unsigned)CF::A_STAGE * 8u;
-            if (interior && K - s * BK >= BK) {
+            if (interior && K - nt * BK >= BK) {
                 la.template load<false>(sa);
                 lb.template load<false>(sb);
             } else {
@@ -326,7 +513,11 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
             }
         }
         cp_commit();
-    }
+    };
+
+    // ---- prologue: tiles 0 .. ST-2 ----
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) copy_tile(s, s);
 
     const int warp = tid >> 5, lane = tid & 31;
     const int wm = warp / CF::WARPS_N, wn = warp % CF::WARPS_N;
@@ -351,71 +542,98 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
 #pragma unroll
             for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0;
 
-    int rs = 0, ws = ST - 1;
-    for (int kt = 0; kt < KT; ++kt) {
-        cp_wait<ST - 2>();
-        __syncthreads();
-        // Prefetch tile kt+ST-1 into the slot every warp finished reading before the barrier.
-        auto issue = [&]() {
-            const int nt = kt + ST - 1;
-            if (nt < KT) {
-                const unsigned sa = sbase + (unsigned)(ws * CF::STAGE) * 8u;
-                const unsigned sb = sa + (unsigned)CF::A_STAGE * 8u;
-                if (interior && K - nt * BK >= BK) {
-                    la.template load<false>(sa);
-                    lb.template load<false>(sb);
-                } else {
-                    la.template load<true>(sa);
-                    lb.template load<true>(sb);
+    // ---- classic loop: fragments loaded after the barrier ----
+    auto classic = [&]() {
+        int rs = 0, ws = ST - 1;
+        for (int kt = 0; kt < KT; ++kt) {
+            cp_wait<ST - 2>();
+            __syncthreads();
+            // Prefetch tile kt+ST-1 into the slot every warp finished reading before the barrier.
+            if constexpr (!CF::ISSUE_LATE) copy_tile(kt + ST - 1, ws);
+            const double* As = smem + rs * CF::STAGE + aoff;
+            const double* Bs = smem + rs * CF::STAGE + CF::A_STAGE + boff;
+#pragma unroll
+            for (int ks = 0; ks < BK / 16; ++ks) {
+                double b[NTL][4];
+#pragma unroll
+                for (int j = 0; j < NTL; ++j) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) b[j][q] = Bs[ks * B_K16 + j * B_N8 + q * B_K4];
+                }
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    double a[8];
+#pragma unroll
+                    for (int v = 0; v < 8; ++v)
+                        a[v] = As[ks * A_K16 + (2 * i + (v & 1)) * A_M8 + (v >> 1) * A_K4];
+#pragma unroll
+                    for (int j = 0; j < NTL; ++j) mma16816(acc[i][j], a, b[j]);
+                    if constexpr (CF::ISSUE_LATE) {
+                        if (ks == 0 && i == 0) copy_tile(kt + ST - 1, ws);
+                    }
                 }
             }
-            cp_commit();
-        };
-        if constexpr (!CF::ISSUE_LATE) issue();
-        const double* As = smem + rs * CF::STAGE + aoff;
-        const double* Bs = smem + rs * CF::STAGE + CF::A_STAGE + boff;
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks) {
-            double b[NTL][4];
-#pragma unroll
-            for (int j = 0; j < NTL; ++j) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) b[j][q] = Bs[ks * B_K16 + j * B_N8 + q * B_K4];
-            }
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-                double a[8];
-#pragma unroll
-                for (int v = 0; v < 8; ++v)
-                    a[v] = As[ks * A_K16 + (2 * i + (v & 1)) * A_M8 + (v >> 1) * A_K4];
-#pragma unroll
-                for (int j = 0; j < NTL; ++j) mma16816(acc[i][j], a, b[j]);
-                if constexpr (CF::ISSUE_LATE) {
-                    if (ks == 0 && i == 0) issue();
-                }
-            }
+            rs = (rs + 1 == ST) ? 0 : rs + 1;
+            ws = (ws + 1 == ST) ? 0 : ws + 1;
         }
-        rs = (rs + 1 == ST) ? 0 : rs + 1;
-        ws = (ws + 1 == ST) ? 0 : ws + 1;
+    };
+
+    if constexpr (CF::PIPE) {
+        if (KT >= CF::PIPE_MIN_KT) {
+            // Interior blocks, full K tile: unguarded copies, no branch.
+            auto copy_fast = [&](int slot) {
+                const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 8u;
+                la.template load<false>(sa);
+                lb.template load<false>(sa + (unsigned)CF::A_STAGE * 8u);
+                cp_commit();
+            };
+            // Elsewhere guarded copies (no interior test: fewer live registers in the loop).
+            auto copy_guarded = [&](int nt, int slot) {
+                if (nt < KT) {
+                    const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 8u;
+                    la.template load<true>(sa);
+                    lb.template load<true>(sa + (unsigned)CF::A_STAGE * 8u);
+                }
+                cp_commit();
+            };
+            TcPipe<CF, TA, TB> pipe(acc, smem, aoff, boff);
+            pipe.run(K, KT, interior, copy_fast, copy_guarded);
+        } else {
+            classic();
+        }
+    } else {
+        classic();
     }
     cp_wait<0>();  // nothing may stay in flight at exit (only empty groups can remain)
 
     // ---- epilogue: thread holds D rows g, g+8 of each 16x8 tile, column pairs 2t, 2t+1 ----
+    int r0 = m0 + wm * CF::WTM + g;
+    int c0 = n0 + wn * CF::WTN + 2 * t;
+    bool full = interior;
+    if constexpr (CF::PIPE) {
+        // indices computed anew: only the accumulators stay live across the main loop
+        int em0, en0;
+        tile_origin_of<BM, BN>(fresh_ctaid_x(), M, N, em0, en0);
+        const int etid = (int)fresh_tid_x();
+        const int ew = etid >> 5, el = etid & 31;
+        r0 = em0 + (ew / CF::WARPS_N) * CF::WTM + (el >> 2);
+        c0 = en0 + (ew % CF::WARPS_N) * CF::WTN + 2 * (el & 3);
+        full = (M - em0 >= BM) && (N - en0 >= BN);
+        if constexpr (SPLIT) C += (long long)fresh_ctaid_z() * (long long)M * ldc;
+    }
     const bool cvec = ((ldc & 1) == 0) && ((reinterpret_cast<unsigned long long>(C) & 15ull) == 0);
-    const int r0 = m0 + wm * CF::WTM + g;
-    const int c0 = n0 + wn * CF::WTN + 2 * t;
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = r0 + 16 * i + 8 * h;
-            if (interior || r < M) {
+            if (full || r < M) {
                 double* Cr = C + (long long)r * ldc;
 #pragma unroll
                 for (int j = 0; j < NTL; ++j) {
                     const int c = c0 + 8 * j;
                     const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    if (interior || c + 1 < N) {
+                    if (full || c + 1 < N) {
                         if (cvec) {
                             d2 v;
                             v.x = v0;
