@@ -318,7 +318,15 @@ pub(crate) fn default_ordinal() -> Result<usize, GpuDotError> {
 
 fn device_slot(ordinal: usize) -> Result<&'static DeviceSlot, GpuDotError> {
     DEVICES.get(ordinal).ok_or_else(|| GpuDotError::NoDevice {
-        reason: format!("device {ordinal} asked for, but gpu-dot addresses at most {MAX_DEVICES}"),
+        reason: match device_count() {
+            Err(reason) => reason,
+            Ok(count) if ordinal >= count => {
+                format!("device {ordinal} asked for, but only {count} found")
+            }
+            Ok(_) => {
+                format!("device {ordinal} asked for, but gpu-dot addresses at most {MAX_DEVICES}")
+            }
+        },
     })
 }
 
