@@ -340,9 +340,22 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
 /// the old context to fail, resets the device and makes a new context: modules are loaded
 /// again (from the disk cache) and the pools start empty; tuned plans are kept. Where the
 /// driver refuses a new context after a fault, the device stays unavailable for the rest of
-/// the process ([`GpuDotError::NoDevice`], which sends `Auto` to the CPU). Other devices are
-/// not affected.
+/// the process ([`GpuDotError::NoDevice`], which sends `Auto` to the CPU). Other devices keep
+/// their contexts; a faulted one is rebuilt before any device's next use, because its poison
+/// reaches process-wide calls such as page-locked allocations.
 pub(crate) fn gpu_on(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
+    // A faulted context poisons calls beyond its device (page-locked allocations on every
+    // device fail with its error until it is reset): rebuild any such context first.
+    for (other, dev) in DEVICES.iter().enumerate() {
+        if other != ordinal && dev.faulted.load(Ordering::Acquire) {
+            let _ = settle(other);
+        }
+    }
+    settle(ordinal)
+}
+
+/// [`gpu_on`] for one device alone: its context, made or rebuilt as needed.
+fn settle(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
     let dev = device_slot(ordinal)?;
     let mut slot = dev.slot.lock().unwrap_or_else(|p| p.into_inner());
     match &*slot {

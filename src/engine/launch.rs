@@ -156,6 +156,10 @@ pub(crate) fn poison<T: Element, D: cudarc::driver::DevicePtrMut<T>>(
     buf: &mut D,
 ) -> Result<(), GpuDotError> {
     let bytes = buf.len() * std::mem::size_of::<T>();
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(GpuDotError::at("binding the context"))?;
     let (ptr, _record) = buf.device_ptr_mut(stream);
     // SAFETY: `ptr` is valid for `bytes` bytes (the whole slice) on `stream`; `_record` keeps
     // cudarc's stream ordering for the slice until the memset is enqueued.

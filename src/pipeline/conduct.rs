@@ -209,6 +209,13 @@ impl Link for CudaLink<'_> {
         src: *const u8,
         bytes: usize,
     ) -> Result<(), GpuDotError> {
+        // The raw copy runs in the thread's current context, which must be the stream's (with
+        // several devices the thread may have worked on another one last).
+        self.streams
+            .up
+            .context()
+            .bind_to_thread()
+            .map_err(GpuDotError::at("binding the context"))?;
         // SAFETY: the caller guarantees `src` and `dst` (see the trait).
         unsafe {
             result::memcpy_htod_async(
@@ -226,6 +233,11 @@ impl Link for CudaLink<'_> {
         src: CUdeviceptr,
         bytes: usize,
     ) -> Result<(), GpuDotError> {
+        self.streams
+            .down
+            .context()
+            .bind_to_thread()
+            .map_err(GpuDotError::at("binding the context"))?;
         // SAFETY: the caller guarantees `src` and `dst` (see the trait).
         unsafe {
             result::memcpy_dtoh_async(
