@@ -292,6 +292,9 @@ struct DeviceSlot {
     generation: RwLock<u64>,
     /// Contexts rebuilt after a fault.
     rebuilds: AtomicUsize,
+    /// The driver's handle of the context in use (0: none), for [`note_fault`], which must
+    /// take no lock: it runs inside failing operations, some of them under the slot's lock.
+    handle: AtomicUsize,
 }
 
 impl DeviceSlot {
@@ -301,6 +304,7 @@ impl DeviceSlot {
             faulted: AtomicBool::new(false),
             generation: RwLock::new(0),
             rebuilds: AtomicUsize::new(0),
+            handle: AtomicUsize::new(0),
         }
     }
 }
@@ -395,18 +399,20 @@ pub(crate) fn live() -> Vec<Arc<Gpu>> {
 /// on this thread (cudarc makes a device's context current before each call on it), or, when
 /// that cannot be told, every context in use.
 pub(crate) fn note_fault() {
-    let current = cudarc::driver::result::ctx::get_current().ok().flatten();
-    let live = live();
-    let owner = current.and_then(|c| live.iter().find(|g| g.ctx.cu_ctx() == c));
+    let current = cudarc::driver::result::ctx::get_current()
+        .ok()
+        .flatten()
+        .map_or(0, |c| c as usize);
+    let in_use = |d: &&DeviceSlot| d.handle.load(Ordering::Acquire) != 0;
+    let owner = DEVICES
+        .iter()
+        .filter(in_use)
+        .find(|d| current != 0 && d.handle.load(Ordering::Acquire) == current);
     match owner {
-        Some(gpu) => DEVICES[gpu.info.ordinal]
-            .faulted
-            .store(true, Ordering::Release),
+        Some(dev) => dev.faulted.store(true, Ordering::Release),
         None => {
-            for gpu in &live {
-                DEVICES[gpu.info.ordinal]
-                    .faulted
-                    .store(true, Ordering::Release);
+            for dev in DEVICES.iter().filter(in_use) {
+                dev.faulted.store(true, Ordering::Release);
             }
         }
     }
@@ -465,9 +471,12 @@ fn make(dev: &DeviceSlot, ordinal: usize, generation: u64) -> Result<Arc<Gpu>, S
     *dev.generation.write().unwrap_or_else(|p| p.into_inner()) = generation;
     // cudarc panics when a symbol it expects is missing from an old driver; that must not
     // take the caller down.
-    std::panic::catch_unwind(|| Gpu::new(ordinal, generation))
+    let gpu = std::panic::catch_unwind(|| Gpu::new(ordinal, generation))
         .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
-        .map(Arc::new)
+        .map(Arc::new)?;
+    dev.handle
+        .store(gpu.ctx.cu_ctx() as usize, Ordering::Release);
+    Ok(gpu)
 }
 
 /// Replaces the faulted context in `slot` with a new one (see [`gpu_on`]).
@@ -497,6 +506,7 @@ fn rebuild(dev: &DeviceSlot, slot: &mut Slot) -> Result<(), GpuDotError> {
     // (their frees fail on a poisoned context; the reset below reclaims the memory).
     crate::pipeline::trim_device(&old);
     drop(old);
+    dev.handle.store(0, Ordering::Release);
     {
         // Device memory of the old context that users still hold (device matrices) is never
         // touched again: its owners see another generation and forget it.
