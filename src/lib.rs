@@ -376,6 +376,53 @@ vector_forms!(
     |c| c[[0, 0]]
 );
 
+/// ndarray 0.17's reference types (`&ArrayRef2<A>`, `&ArrayRef1<A>`) on either side, as
+/// ndarray's own `dot` takes them: each form reads both operands as views.
+#[cfg(feature = "ndarray-0-17")]
+macro_rules! reference_forms {
+    ($($lhs:ty, $rhs:ty, $out:ty, [$($gen:tt)*];)*) => {$(
+        impl<A: Element, $($gen)*> GpuDot<$rhs> for $lhs {
+            type Output = $out;
+
+            #[track_caller]
+            fn gpu_dot(&self, rhs: &$rhs) -> $out {
+                self.view().gpu_dot(&rhs.view())
+            }
+
+            fn try_gpu_dot(&self, rhs: &$rhs) -> Result<$out, GpuDotError> {
+                self.view().try_gpu_dot(&rhs.view())
+            }
+
+            fn gpu_dot_with(
+                &self,
+                rhs: &$rhs,
+                opts: &DotOptions,
+            ) -> Result<Product<$out>, GpuDotError> {
+                self.view().gpu_dot_with(&rhs.view(), opts)
+            }
+        }
+    )*};
+}
+
+#[cfg(feature = "ndarray-0-17")]
+use ndarray::ArrayRef;
+
+#[cfg(feature = "ndarray-0-17")]
+reference_forms! {
+    ArrayRef<A, Ix2>, ArrayRef<A, Ix2>, Array2<A>, [];
+    ArrayRef<A, Ix2>, ArrayBase<S2, Ix2>, Array2<A>, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix2>, ArrayRef<A, Ix2>, Array2<A>, [S: Data<Elem = A>];
+    ArrayRef<A, Ix2>, ArrayRef<A, Ix1>, Array1<A>, [];
+    ArrayRef<A, Ix2>, ArrayBase<S2, Ix1>, Array1<A>, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix2>, ArrayRef<A, Ix1>, Array1<A>, [S: Data<Elem = A>];
+    ArrayRef<A, Ix1>, ArrayRef<A, Ix2>, Array1<A>, [];
+    ArrayRef<A, Ix1>, ArrayBase<S2, Ix2>, Array1<A>, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix1>, ArrayRef<A, Ix2>, Array1<A>, [S: Data<Elem = A>];
+    ArrayRef<A, Ix1>, ArrayRef<A, Ix1>, A, [];
+    ArrayRef<A, Ix1>, ArrayBase<S2, Ix1>, A, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix1>, ArrayRef<A, Ix1>, A, [S: Data<Elem = A>];
+}
+
 /// Panics as ndarray's `dot` does for incompatible shapes.
 #[cold]
 #[inline(never)]

@@ -9,4 +9,11 @@ fn main() {
     // The re-export is the same crate as the project's own.
     let c: gpu_dot::ndarray::Array2<f32> = Array2::zeros((2, 2));
     assert_eq!(c.try_gpu_dot(&c).expect("shapes agree"), c);
+    let v = ndarray::Array1::<f32>::ones(2);
+    assert_eq!(by_reference(&c, &v), c.dot(&v));
+}
+
+/// ndarray 0.17's reference types, as a function written against them takes its operands.
+fn by_reference(a: &ndarray::ArrayRef2<f32>, v: &ndarray::ArrayRef1<f32>) -> ndarray::Array1<f32> {
+    a.gpu_dot(v)
 }
