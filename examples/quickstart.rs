@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use gpu_dot::profile::random_matrix;
+use gpu_dot::profile::{random_matrix, random_matrix_of};
 use gpu_dot::{device_status, DotOptions, GpuDot};
 
 fn main() {
@@ -86,4 +86,41 @@ fn main() {
         std::process::exit(1);
     }
     println!("result matches ndarray's dot");
+
+    // The other forms of `dot`, and f64: each equal to ndarray's within rounding.
+    let v = random_matrix(k, 1, 3).remove_axis(ndarray::Axis(1));
+    let p = a.gpu_dot_with(&v, &opts).expect("shapes match");
+    check("matrix · vector", &p.c, &a.dot(&v), k);
+    println!("matrix · vector ({m} × {k} · {k}) ran on: {}", p.route);
+    let (a64, b64) = (
+        random_matrix_of::<f64>(m, k, 4),
+        random_matrix_of::<f64>(k, n, 5),
+    );
+    let p = a64.gpu_dot_with(&b64, &opts).expect("shapes match");
+    check("f64", &p.c, &a64.dot(&b64), k);
+    println!("f64 ran on: {}", p.route);
+}
+
+/// Exits with an error when `got` is further from `want` than rounding explains.
+fn check<T: gpu_dot::Element, D: ndarray::Dimension>(
+    what: &str,
+    got: &ndarray::Array<T, D>,
+    want: &ndarray::Array<T, D>,
+    k: usize,
+) {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (&x, &y) in got.iter().zip(want.iter()) {
+        diff += (x.to_f64() - y.to_f64()).powi(2);
+        norm += y.to_f64().powi(2);
+    }
+    let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
+    let eps = if T::DTYPE == gpu_dot::Dtype::F32 {
+        1e-5
+    } else {
+        1e-13
+    };
+    if rel > eps * (k.max(1) as f64).sqrt() {
+        eprintln!("MISMATCH ({what}): relative difference {rel:.2e}");
+        std::process::exit(1);
+    }
 }
