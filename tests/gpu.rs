@@ -10,7 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_close, both_types, check, random, reference, scaled_tolerance, TestElem};
+use common::{
+    assert_close, both_types, check, random, reference, scaled_tolerance, TestElem, KERNELS,
+};
 use gpu_dot::{
     device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
     Kernel, Layout, Route,
@@ -18,16 +20,6 @@ use gpu_dot::{
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
 
 const NEEDS_GPU: &str = "needs a CUDA GPU";
-
-/// Every concrete kernel, and `Auto` (the autotuned register-blocked plans).
-const KERNELS: [Kernel; 6] = [
-    Kernel::Naive,
-    Kernel::Tiled16,
-    Kernel::Tiled32,
-    Kernel::Reg64,
-    Kernel::Reg128,
-    Kernel::Auto,
-];
 
 fn on(kernel: Kernel) -> DotOptions {
     DotOptions::builtin()

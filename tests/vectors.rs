@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{both_types, check, random, reference, TestElem};
+use common::{both_types, check, random, reference, TestElem, KERNELS};
 use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError, Kernel};
 use ndarray::{s, Array1, Array2, ArrayView1, Axis};
 
@@ -214,15 +214,7 @@ fn empty_vectors_give_ndarrays_zeros<T: TestElem>() {
 both_types!(empty_vectors_give_ndarrays_zeros);
 
 fn every_kernel_computes_every_vector_form_on_the_gpu<T: TestElem>() {
-    let kernels = [
-        Kernel::Naive,
-        Kernel::Tiled16,
-        Kernel::Tiled32,
-        Kernel::Reg64,
-        Kernel::Reg128,
-        Kernel::Auto,
-    ];
-    for kernel in kernels {
+    for kernel in KERNELS {
         for (m, k) in [(1, 1), (7, 3), (129, 257), (1000, 1)] {
             check_forms::<T>(m, k, &gpu(kernel), true, &format!("{m}×{k} {kernel}"));
         }

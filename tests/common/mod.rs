@@ -3,7 +3,17 @@
 //! [`both_types!`], which runs one generic test body for `f32` and for `f64`.
 #![allow(dead_code)]
 
-use gpu_dot::Element;
+use gpu_dot::{Element, Kernel};
+
+/// Every concrete kernel, and `Auto` (the autotuned register-blocked plans).
+pub const KERNELS: [Kernel; 6] = [
+    Kernel::Naive,
+    Kernel::Tiled16,
+    Kernel::Tiled32,
+    Kernel::Reg64,
+    Kernel::Reg128,
+    Kernel::Auto,
+];
 use ndarray::{Array2, ArrayBase, ArrayView2, Axis, Data, Ix2};
 use rand::distr::uniform::SampleUniform;
 use rand::{Rng, SeedableRng};
