@@ -250,3 +250,41 @@ fn two_devices_a_fault_on_one_leaves_the_other_alone() {
         Err(e) => panic!("device 0 after its fault: {e}"),
     }
 }
+
+/// The default device reads `GPU_DOT_DEVICE` alone: a bad value there is the reason no GPU is
+/// used, while a bad value of another variable leaves the device alone (that variable falls
+/// back to its default, with a warning). Checked in child processes with each environment.
+#[test]
+fn the_default_device_reads_its_own_variable_alone() {
+    const CHILD: &str = "GPU_DOT_TEST_DEVICE_ENV_CHILD";
+    if let Ok(expect) = std::env::var(CHILD) {
+        let status = gpu_dot::device_status().to_string();
+        match expect.as_str() {
+            "device" => assert!(status.contains("GPU_DOT_DEVICE"), "{status}"),
+            _ => assert!(!status.contains("GPU_DOT_KERNEL"), "{status}"),
+        }
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    for (var, value, expect) in [
+        ("GPU_DOT_DEVICE", "first", "device"),
+        ("GPU_DOT_KERNEL", "fastest", "kernel"),
+    ] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "the_default_device_reads_its_own_variable_alone",
+                "--nocapture",
+            ])
+            .env(CHILD, expect)
+            .env(var, value)
+            .output()
+            .expect("the child runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{var}={value}: child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -317,7 +317,17 @@ const REBUILD_WAIT: Duration = Duration::from_secs(20);
 
 /// The ordinal that serves products whose options name no device: `GPU_DOT_DEVICE`, else 0.
 pub(crate) fn default_ordinal() -> Result<usize, GpuDotError> {
-    Ok(crate::options::DotOptions::from_env()?.device.unwrap_or(0))
+    // Read once, and alone: another variable's bad value must not move products off the GPU.
+    static DEFAULT: once_cell::sync::Lazy<Result<usize, GpuDotError>> =
+        once_cell::sync::Lazy::new(|| {
+            crate::options::DotOptions::from_lookup(|name| {
+                (name == crate::options::ENV_DEVICE)
+                    .then(|| std::env::var(name).ok())
+                    .flatten()
+            })
+            .map(|opts| opts.device.unwrap_or(0))
+        });
+    DEFAULT.clone()
 }
 
 fn device_slot(ordinal: usize) -> Result<&'static DeviceSlot, GpuDotError> {
