@@ -110,8 +110,8 @@ fn check<T: gpu_dot::Element, D: ndarray::Dimension>(
 ) {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &y) in got.iter().zip(want.iter()) {
-        diff += (x.to_f64() - y.to_f64()).powi(2);
-        norm += y.to_f64().powi(2);
+        diff += (x.into_f64() - y.into_f64()).powi(2);
+        norm += y.into_f64().powi(2);
     }
     let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
     let eps = if T::DTYPE == gpu_dot::Dtype::F32 {

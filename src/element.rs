@@ -85,8 +85,10 @@ pub trait Element:
     /// `x` rounded to this type.
     fn from_f64(x: f64) -> Self;
 
-    /// The value as an `f64` (exact for both types).
-    fn to_f64(self) -> f64;
+    /// The value as an `f64` (exact for both types). Named apart from num-traits'
+    /// `ToPrimitive::to_f64` (which `Float` brings along, and which returns an `Option`), so
+    /// that `x.into_f64()` means this on a value and on a reference alike.
+    fn into_f64(self) -> f64;
 }
 
 impl Element for f32 {
@@ -96,7 +98,7 @@ impl Element for f32 {
         x as f32
     }
 
-    fn to_f64(self) -> f64 {
+    fn into_f64(self) -> f64 {
         f64::from(self)
     }
 }
@@ -108,7 +110,7 @@ impl Element for f64 {
         x
     }
 
-    fn to_f64(self) -> f64 {
+    fn into_f64(self) -> f64 {
         self
     }
 }

@@ -47,7 +47,7 @@ fn row_dot2<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>, i: usize) -> Vec<(f6
         .map(|j| {
             let (mut s, mut c) = (0.0f64, 0.0f64);
             for q in 0..k {
-                let (x, y) = (a[[i, q]].to_f64(), b[[q, j]].to_f64());
+                let (x, y) = (a[[i, q]].into_f64(), b[[q, j]].into_f64());
                 let p = x * y;
                 let pe = x.mul_add(y, -p);
                 let t = s + p;
@@ -97,7 +97,7 @@ impl SampledReference {
         let (mut diff, mut norm) = (0.0f64, 0.0f64);
         for (&i, row) in self.rows.iter().zip(&self.values) {
             for (j, &(hi, lo)) in row.iter().enumerate() {
-                let d = (c[[i, j]].to_f64() - hi) - lo;
+                let d = (c[[i, j]].into_f64() - hi) - lo;
                 diff += d * d;
                 norm += hi * hi;
             }
@@ -128,14 +128,14 @@ pub fn relative_error(c: ArrayView2<f32>, a: ArrayView2<f32>, b: ArrayView2<f32>
 
 /// `a · b` computed in f64 on the CPU.
 pub fn reference_f64<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>) -> Array2<f64> {
-    a.mapv(Element::to_f64).dot(&b.mapv(Element::to_f64))
+    a.mapv(Element::into_f64).dot(&b.mapv(Element::into_f64))
 }
 
 /// ‖c − reference‖_F / ‖reference‖_F (NaN when `c` holds a NaN).
 pub fn relative_error_to<A: Element>(c: ArrayView2<A>, reference: &Array2<f64>) -> f64 {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &r) in c.iter().zip(reference.iter()) {
-        diff += (x.to_f64() - r).powi(2);
+        diff += (x.into_f64() - r).powi(2);
         norm += r * r;
     }
     if norm == 0.0 {

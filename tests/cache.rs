@@ -154,7 +154,7 @@ fn product<T: TestElem>() -> f64 {
         .c
         .iter()
         .zip(expected.iter())
-        .map(|(&x, &y)| (x.to_f64() - y.to_f64()).abs())
+        .map(|(&x, &y)| (x.into_f64() - y.into_f64()).abs())
         .fold(0.0, f64::max);
     // 1e-3 in f32, as many ε in f64.
     let tolerance = scaled_tolerance::<T>(f64::from(1e-3f32));

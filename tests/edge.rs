@@ -366,7 +366,7 @@ fn class<T: TestElem>(x: T) -> Class {
 /// The spacing of `T`'s subnormals, `MIN_POSITIVE · EPSILON` (2⁻¹⁴⁹, 2⁻¹⁰⁷⁴): below
 /// `MIN_POSITIVE` rounding errors are absolute, at most half of it per operation.
 fn subnormal_spacing<T: TestElem>() -> f64 {
-    T::min_positive_value().to_f64() * T::EPS
+    T::min_positive_value().into_f64() * T::EPS
 }
 
 /// `(|a|·|b|)ᵢⱼ` in f64 over the finite elements of `a` and `b` (an element of C that meets a
@@ -374,7 +374,7 @@ fn subnormal_spacing<T: TestElem>() -> f64 {
 fn abs_product<T: TestElem>(a: &ArrayView2<T>, b: &ArrayView2<T>) -> Array2<f64> {
     let finite_abs = |&x: &T| {
         if x.is_finite() {
-            x.to_f64().abs()
+            x.into_f64().abs()
         } else {
             0.0
         }
@@ -426,7 +426,7 @@ impl<T: TestElem> Fixture<T> {
         subnormal: bool,
     ) -> Self {
         let up = if subnormal {
-            1.0 / T::min_positive_value().to_f64().sqrt()
+            1.0 / T::min_positive_value().into_f64().sqrt()
         } else {
             1.0
         };
@@ -457,9 +457,9 @@ fn classes<T: TestElem>(a: &Array2<T>, b: &Array2<T>) -> Array2<Class> {
     let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
     Array2::from_shape_fn((m, n), |(i, j)| {
         let v: f64 = (0..k)
-            .map(|p| (a[[i, p]].to_f64() * down) * (b[[p, j]].to_f64() * down))
+            .map(|p| (a[[i, p]].into_f64() * down) * (b[[p, j]].into_f64() * down))
             .sum();
-        let max = T::max_value().to_f64() * down * down;
+        let max = T::max_value().into_f64() * down * down;
         assert!(
             !(v.is_finite() && v.abs() != max && (v.abs() - max).abs() < 1e-3 * max),
             "C[{i}, {j}] = {v:e} · 2¹²⁸ is too close to the largest finite value to class"
@@ -547,7 +547,7 @@ fn inf_fixture<T: TestElem>(rng: &mut StdRng) -> Fixture<T> {
 /// unit column of B picking `MAX` from A).
 fn overflow_fixture<T: TestElem>(rng: &mut StdRng) -> Fixture<T> {
     let (m, k, n) = (36, 45, 36);
-    let range = T::max_value().to_f64() / f64::from(f32::MAX);
+    let range = T::max_value().into_f64() / f64::from(f32::MAX);
     let row_scale = [1.0, 1e36 * range, 4e37 * range, 3e38 * range].map(T::from_f64);
     let col_scale = [1e-3, 1.0, 2.0, -1e-3, -1.0, -2.0].map(T::from_f64);
     let mut a = uniform_matrix::<T>(rng, (m, k), 0.25, 1.0);
@@ -605,7 +605,7 @@ fn subnormal_partial_fixture<T: TestElem>(rng: &mut StdRng) -> Fixture<T> {
 
 /// `√MIN_POSITIVE / 8`: 2⁻⁶⁶ in `f32`, 2⁻⁵¹⁴ in `f64`.
 fn tiny<T: TestElem>() -> f64 {
-    T::min_positive_value().to_f64().sqrt() / 8.0
+    T::min_positive_value().into_f64().sqrt() / 8.0
 }
 
 fn subnormal_fixture<T: TestElem>(name: &'static str, a: Array2<T>, b: Array2<T>) -> Fixture<T> {
@@ -646,10 +646,10 @@ impl<'f, T: TestElem> Expected<'f, T> {
             let at = format!("{what}: C[{i}, {j}] = {x:e}, ndarray's dot gives {y:e}");
             assert_eq!(class(x), fx.classes[[i, j]], "{at}: not as designed");
             assert_eq!(class(x), class(y), "{at}");
-            let x_up = x.to_f64() * scale;
+            let x_up = x.into_f64() * scale;
             if class(y) == Class::Finite {
                 let (err, bound) = (
-                    (x_up - y.to_f64() * scale).abs(),
+                    (x_up - y.into_f64() * scale).abs(),
                     2.0 * rounding_bound::<T>(self.k, s, scale),
                 );
                 assert!(err <= bound, "{at}: {err:e} above {bound:e} (scaled)");
@@ -693,8 +693,12 @@ fn ieee_fixtures_hold_for_ndarrays_dot<T: TestElem>() {
         unreachable!()
     };
     assert!(sub.a.dot(&sub.b).iter().all(|x| x.is_subnormal()));
-    let max_product = partial.a.fold(T::zero(), |m, &x| m.max(x)).to_f64().powi(2);
-    assert!(max_product < T::min_positive_value().to_f64());
+    let max_product = partial
+        .a
+        .fold(T::zero(), |m, &x| m.max(x))
+        .into_f64()
+        .powi(2);
+    assert!(max_product < T::min_positive_value().into_f64());
     assert!(partial.a.dot(&partial.b).iter().all(|x| x.is_normal()));
 }
 
@@ -782,7 +786,7 @@ fn left_operand_of_more_than_2_pow_31_elements<T: TestElem>() {
                         let err = ci
                             .iter()
                             .zip(&r)
-                            .map(|(&x, &y)| (x.to_f64() - y).powi(2))
+                            .map(|(&x, &y)| (x.into_f64() - y).powi(2))
                             .sum::<f64>()
                             .sqrt();
                         assert!(

@@ -221,7 +221,7 @@ fn nan_and_inf_propagate_like_the_cpu<T: TestElem>() {
         for ((i, j), &x) in c.indexed_iter() {
             let y = cpu[[i, j]];
             if y.is_finite() {
-                let (x, y) = (x.to_f64(), y.to_f64());
+                let (x, y) = (x.into_f64(), y.into_f64());
                 assert!(
                     (x - y).abs() <= tolerance * (1.0 + y.abs()),
                     "{kernel} ({i}, {j}): {x} vs {y}"

@@ -217,9 +217,9 @@ fn check_entries<T: TestElem>(
     for (i, j) in entries {
         let exact = T::dot_reference(a.row(i).iter().copied(), b.column(j).iter().copied());
         let scale: f64 = (a.row(i).iter().zip(b.column(j)))
-            .map(|(&x, &y)| (x.to_f64() * y.to_f64()).abs())
+            .map(|(&x, &y)| (x.into_f64() * y.into_f64()).abs())
             .sum();
-        let got = c[[i, j]].to_f64();
+        let got = c[[i, j]].into_f64();
         let bound = k as f64 * T::EPS * scale;
         assert!(
             (got - exact).abs() <= bound,

@@ -34,12 +34,12 @@ fn check_general<T: TestElem>(
 ) {
     let r = reference(&a, &b);
     let abs = common::abs_product(&a, &b);
-    let (alpha, beta) = (alpha.to_f64(), beta.to_f64());
+    let (alpha, beta) = (alpha.into_f64(), beta.into_f64());
     let (mut diff, mut scale, mut rest) = (0.0f64, 0.0f64, 0.0f64);
     for (((&x, &p), &s), &old) in c.iter().zip(r.iter()).zip(abs.iter()).zip(c0.iter()) {
-        let old = if beta == 0.0 { 0.0 } else { old.to_f64() };
+        let old = if beta == 0.0 { 0.0 } else { old.into_f64() };
         let want = alpha * p + beta * old;
-        diff += (x.to_f64() - want).powi(2);
+        diff += (x.into_f64() - want).powi(2);
         scale += s * s;
         rest += want * want + (beta * old).powi(2);
     }
@@ -389,7 +389,7 @@ fn sgd_updates_of_device_weights_match_the_cpu<T: TestElem>() {
     }
     let got = w.to_array().unwrap();
     let err = (&got - &w_cpu)
-        .mapv(|d| d.abs().to_f64())
+        .mapv(|d| d.abs().into_f64())
         .fold(0.0, |m: f64, &x| m.max(x));
     // 1e-4 in f32, as many ε in f64.
     let tolerance = scaled_tolerance::<T>(f64::from(1e-4f32));

@@ -30,7 +30,7 @@ use rand::{rngs::SmallRng, SeedableRng};
 /// `f64` operands, `common::reference` (about twice f64 precision).
 fn reference<T: TestElem>(a: &ArrayView2<T>, b: &ArrayView2<T>) -> Array2<f64> {
     match T::DTYPE {
-        Dtype::F32 => a.mapv(Element::to_f64).dot(&b.mapv(Element::to_f64)),
+        Dtype::F32 => a.mapv(Element::into_f64).dot(&b.mapv(Element::into_f64)),
         _ => common::reference(a, b),
     }
 }

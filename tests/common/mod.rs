@@ -200,7 +200,7 @@ pub fn rel_err<T: TestElem, S: Data<Elem = T>>(c: &ArrayBase<S, Ix2>, r: &Array2
     assert_eq!(c.dim(), r.dim(), "result has the wrong shape");
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (&x, &y) in c.iter().zip(r.iter()) {
-        diff += (x.to_f64() - y).powi(2);
+        diff += (x.into_f64() - y).powi(2);
         norm += y * y;
     }
     if norm == 0.0 {
@@ -217,8 +217,8 @@ where
     S1: Data<Elem = T>,
     S2: Data<Elem = T>,
 {
-    a.mapv(|x| x.to_f64().abs())
-        .dot(&b.mapv(|x| x.to_f64().abs()))
+    a.mapv(|x| x.into_f64().abs())
+        .dot(&b.mapv(|x| x.into_f64().abs()))
 }
 
 /// Checks `c` against the reference `r` of `a · b`: ‖c − r‖_F must stay within
@@ -244,7 +244,7 @@ where
     let abs = abs_product(a, b);
     let (mut diff, mut scale) = (0.0f64, 0.0f64);
     for ((&x, &y), &s) in c.iter().zip(r.iter()).zip(abs.iter()) {
-        diff += (x.to_f64() - y).powi(2);
+        diff += (x.into_f64() - y).powi(2);
         scale += s * s;
     }
     let bound = 4.0 * T::EPS * (a.ncols().max(1) as f64).sqrt() * scale.sqrt();
