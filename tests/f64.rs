@@ -8,23 +8,12 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::{check, random, reference};
+use common::{check, cpu_options, gpu_options, random, reference};
 use gpu_dot::{
     device_status, general_mat_mul, general_mat_mul_with, layout_of, Backend, CpuReason,
     DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError, GpuMatrix, Kernel, Route,
 };
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
-
-fn cpu() -> DotOptions {
-    DotOptions::builtin().backend(Backend::Cpu)
-}
-
-fn gpu(kernel: Kernel) -> DotOptions {
-    DotOptions::builtin()
-        .backend(Backend::Gpu)
-        .kernel(kernel)
-        .poison_output(true)
-}
 
 fn require_gpu() {
     if let DeviceStatus::Unavailable(reason) = device_status() {
@@ -53,7 +42,7 @@ fn the_cpu_route_is_ndarrays_f64_dot_in_every_layout() {
         (a.slice(s![..;-1, ..]), bt.t()),
     ];
     for (a, b) in views {
-        let p = a.gpu_dot_with(&b, &cpu()).unwrap();
+        let p = a.gpu_dot_with(&b, &cpu_options()).unwrap();
         assert_eq!(p.c, a.dot(&b));
         assert_eq!(p.c.strides(), a.dot(&b).strides());
         assert!(matches!(p.route, Route::Cpu(CpuReason::Requested)));
@@ -64,7 +53,7 @@ fn the_cpu_route_is_ndarrays_f64_dot_in_every_layout() {
 fn both_operands_in_f_order_give_an_f_order_result_on_every_route() {
     let a = Array2::<f64>::from_shape_fn((6, 4).f(), |(i, j)| (i + 2 * j) as f64);
     let b = Array2::<f64>::from_shape_fn((4, 5).f(), |(i, j)| (3 * i) as f64 - j as f64);
-    for opts in [cpu(), DotOptions::builtin()] {
+    for opts in [cpu_options(), DotOptions::builtin()] {
         let p = a.gpu_dot_with(&b, &opts).unwrap();
         assert_eq!(p.c, a.dot(&b));
         assert!(p.c.t().is_standard_layout(), "{}: not F order", p.route);
@@ -99,7 +88,14 @@ fn f64_shape_errors_match_ndarray() {
         })
     ));
     let mut c = Array2::<f64>::zeros((2, 2));
-    let err = general_mat_mul_with(1.0, &a, &a.t(), 0.0, &mut c.slice_mut(s![.., ..1]), &cpu());
+    let err = general_mat_mul_with(
+        1.0,
+        &a,
+        &a.t(),
+        0.0,
+        &mut c.slice_mut(s![.., ..1]),
+        &cpu_options(),
+    );
     assert!(matches!(err, Err(GpuDotError::OutputShape { .. })));
 }
 
@@ -171,7 +167,7 @@ fn every_f64_kernel_matches_the_reference_over_shapes_and_layouts() {
         for (name, av, bv, r) in pairs {
             for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
                 let what = format!("{m}×{k}×{n} {name} {kernel}");
-                let p = av.gpu_dot_with(&bv, &gpu(kernel)).expect(&what);
+                let p = av.gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
                 match p.route {
                     Route::Gpu {
                         dtype, a_layout, ..
@@ -203,7 +199,7 @@ fn nan_inf_and_subnormals_propagate_as_in_ndarrays_f64_dot() {
     b[[9, 60]] = f64::MAX / 4.0;
     let want = a.dot(&b);
     for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
-        let got = a.gpu_dot_with(&b, &gpu(kernel)).unwrap().c;
+        let got = a.gpu_dot_with(&b, &gpu_options(kernel)).unwrap().c;
         for ((i, j), &w) in want.indexed_iter() {
             let g = got[[i, j]];
             if w.is_nan() || w.is_infinite() {
@@ -289,7 +285,7 @@ fn f64_bad_input_gets_typed_errors_on_the_gpu() {
     // The CPU backend cannot take device operands.
     let mut c = Array2::<f64>::zeros((4, 4));
     assert!(matches!(
-        general_mat_mul_with(1.0, &a, &b.t(), 0.0, &mut c, &cpu()),
+        general_mat_mul_with(1.0, &a, &b.t(), 0.0, &mut c, &cpu_options()),
         Err(GpuDotError::NoDevice { .. })
     ));
 }
@@ -301,7 +297,7 @@ fn long_k_f64_products_split_and_stay_accurate() {
     for (m, k, n) in [(64, 8192, 512), (512, 8192, 64), (96, 20000, 96)] {
         let a = random::<f64>(m, k);
         let b = random::<f64>(k, n);
-        let p = a.gpu_dot_with(&b, &gpu(Kernel::Auto)).unwrap();
+        let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
         let err = gpu_dot::profile::relative_error_sampled(p.c.view(), a.view(), b.view(), 24);
         assert!(
             err < 1e-14,
@@ -333,7 +329,7 @@ fn the_simt_fallback_matches_the_reference() {
             ] {
                 for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
                     let what = format!("SIMT {m}×{k}×{n} {name} {kernel}");
-                    let p = av.gpu_dot_with(&bv, &gpu(kernel)).expect(&what);
+                    let p = av.gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
                     assert!(p.route.is_gpu(), "{what}");
                     check(&p.c, &av, &bv, &r, &what);
                 }

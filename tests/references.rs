@@ -4,13 +4,9 @@
 
 mod common;
 
-use common::{both_types, check, random, reference, TestElem};
+use common::{both_types, check, cpu_options, random, reference, TestElem};
 use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError};
 use ndarray::{Array1, Array2, ArrayRef1, ArrayRef2, Axis};
-
-fn cpu() -> DotOptions {
-    DotOptions::builtin().backend(Backend::Cpu)
-}
 
 /// What a function written against ndarray 0.17's reference types does.
 fn matrix_by_reference<T: TestElem>(a: &ArrayRef2<T>, b: &ArrayRef2<T>) -> Array2<T> {
@@ -44,7 +40,9 @@ fn every_reference_form_matches_dot<T: TestElem>() {
     assert_eq!(vr.gpu_dot(&v), v.dot(&v));
     assert_eq!(v.gpu_dot(vr), v.dot(&v));
     // The options form reports the route, as for views.
-    let p = ar.gpu_dot_with(br, &cpu()).expect("the CPU backend");
+    let p = ar
+        .gpu_dot_with(br, &cpu_options())
+        .expect("the CPU backend");
     assert!(!p.route.is_gpu());
     check(&p.c, &a, &b, &reference(&a, &b), "by reference");
 }

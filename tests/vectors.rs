@@ -6,20 +6,9 @@
 
 mod common;
 
-use common::{both_types, check, random, reference, TestElem, KERNELS};
+use common::{both_types, check, cpu_options, gpu_options, random, reference, TestElem, KERNELS};
 use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError, Kernel};
 use ndarray::{s, Array1, Array2, ArrayView1, Axis};
-
-fn cpu() -> DotOptions {
-    DotOptions::builtin().backend(Backend::Cpu)
-}
-
-fn gpu(kernel: Kernel) -> DotOptions {
-    DotOptions::builtin()
-        .backend(Backend::Gpu)
-        .kernel(kernel)
-        .poison_output(true)
-}
 
 fn panic_message(f: impl FnOnce()) -> String {
     let prev = std::panic::take_hook();
@@ -128,12 +117,15 @@ fn check_forms<T: TestElem>(m: usize, k: usize, opts: &DotOptions, on_gpu: bool,
 
 fn the_cpu_route_gives_ndarrays_dot_for_every_vector_form<T: TestElem>() {
     for (m, k) in [(1, 1), (3, 5), (17, 33), (64, 1)] {
-        check_forms::<T>(m, k, &cpu(), false, &format!("{m}×{k} cpu"));
+        check_forms::<T>(m, k, &cpu_options(), false, &format!("{m}×{k} cpu"));
         let (a, v) = (random::<T>(m, k), random::<T>(k, 1).remove_axis(Axis(1)));
         // The CPU route is ndarray's own `dot`: equal, not merely close.
-        assert_eq!(a.gpu_dot_with(&v, &cpu()).unwrap().c, a.dot(&v));
-        assert_eq!(v.gpu_dot_with(&a.t(), &cpu()).unwrap().c, v.dot(&a.t()));
-        assert_eq!(v.gpu_dot_with(&v, &cpu()).unwrap().c, v.dot(&v));
+        assert_eq!(a.gpu_dot_with(&v, &cpu_options()).unwrap().c, a.dot(&v));
+        assert_eq!(
+            v.gpu_dot_with(&a.t(), &cpu_options()).unwrap().c,
+            v.dot(&a.t())
+        );
+        assert_eq!(v.gpu_dot_with(&v, &cpu_options()).unwrap().c, v.dot(&v));
         // Below the threshold, the default form goes to the CPU too.
         assert_eq!(a.gpu_dot(&v), a.dot(&v));
         assert_eq!(v.gpu_dot(&a.t()), v.dot(&a.t()));
@@ -189,7 +181,7 @@ fn vector_shape_errors_panic_as_ndarray_and_are_typed_in_try_forms<T: TestElem>(
         })
     ));
     assert!(matches!(
-        v4.gpu_dot_with(&v3, &cpu()),
+        v4.gpu_dot_with(&v3, &cpu_options()),
         Err(GpuDotError::ShapeMismatch {
             m: 1,
             k: 4,
@@ -202,7 +194,7 @@ both_types!(vector_shape_errors_panic_as_ndarray_and_are_typed_in_try_forms);
 
 fn empty_vectors_give_ndarrays_zeros<T: TestElem>() {
     let (a, e) = (Array2::<T>::zeros((3, 0)), Array1::<T>::zeros(0));
-    for opts in [cpu(), DotOptions::builtin().backend(Backend::Gpu)] {
+    for opts in [cpu_options(), DotOptions::builtin().backend(Backend::Gpu)] {
         assert_eq!(a.gpu_dot_with(&e, &opts).unwrap().c, Array1::zeros(3));
         assert_eq!(e.gpu_dot_with(&a.t(), &opts).unwrap().c, Array1::zeros(3));
         assert_eq!(e.gpu_dot_with(&e, &opts).unwrap().c, T::zero());
@@ -216,12 +208,24 @@ both_types!(empty_vectors_give_ndarrays_zeros);
 fn every_kernel_computes_every_vector_form_on_the_gpu<T: TestElem>() {
     for kernel in KERNELS {
         for (m, k) in [(1, 1), (7, 3), (129, 257), (1000, 1)] {
-            check_forms::<T>(m, k, &gpu(kernel), true, &format!("{m}×{k} {kernel}"));
+            check_forms::<T>(
+                m,
+                k,
+                &gpu_options(kernel),
+                true,
+                &format!("{m}×{k} {kernel}"),
+            );
         }
     }
     // Long vectors: the matrix–vector kernels' vectorised and split paths.
     for (m, k) in [(4097, 3001), (3, 100_003)] {
-        check_forms::<T>(m, k, &gpu(Kernel::Auto), true, &format!("{m}×{k} auto"));
+        check_forms::<T>(
+            m,
+            k,
+            &gpu_options(Kernel::Auto),
+            true,
+            &format!("{m}×{k} auto"),
+        );
     }
 }
 both_types!(

@@ -3,7 +3,20 @@
 //! [`both_types!`], which runs one generic test body for `f32` and for `f64`.
 #![allow(dead_code)]
 
-use gpu_dot::{Element, Kernel};
+use gpu_dot::{Backend, DotOptions, Element, Kernel};
+
+/// The CPU backend and nothing else (the CPU route is ndarray's own `dot`).
+pub fn cpu_options() -> DotOptions {
+    DotOptions::builtin().backend(Backend::Cpu)
+}
+
+/// The GPU backend with `kernel`, the output poisoned with NaN before each launch.
+pub fn gpu_options(kernel: Kernel) -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .kernel(kernel)
+        .poison_output(true)
+}
 
 /// Every concrete kernel, and `Auto` (the autotuned register-blocked plans).
 pub const KERNELS: [Kernel; 6] = [
