@@ -199,11 +199,32 @@ fn two_devices_keep_their_own_products_and_matrices() {
 }
 
 /// A fault on one device rebuilds that device's context only: matrices on the other device
-/// survive and its products go on.
+/// survive and its products go on. Some drivers (580 on H200s, measured) let a sticky fault
+/// poison every CUDA call of the process on every device, reset or not; there every call on
+/// the other device must end in a typed error, never a wrong number or a hang, and `Auto`
+/// answers on the CPU. Runs in a child process, since the fault may outlive the test.
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn two_devices_a_fault_on_one_leaves_the_other_alone() {
-    let _lock = device_lock();
+    const NAME: &str = "two_devices_a_fault_on_one_leaves_the_other_alone";
+    const CHILD: &str = "GPU_DOT_TEST_DEVICE_FAULT_CHILD";
+    if std::env::var(CHILD).is_err() {
+        let _lock = device_lock();
+        expect_devices(2);
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", NAME, "--nocapture", "--include-ignored"])
+            .env(CHILD, "1")
+            .output()
+            .expect("the child runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("child:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child failed ({})",
+            out.status
+        );
+        return;
+    }
     expect_devices(2);
     let (d0, d1) = (Device::new(0), Device::new(1));
     let keep = random::<f32>(64, 48);
@@ -215,40 +236,80 @@ fn two_devices_a_fault_on_one_leaves_the_other_alone() {
         matches!(fault, Err(GpuDotError::DeviceFault { .. })),
         "{fault:?}"
     );
-    // Device 1 is untouched: its matrix reads back, its products run.
-    assert_eq!(on1.to_array().expect("device 1 survives"), keep);
     let (a, b) = (random::<f32>(200, 300), random(300, 100));
-    let p = a
-        .gpu_dot_with(&b, &gpu().device(1))
-        .expect("device 1 computes");
-    check(
-        &p.c,
-        &a,
-        &b,
-        &reference(&a, &b),
-        "device 1 after a fault on 0",
-    );
-    assert_eq!(
-        d1.context_rebuilds(),
-        rebuilds.1,
-        "device 1 was not rebuilt"
-    );
-    // Device 0 comes back with a new context (where the driver allows one); its old matrix
-    // is lost.
-    match a.gpu_dot_with(&b, &gpu().device(0)) {
-        Ok(p) => {
-            check(&p.c, &a, &b, &reference(&a, &b), "device 0 rebuilt");
-            assert_eq!(d0.context_rebuilds(), rebuilds.0 + 1);
-            assert!(matches!(
-                on0.to_array(),
-                Err(GpuDotError::MatrixLost { .. })
-            ));
+    let typed = |e: &GpuDotError| {
+        matches!(
+            e,
+            GpuDotError::DeviceFault { .. }
+                | GpuDotError::Driver { .. }
+                | GpuDotError::NoDevice { .. }
+        )
+    };
+    match on1.to_array() {
+        Ok(back) => {
+            println!("device 1 survived the fault on device 0");
+            assert_eq!(back, keep, "device 1's matrix reads back unchanged");
+            let p = a
+                .gpu_dot_with(&b, &gpu().device(1))
+                .expect("device 1 computes");
+            check(
+                &p.c,
+                &a,
+                &b,
+                &reference(&a, &b),
+                "device 1 after a fault on 0",
+            );
+            assert_eq!(
+                d1.context_rebuilds(),
+                rebuilds.1,
+                "device 1 was not rebuilt"
+            );
+            // Device 0 comes back with a new context (where the driver allows one); its old
+            // matrix is lost.
+            match a.gpu_dot_with(&b, &gpu().device(0)) {
+                Ok(p) => {
+                    check(&p.c, &a, &b, &reference(&a, &b), "device 0 rebuilt");
+                    assert_eq!(d0.context_rebuilds(), rebuilds.0 + 1);
+                    assert!(matches!(
+                        on0.to_array(),
+                        Err(GpuDotError::MatrixLost { .. })
+                    ));
+                }
+                Err(GpuDotError::NoDevice { reason }) => {
+                    assert!(reason.contains("device 0"), "{reason}");
+                }
+                Err(e) => panic!("device 0 after its fault: {e}"),
+            }
         }
-        Err(GpuDotError::NoDevice { reason }) => {
-            assert!(reason.contains("device 0"), "{reason}");
+        Err(e) => {
+            println!("the fault on device 0 reached device 1: {e}");
+            assert!(typed(&e), "{e:?}");
+            // Every later call on either device fails with a typed error, and a device that
+            // cannot be used says why.
+            for (d, what) in [(1, "device 1"), (0, "device 0")] {
+                for _ in 0..3 {
+                    match a.gpu_dot_with(&b, &gpu().device(d)) {
+                        Ok(p) => {
+                            check(&p.c, &a, &b, &reference(&a, &b), what);
+                        }
+                        Err(e) => assert!(typed(&e), "{what}: {e:?}"),
+                    }
+                }
+            }
+            assert!(on1.to_array().is_err_and(|e| typed(&e)));
+            assert!(on0.to_array().is_err());
+            // Auto answers on the CPU, right.
+            for d in [0, 1] {
+                let p = a
+                    .gpu_dot_with(&b, &DotOptions::builtin().device(d))
+                    .expect("Auto answers");
+                check(&p.c, &a, &b, &reference(&a, &b), "Auto after the fault");
+            }
+            let c = a.gpu_dot(&b);
+            check(&c, &a, &b, &reference(&a, &b), "gpu_dot after the fault");
         }
-        Err(e) => panic!("device 0 after its fault: {e}"),
     }
+    drop((on0, on1));
 }
 
 /// The default device reads `GPU_DOT_DEVICE` alone: a bad value there is the reason no GPU is

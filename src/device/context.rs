@@ -356,7 +356,10 @@ pub(crate) fn gpu() -> Result<Arc<Gpu>, GpuDotError> {
 /// driver refuses a new context after a fault, the device stays unavailable for the rest of
 /// the process ([`GpuDotError::NoDevice`], which sends `Auto` to the CPU). Other devices keep
 /// their contexts; a faulted one is rebuilt before any device's next use, because its poison
-/// reaches process-wide calls such as page-locked allocations.
+/// reaches process-wide calls such as page-locked allocations. Some drivers (580, measured on
+/// two H200s) let a fault on one device fail every later call on every device, reset or not:
+/// there the other devices' operations fail with typed errors too, and each device then
+/// reports itself unavailable.
 pub(crate) fn gpu_on(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
     // A faulted context poisons calls beyond its device (page-locked allocations on every
     // device fail with its error until it is reset): rebuild any such context first.
@@ -537,12 +540,14 @@ fn rebuild(dev: &DeviceSlot, slot: &mut Slot) -> Result<(), GpuDotError> {
     }
     dev.faulted.store(false, Ordering::Release);
     *slot = Some(make(dev, ordinal, generation + 1).map_err(|e| {
-        // Some drivers refuse every new context of a process after a fault (seen on an H200
-        // with driver 580: each attempt fails with the fault's own error); then only a new
-        // process can use the device again.
+        // Some drivers refuse every new context of a process after a fault (seen on H200s
+        // with driver 580: each attempt fails with the fault's own error, and the fault
+        // reaches every call on every device of the process); then only a new process can
+        // use the device again.
         format!(
-            "device {ordinal} faulted, and CUDA could not make a new context in this process \
-             ({e}): restart the process to use the GPU again"
+            "device {ordinal} faulted (or a fault on another device of this process reached \
+             it), and CUDA could not make a new context in this process ({e}): restart the \
+             process to use the GPU again"
         )
     }));
     if matches!(slot, Some(Ok(_))) {
