@@ -1,5 +1,6 @@
 //! Multiplies two random matrices with `gpu_dot`, says where it ran and why, checks the result
-//! against ndarray's `dot` and prints the times.
+//! against ndarray's `dot` and prints the times; then a matrix times a vector, an f64 product
+//! and a batch of products, each checked the same way.
 //!
 //!     cargo run --release --example quickstart [-- M K N]
 
@@ -99,6 +100,24 @@ fn main() {
     let p = a64.gpu_dot_with(&b64, &opts).expect("shapes match");
     check("f64", &p.c, &a64.dot(&b64), k);
     println!("f64 ran on: {}", p.route);
+
+    // A batch: 3-D stacks multiplied item by item (as torch.bmm), in one launch on a GPU.
+    let (batch, bm, bk, bn) = (32, 128, 64, 128);
+    let q = random_matrix(batch * bm, bk, 6)
+        .into_shape_with_order((batch, bm, bk))
+        .expect("batch · m · k values");
+    let keys = random_matrix(batch * bk, bn, 7)
+        .into_shape_with_order((batch, bk, bn))
+        .expect("batch · k · n values");
+    let p = q.gpu_dot_with(&keys, &opts).expect("shapes match");
+    for z in 0..batch {
+        let item = |s: &ndarray::Array3<f32>| s.index_axis(ndarray::Axis(0), z).to_owned();
+        check("batch", &item(&p.c), &item(&q).dot(&item(&keys)), bk);
+    }
+    println!(
+        "a batch of {batch} ({bm} × {bk} · {bk} × {bn}) ran on: {}",
+        p.route
+    );
 }
 
 /// Exits with an error when `got` is further from `want` than rounding explains.

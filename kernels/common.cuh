@@ -22,6 +22,18 @@ __device__ __forceinline__ i64 elem_offset(i64 r, i64 c, i64 ld) {
     int M, int N, int K, const T *__restrict__ A, i64 lda, const T *__restrict__ B, i64 ldb, \
         T *__restrict__ C, i64 ldc
 
+// The trailing arguments of a batched GEMM entry (`{stem}_{ll}[_u]_batched`): item z of the
+// batch (blockIdx.z) multiplies A + z * stride_a by B + z * stride_b into C + z * stride_c
+// (element offsets; a shared operand has stride 0). The grid is the unbatched entry's in x and
+// y, with one layer per item in z; the body must not read blockIdx.z (the unsplit bodies
+// do not).
+#define GD_BATCH_PARAMS i64 stride_a, i64 stride_b, i64 stride_c
+#define GD_BATCH_OFFSETS                     \
+    const i64 gd_item_ = (i64)blockIdx.z;    \
+    A += gd_item_ * stride_a;                \
+    B += gd_item_ * stride_b;                \
+    C += gd_item_ * stride_c
+
 // Per-type spellings of the few math functions the element-wise kernels use (NVRTC has no
 // overloaded host math headers).
 __device__ __forceinline__ float gd_fma(float a, float b, float c) { return fmaf(a, b, c); }

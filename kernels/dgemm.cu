@@ -902,6 +902,11 @@ DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ld
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
         NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
         dgm::tc_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);   \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
+        NAME##_batched(GEMM_PARAMS(double), GD_BATCH_PARAMS) {                               \
+        GD_BATCH_OFFSETS;                                                                    \
+        dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
     }
 
 #define DGM_TC_FAMILY(PREFIX, CFG)                          \
@@ -925,6 +930,11 @@ DGM_TC_FAMILY(dgemm_tc_64x64, dgm::TcSmall)
     extern "C" __global__ void __launch_bounds__(256)                                        \
         NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
         dgm::simt_body<TA, TB, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);          \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                        \
+        NAME##_batched(GEMM_PARAMS(double), GD_BATCH_PARAMS) {                               \
+        GD_BATCH_OFFSETS;                                                                    \
+        dgm::simt_body<TA, TB, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }
 DGM_SIMT_ENTRY(dgemm_simt_nn, false, false)
 DGM_SIMT_ENTRY(dgemm_simt_nt, false, true)

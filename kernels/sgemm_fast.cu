@@ -570,6 +570,11 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
         NAME##_splitk(GEMM_PARAMS(float), int k_per_split) {                                       \
         sgf::gemm_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split); \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
+        NAME##_batched(GEMM_PARAMS(float), GD_BATCH_PARAMS) {                               \
+        GD_BATCH_OFFSETS;                                                                   \
+        sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
     }
 
 #define SGF_GEMM_FAMILY(PREFIX, CFG)                                   \

@@ -8,7 +8,8 @@ use cudarc::nvrtc::CompileError;
 
 /// Everything [`try_gpu_dot`](crate::GpuDot::try_gpu_dot) and its relatives can fail with.
 ///
-/// Only [`ShapeMismatch`](GpuDotError::ShapeMismatch) is the caller's mistake; every other
+/// Only [`ShapeMismatch`](GpuDotError::ShapeMismatch) and
+/// [`BatchMismatch`](GpuDotError::BatchMismatch) are the caller's mistake; every other
 /// variant describes the GPU or the environment, and [`Backend::Auto`](crate::Backend::Auto)
 /// answers those by computing on the CPU instead.
 #[derive(Debug, Clone)]
@@ -24,6 +25,13 @@ pub enum GpuDotError {
         k2: usize,
         /// Columns of the right operand.
         n: usize,
+    },
+    /// The two operands of a batched product hold different numbers of matrices.
+    BatchMismatch {
+        /// Matrices in the left operand.
+        batch: usize,
+        /// Matrices in the right operand.
+        batch2: usize,
     },
     /// No usable CUDA device: the driver or NVRTC library is missing, the driver found no
     /// device, or the context could not be made. The text says which.
@@ -229,6 +237,10 @@ impl fmt::Display for GpuDotError {
             GpuDotError::ShapeMismatch { m, k, k2, n } => write!(
                 f,
                 "inputs {m} × {k} and {k2} × {n} are not compatible for matrix multiplication"
+            ),
+            GpuDotError::BatchMismatch { batch, batch2 } => write!(
+                f,
+                "batches of {batch} and {batch2} matrices are not compatible for a batched product"
             ),
             GpuDotError::NoDevice { reason } => write!(f, "no usable CUDA device: {reason}"),
             GpuDotError::Driver { context, source } => {

@@ -18,6 +18,25 @@
 //! within floating-point tolerance, in ndarray's memory order (F order when both operands are
 //! column-major, else C order) on every route.
 //!
+//! # Batches
+//!
+//! A 3-D array is a stack of matrices: `q.gpu_dot(&k)` multiplies a `batch × m × k` stack by a
+//! `batch × k × n` stack item by item (as `torch.bmm`), and by a 2-D `k × n` matrix each item
+//! by the same matrix. Any layout per operand; the `Array3` result is in C order on every
+//! route. On the GPU each operand is uploaded once and one launch computes every item; on the
+//! CPU each item is ndarray's `general_mat_mul`. Stacks of different lengths panic (typed
+//! [`GpuDotError::BatchMismatch`] in the `try_` forms).
+//!
+//! ```
+//! use gpu_dot::GpuDot;
+//! use ndarray::{Array2, Array3};
+//!
+//! let q = Array3::<f32>::ones((8, 4, 3));
+//! let k = Array3::<f32>::ones((8, 3, 5));
+//! assert_eq!(q.gpu_dot(&k), Array3::from_elem((8, 4, 5), 3.0));
+//! assert_eq!(q.gpu_dot(&Array2::<f32>::ones((3, 2))).dim(), (8, 4, 2));
+//! ```
+//!
 //! # How a product is computed
 //!
 //! - Products of fewer than [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; for `f64`,
@@ -56,7 +75,9 @@
 //! sends one product elsewhere, and [`GpuMatrix::from_array_on`] uploads to a chosen device
 //! ([`Device`] lists them and reports each one's status). Every device the process uses has
 //! its own context, compiled modules, streams, reusable buffers and tuned plans, and a fault
-//! on one device rebuilds that device's context alone. Device matrices never cross devices
+//! on one device rebuilds that device's context alone (where the driver contains the fault:
+//! driver 580 lets it reach every device of the process, which then fail with typed errors
+//! while `gpu_dot` answers on the CPU). Device matrices never cross devices
 //! unasked: a product that mixes them is [`GpuDotError::WrongDevice`];
 //! [`GpuMatrix::to_device`] copies one over.
 //!
@@ -139,6 +160,7 @@
 
 #![warn(missing_docs)]
 
+mod batch;
 mod device;
 mod element;
 mod engine;
@@ -405,7 +427,7 @@ macro_rules! reference_forms {
 }
 
 #[cfg(feature = "ndarray-0-17")]
-use ndarray::ArrayRef;
+use ndarray::{Array3, ArrayRef, Ix3};
 
 #[cfg(feature = "ndarray-0-17")]
 reference_forms! {
@@ -421,6 +443,12 @@ reference_forms! {
     ArrayRef<A, Ix1>, ArrayRef<A, Ix1>, A, [];
     ArrayRef<A, Ix1>, ArrayBase<S2, Ix1>, A, [S2: Data<Elem = A>];
     ArrayBase<S, Ix1>, ArrayRef<A, Ix1>, A, [S: Data<Elem = A>];
+    ArrayRef<A, Ix3>, ArrayRef<A, Ix3>, Array3<A>, [];
+    ArrayRef<A, Ix3>, ArrayBase<S2, Ix3>, Array3<A>, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix3>, ArrayRef<A, Ix3>, Array3<A>, [S: Data<Elem = A>];
+    ArrayRef<A, Ix3>, ArrayRef<A, Ix2>, Array3<A>, [];
+    ArrayRef<A, Ix3>, ArrayBase<S2, Ix2>, Array3<A>, [S2: Data<Elem = A>];
+    ArrayBase<S, Ix3>, ArrayRef<A, Ix2>, Array3<A>, [S: Data<Elem = A>];
 }
 
 /// Panics as ndarray's `dot` does for incompatible shapes.

@@ -45,6 +45,8 @@ pub enum Route {
         b_layout: Layout,
         /// Row panels the product ran in (more than one: copies overlapped the kernels).
         panels: usize,
+        /// Products in the batch (1 for a single product).
+        batch: usize,
     },
     /// On the CPU, by ndarray's `dot`.
     Cpu(CpuReason),
@@ -86,13 +88,16 @@ impl fmt::Display for Route {
                 a_layout,
                 b_layout,
                 panels,
+                batch,
             } => {
+                write!(f, "GPU, {dtype}, ")?;
+                if *batch != 1 {
+                    write!(f, "a batch of {batch}, ")?;
+                }
                 match plan {
-                    Some(plan) if *kernel == Kernel::Auto => {
-                        write!(f, "GPU, {dtype}, kernel auto: {plan}")?
-                    }
-                    Some(plan) => write!(f, "GPU, {dtype}, kernel {kernel}: {plan}")?,
-                    None => write!(f, "GPU, {dtype}, kernel {kernel}")?,
+                    Some(plan) if *kernel == Kernel::Auto => write!(f, "kernel auto: {plan}")?,
+                    Some(plan) => write!(f, "kernel {kernel}: {plan}")?,
+                    None => write!(f, "kernel {kernel}")?,
                 }
                 write!(f, " (operands read as {a_layout:?} and {b_layout:?} order")?;
                 match panels {
@@ -160,11 +165,27 @@ pub(crate) fn route<T: Element>(
 ) -> Result<Decision, GpuDotError> {
     let ((m, k), n) = (g.a.dim(), g.b.dim().1);
     let decision = decide(g, opts, fall_back);
-    let dtype = T::DTYPE;
-    match &decision {
-        Ok(Decision::Done(route)) => log::debug!("{m}×{k}×{n} {dtype}: {route}"),
+    log_route(1, (m, k, n), T::DTYPE, &decision);
+    decision
+}
+
+/// Logs a product's route at debug level (`batch` products of `m × k` by `k × n`), and the
+/// first product of the process that a failing or missing GPU sends to the CPU as a warning.
+pub(crate) fn log_route(
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    decision: &Result<Decision, GpuDotError>,
+) {
+    let shape = if batch == 1 {
+        format!("{m}×{k}×{n} {dtype}")
+    } else {
+        format!("{batch} × {m}×{k}×{n} {dtype}")
+    };
+    match decision {
+        Ok(Decision::Done(route)) => log::debug!("{shape}: {route}"),
         Ok(Decision::Cpu(why)) => {
-            log::debug!("{m}×{k}×{n} {dtype}: {}", Route::Cpu(why.clone()));
+            log::debug!("{shape}: {}", Route::Cpu(why.clone()));
             if let CpuReason::GpuUnavailable(e) = why {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
@@ -175,9 +196,8 @@ pub(crate) fn route<T: Element>(
                 });
             }
         }
-        Err(e) => log::debug!("{m}×{k}×{n} {dtype}: failed: {e}"),
+        Err(e) => log::debug!("{shape}: failed: {e}"),
     }
-    decision
 }
 
 fn decide<T: Element>(
@@ -207,7 +227,7 @@ fn decide<T: Element>(
         let homes = [g.a.home(), g.b.home(), g.c.home()].map(|h| h.map(|(home, _)| home));
         let gpu = context::gpu_on(device_for(opts, homes)?)?;
         return pipeline::gemm(&gpu, opts, g)
-            .map(|done| Decision::Done(gpu_route::<T>(opts, done)))
+            .map(|done| Decision::Done(gpu_route::<T>(opts, done, 1)))
             .map_err(|f| f.error);
     }
     let (flops, threshold) = (flops(m, k, n), opts.threshold(T::DTYPE));
@@ -237,7 +257,7 @@ fn decide<T: Element>(
     // A fresh output holds nothing of the caller's: a failure never leaves it half-written.
     let fresh = matches!(g.c, Dst::Fresh(_));
     match pipeline::gemm(&gpu, opts, g) {
-        Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done))),
+        Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1))),
         Err(f) if fall_back && (fresh || !f.touched) => {
             Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
         }
@@ -332,7 +352,7 @@ where
                 a: &sa,
                 b: &sb,
                 beta: T::zero(),
-                c: &mut Dst::Fresh(c),
+                c: &mut Dst::Fresh(c.view_mut()),
             };
             route(g, opts, fall_back)?
         }
@@ -370,8 +390,9 @@ where
 }
 
 /// The route report of a finished GPU product.
-pub(crate) fn gpu_route<T: Element>(opts: &DotOptions, done: Done) -> Route {
+pub(crate) fn gpu_route<T: Element>(opts: &DotOptions, done: Done, batch: usize) -> Route {
     Route::Gpu {
+        batch,
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),
@@ -389,6 +410,14 @@ pub(crate) fn fresh<T: Element>(
     (rows, cols): (usize, usize),
     f_order: bool,
 ) -> Result<Array2<MaybeUninit<T>>, GpuDotError> {
+    let data = fresh_vec::<T>((rows, cols))?;
+    Ok(Array2::from_shape_vec((rows, cols).set_f(f_order), data).expect("rows · cols elements"))
+}
+
+/// The memory of [`fresh`]: `rows · cols` elements, not initialised.
+pub(crate) fn fresh_vec<T: Element>(
+    (rows, cols): (usize, usize),
+) -> Result<Vec<MaybeUninit<T>>, GpuDotError> {
     let too_large = GpuDotError::TooLarge {
         dims: (rows, 0, cols),
     };
@@ -404,7 +433,7 @@ pub(crate) fn fresh<T: Element>(
     // SAFETY: the capacity is at least `len` (reserved above), and MaybeUninit needs no
     // initialisation.
     unsafe { data.set_len(len) };
-    Ok(Array2::from_shape_vec((rows, cols).set_f(f_order), data).expect("rows · cols elements"))
+    Ok(data)
 }
 
 /// Asks the kernel to back a large fresh allocation with transparent huge pages: the result

@@ -4,8 +4,8 @@
 //! A family is one file under `kernels/`, compiled by NVRTC as one module. Entry points are
 //! `extern "C"`, so their names are stable; the table derives each name from the element type,
 //! the operand layouts and, for the tiled GEMMs, the alignment and split-K variant:
-//! `{stem}_{ll}[_u][_splitk]`, `ll` one of `nn`, `nt`, `tn`, `tt` (`t`: that operand is read
-//! transposed, i.e. column-major), `_u` the entry that accepts any alignment.
+//! `{stem}_{ll}[_u][_splitk|_batched]`, `ll` one of `nn`, `nt`, `tn`, `tt` (`t`: that operand
+//! is read transposed, i.e. column-major), `_u` the entry that accepts any alignment.
 //!
 //! Each tiled row has a `// @launch` line in its source, next to `static_assert`s that tie the
 //! line to the code; a unit test checks the table against those lines.
@@ -79,7 +79,7 @@ impl Family {
             let alignments: &[&str] = if row.variants { &["", "_u"] } else { &[""] };
             for ll in LAYOUTS {
                 for al in alignments {
-                    for split in ["", "_splitk"] {
+                    for split in ["", "_splitk", "_batched"] {
                         e.push(format!("{}_{ll}{al}{split}", row.stem));
                     }
                 }
@@ -258,6 +258,12 @@ impl TileRow {
             if aligned || !self.variants { "" } else { "_u" },
             if split { "_splitk" } else { "" }
         )
+    }
+
+    /// The batched entry for operand layouts and alignment: the unsplit entry with batch
+    /// strides (`GD_BATCH_PARAMS` in kernels/common.cuh) and one grid layer per item.
+    pub(crate) fn batched_entry(&self, trans: (bool, bool), aligned: bool) -> String {
+        format!("{}_batched", self.entry(trans, aligned, false))
     }
 
     /// Output tiles of an `m × n` product.
@@ -480,11 +486,16 @@ mod tests {
         assert_eq!(Family::shared_bytes("sgemm_fast_64x64_tt"), None);
         assert_eq!(Family::shared_bytes("sgemv_m1_nn"), None);
         for row in TILES {
-            let e = row.entry((true, false), false, true);
-            assert_eq!(
-                Family::shared_bytes(&e),
-                (row.smem > 48 * 1024).then_some(row.smem)
-            );
+            for e in [
+                row.entry((true, false), false, true),
+                row.batched_entry((false, true), true),
+            ] {
+                assert_eq!(
+                    Family::shared_bytes(&e),
+                    (row.smem > 48 * 1024).then_some(row.smem),
+                    "{e}"
+                );
+            }
         }
     }
 
@@ -502,6 +513,15 @@ mod tests {
                 let stem = entry.split('_').take(2).collect::<Vec<_>>().join("_");
                 assert!(src.contains(&stem), "{} lacks {entry}", family.name());
             }
+        }
+        // The tiled families declare batched entries through their entry macros.
+        for family in [Family::Sgemm, Family::Dgemm] {
+            assert!(
+                family.entries(90).iter().any(|e| e.ends_with("_batched"))
+                    && family.raw_source().contains("##_batched(GEMM_PARAMS("),
+                "{} lacks its batched entries",
+                family.name()
+            );
         }
         // Devices before sm_80 get no tensor-core entries.
         assert!(!Family::Dgemm

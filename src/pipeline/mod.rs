@@ -19,6 +19,7 @@
 //!
 //! Every call returns only once its work is complete.
 
+mod batch;
 mod conduct;
 mod schedule;
 #[cfg(test)]
@@ -46,6 +47,7 @@ use conduct::{CudaLink, Endpoints, Run, Streams, Trace};
 use schedule::{Residency, Schedule, What};
 use workspace::{Needs, Workspace};
 
+pub(crate) use batch::{batch_config, batched, BatchOperand, Stack};
 pub(crate) use workspace::{retained_by, trim_device, Pool};
 pub use workspace::{retained_memory, trim};
 
@@ -102,9 +104,10 @@ impl<T: Element> Src<'_, T> {
 /// The output of the general product.
 pub(crate) enum Dst<'a, T> {
     Host(ArrayViewMut2<'a, T>),
-    /// A new C-order host array, not yet initialised: the product writes every element (its
-    /// pages are touched in parallel before the results land). Only with `beta == 0`.
-    Fresh(&'a mut Array2<MaybeUninit<T>>),
+    /// New C-order (standard layout) host memory, not yet initialised: the product writes
+    /// every element (its pages are touched in parallel before the results land). Only with
+    /// `beta == 0`.
+    Fresh(ArrayViewMut2<'a, MaybeUninit<T>>),
     /// Row-major with leading dimension `ld`.
     Device {
         buf: &'a mut CudaSlice<T>,
@@ -374,6 +377,7 @@ impl<'g, T: Element> Operands<'g, T> {
             Dst::Host(v) => (Some(HostMat::of_view_mut(v)), None, false),
             Dst::Fresh(arr) => {
                 assert!(beta == T::zero(), "a fresh output is never read");
+                assert!(arr.is_standard_layout(), "a fresh output is C-contiguous");
                 let ptr = arr.as_mut_ptr().cast::<T>();
                 (Some(HostMat::row_major(ptr, m, n)), None, true)
             }
@@ -939,7 +943,7 @@ mod tests {
             let mut c_f = c_old.t().as_standard_layout().into_owned();
             let mut fresh_c = crate::route::fresh::<f32>((m, n), false).unwrap();
             let mut c = match output {
-                0 => Dst::Fresh(&mut fresh_c),
+                0 => Dst::Fresh(fresh_c.view_mut()),
                 1 => Dst::Host(c_old.view_mut()),
                 _ => Dst::Host(c_f.view_mut().reversed_axes()),
             };
