@@ -167,6 +167,7 @@ fn decide<T: Element>(
     let mut on_gpu = || -> Result<Route, GpuDotError> {
         crate::engine::launch::check_dims(m, k, n)?;
         let gpu = context::gpu_on(route::device_for(opts, [])?)?;
+        let ordinal = gpu.info.ordinal;
         let c = out.insert(fresh3::<T>((batch, m, n))?);
         let dims = (batch * m, n);
         let flat_a = flatten(a.view());
@@ -201,7 +202,7 @@ fn decide<T: Element>(
                 pipeline::batched(&gpu, opts, config, (batch, m, k, n), &a_op, &b_op, host)
             }
         };
-        done.map(|done| route::gpu_route::<T>(opts, done, batch))
+        done.map(|done| route::gpu_route::<T>(opts, done, batch, vec![ordinal]))
             .map_err(|f| f.error)
     };
     let result = on_gpu();

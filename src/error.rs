@@ -33,6 +33,14 @@ pub enum GpuDotError {
         /// Matrices in the right operand.
         batch2: usize,
     },
+    /// A product split across several devices ([`DotOptions::devices`](crate::DotOptions))
+    /// failed on one of them.
+    SplitFailed {
+        /// The device that failed.
+        ordinal: usize,
+        /// How it failed.
+        source: Box<GpuDotError>,
+    },
     /// No usable CUDA device: the driver or NVRTC library is missing, the driver found no
     /// device, or the context could not be made. The text says which.
     NoDevice {
@@ -242,6 +250,10 @@ impl fmt::Display for GpuDotError {
                 f,
                 "batches of {batch} and {batch2} matrices are not compatible for a batched product"
             ),
+            GpuDotError::SplitFailed { ordinal, source } => write!(
+                f,
+                "device {ordinal} failed its share of a product split across devices: {source}"
+            ),
             GpuDotError::NoDevice { reason } => write!(f, "no usable CUDA device: {reason}"),
             GpuDotError::Driver { context, source } => {
                 write!(f, "CUDA driver error while {context}: {source}")
@@ -301,6 +313,7 @@ impl std::error::Error for GpuDotError {
             GpuDotError::Driver { source, .. } | GpuDotError::DeviceFault { source, .. } => {
                 Some(source)
             }
+            GpuDotError::SplitFailed { source, .. } => Some(&**source),
             _ => None,
         }
     }

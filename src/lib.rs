@@ -81,6 +81,13 @@
 //! unasked: a product that mixes them is [`GpuDotError::WrongDevice`];
 //! [`GpuMatrix::to_device`] copies one over.
 //!
+//! One large host-to-host product can use several devices at once: with
+//! [`DotOptions::devices`] (or `GPU_DOT_DEVICES`) naming more than one, products of at least
+//! [`DEFAULT_MIN_SPLIT_FLOPS`] flops are cut into row panels, one per device in proportion to
+//! its multiprocessors, each computed by that device's own pipeline and host threads (B is
+//! uploaded to each device once). A device that fails is [`GpuDotError::SplitFailed`] with its
+//! ordinal.
+//!
 //! Building needs no CUDA toolkit; running on a GPU needs only the driver and NVRTC
 //! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13; with the `cuda-12080` bindings cudarc looks
 //! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
@@ -173,6 +180,7 @@ mod pipeline;
 #[doc(hidden)]
 pub mod profile;
 mod route;
+mod split;
 
 /// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses).
 pub use ndarray;
@@ -197,8 +205,9 @@ pub use matrix::{
     GpuView, Operand, Output,
 };
 pub use options::{
-    Backend, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64, ENV_AUTOTUNE,
-    ENV_BACKEND, ENV_DEVICE, ENV_KERNEL, ENV_MIN_FLOPS,
+    Backend, Devices, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64,
+    DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE, ENV_DEVICES, ENV_KERNEL,
+    ENV_MIN_FLOPS,
 };
 pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};

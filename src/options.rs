@@ -39,6 +39,48 @@ pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
 pub const ENV_AUTOTUNE: &str = "GPU_DOT_AUTOTUNE";
 /// Environment variable choosing the CUDA device by ordinal (default 0).
 pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
+/// Environment variable letting large host-to-host products split across several devices:
+/// `all`, or ordinals separated by commas (`0,1`); one ordinal is that device alone.
+pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
+
+/// Products of fewer flops than this run on one device even when [`DotOptions::devices`]
+/// names several.
+///
+/// Measured host to host on two H200s (the `multi_gpu` example, BENCHMARKS.md): split in two,
+/// 2048³ took 1.70 ms against 1.30 ms on one device and 4096³ 9.1 ms against 6.1 ms (a second
+/// pipeline, and B packed and uploaded for each device, cost more than the second device
+/// saves), while 8192³ took 28–30 ms against 33 ms and 16384³ 151 ms against 220 ms. The
+/// threshold is 8192³'s flops.
+pub const DEFAULT_MIN_SPLIT_FLOPS: u64 = 2 * 8192 * 8192 * 8192;
+
+/// Which devices may share one product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Devices {
+    /// Every usable device.
+    All,
+    /// These ordinals (one ordinal: that device alone).
+    List(Vec<usize>),
+}
+
+impl FromStr for Devices {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("all") {
+            return Ok(Devices::All);
+        }
+        let list = s
+            .split(',')
+            .map(|o| o.trim().parse::<usize>().map_err(drop))
+            .collect::<Result<Vec<_>, ()>>()?;
+        if list.is_empty() {
+            return Err(());
+        }
+        Ok(Devices::List(list))
+    }
+}
 
 /// Where a product is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -175,6 +217,16 @@ pub struct DotOptions {
     /// first device operand, else `GPU_DOT_DEVICE`, else 0). Each device keeps its own
     /// context, modules, workspaces and tuned plans.
     pub device: Option<usize>,
+    /// Devices that may share a large host-to-host product (`None`: one device, by the rule of
+    /// [`device`](DotOptions::device)). With several, products of at least
+    /// [`min_split_flops`](DotOptions::min_split_flops) flops are cut into row panels of A (and
+    /// C), one per device in proportion to its multiprocessors; each device runs its share
+    /// with its own pipeline, staging and host threads, and uploads B once. Smaller products,
+    /// and products with a device operand, run on one device as usual.
+    pub devices: Option<Devices>,
+    /// The smallest product split across [`devices`](DotOptions::devices) (`None`:
+    /// [`DEFAULT_MIN_SPLIT_FLOPS`]).
+    pub min_split_flops: Option<u64>,
 }
 
 impl DotOptions {
@@ -188,12 +240,15 @@ impl DotOptions {
             autotune: true,
             panel_rows: None,
             device: None,
+            devices: None,
+            min_split_flops: None,
         }
     }
 
     /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
-    /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`). Read once per process; an invalid value is an error here and is
-    /// ignored, with a warning on stderr, by [`DotOptions::default`].
+    /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`, `GPU_DOT_DEVICES`). Read
+    /// once per process; an invalid value is an error here and is ignored, with a warning on
+    /// stderr, by [`DotOptions::default`].
     pub fn from_env() -> Result<Self, GpuDotError> {
         ENV_OPTIONS.clone()
     }
@@ -228,6 +283,13 @@ impl DotOptions {
                 var: ENV_DEVICE,
                 value: v.clone(),
                 expected: "a device ordinal (0, 1, ...)",
+            })?);
+        }
+        if let Some(v) = lookup(ENV_DEVICES) {
+            opts.devices = Some(v.parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_DEVICES,
+                value: v.clone(),
+                expected: "all, or device ordinals separated by commas (0,1)",
             })?);
         }
         if let Some(v) = lookup(ENV_AUTOTUNE) {
@@ -287,6 +349,19 @@ impl DotOptions {
     /// These options with GPU products on device `ordinal` (see [`Device`](crate::Device)).
     pub fn device(mut self, ordinal: usize) -> Self {
         self.device = Some(ordinal);
+        self
+    }
+
+    /// These options with large host-to-host products split across `devices` (see
+    /// [`DotOptions::devices`]).
+    pub fn devices(mut self, devices: Devices) -> Self {
+        self.devices = Some(devices);
+        self
+    }
+
+    /// These options with another smallest split product (see [`DotOptions::devices`]).
+    pub fn min_split_flops(mut self, flops: u64) -> Self {
+        self.min_split_flops = Some(flops);
         self
     }
 

@@ -47,6 +47,9 @@ pub enum Route {
         panels: usize,
         /// Products in the batch (1 for a single product).
         batch: usize,
+        /// The devices that computed it, by ordinal (several for a product split across
+        /// devices, each computing a panel of rows).
+        devices: Vec<usize>,
     },
     /// On the CPU, by ndarray's `dot`.
     Cpu(CpuReason),
@@ -89,8 +92,15 @@ impl fmt::Display for Route {
                 b_layout,
                 panels,
                 batch,
+                devices,
             } => {
-                write!(f, "GPU, {dtype}, ")?;
+                match &devices[..] {
+                    [_, _, ..] => {
+                        let list: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+                        write!(f, "GPU (devices {}), {dtype}, ", list.join(", "))?
+                    }
+                    _ => write!(f, "GPU, {dtype}, ")?,
+                }
                 if *batch != 1 {
                     write!(f, "a batch of {batch}, ")?;
                 }
@@ -226,8 +236,9 @@ fn decide<T: Element>(
         }
         let homes = [g.a.home(), g.b.home(), g.c.home()].map(|h| h.map(|(home, _)| home));
         let gpu = context::gpu_on(device_for(opts, homes)?)?;
+        let ordinal = gpu.info.ordinal;
         return pipeline::gemm(&gpu, opts, g)
-            .map(|done| Decision::Done(gpu_route::<T>(opts, done, 1)))
+            .map(|done| Decision::Done(gpu_route::<T>(opts, done, 1, vec![ordinal])))
             .map_err(|f| f.error);
     }
     let (flops, threshold) = (flops(m, k, n), opts.threshold(T::DTYPE));
@@ -249,15 +260,30 @@ fn decide<T: Element>(
             Err(e)
         };
     }
+    // A fresh output holds nothing of the caller's: a failure never leaves it half-written.
+    let fresh = matches!(g.c, Dst::Fresh(_));
+    let split = match crate::split::split_devices(opts, flops, m) {
+        Ok(split) => split,
+        Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
+        Err(e) => return Err(e),
+    };
+    if let Some(ordinals) = split {
+        return match crate::split::gemm_split(&ordinals, opts, g) {
+            Ok((done, used)) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1, used))),
+            Err(f) if fall_back && (fresh || !f.touched) => {
+                Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
+            }
+            Err(f) => Err(f.error),
+        };
+    }
     let gpu = match device_for(opts, []).and_then(context::gpu_on) {
         Ok(gpu) => gpu,
         Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
         Err(e) => return Err(e),
     };
-    // A fresh output holds nothing of the caller's: a failure never leaves it half-written.
-    let fresh = matches!(g.c, Dst::Fresh(_));
+    let ordinal = gpu.info.ordinal;
     match pipeline::gemm(&gpu, opts, g) {
-        Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1))),
+        Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1, vec![ordinal]))),
         Err(f) if fall_back && (fresh || !f.touched) => {
             Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
         }
@@ -271,8 +297,7 @@ pub(crate) fn device_for<const N: usize>(
     opts: &DotOptions,
     homes: [Option<Home>; N],
 ) -> Result<usize, GpuDotError> {
-    match opts
-        .device
+    match crate::split::single_device(opts)
         .or_else(|| homes.iter().flatten().next().map(|h| h.ordinal))
     {
         Some(ordinal) => Ok(ordinal),
@@ -390,9 +415,15 @@ where
 }
 
 /// The route report of a finished GPU product.
-pub(crate) fn gpu_route<T: Element>(opts: &DotOptions, done: Done, batch: usize) -> Route {
+pub(crate) fn gpu_route<T: Element>(
+    opts: &DotOptions,
+    done: Done,
+    batch: usize,
+    devices: Vec<usize>,
+) -> Route {
     Route::Gpu {
         batch,
+        devices,
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

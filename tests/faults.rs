@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
-use common::{assert_close, both_types, check, random, reference, test_name, TestElem};
+use common::{assert_close, both_types, check, random, reference, test_name, Hog, TestElem};
 use gpu_dot::{
     device_status, nvrtc_compilations, Backend, CpuReason, DeviceInfo, DeviceStatus, DotOptions,
     GpuDot, GpuDotError, Kernel, Route,
@@ -373,52 +373,6 @@ fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
     let _device = device_lock();
     expect_device();
     run_child(&name, &[("GPU_DOT_CACHE_DIR", "off".into())]);
-}
-
-/// Device memory allocated with cudarc directly, outside the crate, and kept while products
-/// run.
-struct Hog {
-    stream: std::sync::Arc<cudarc::driver::CudaStream>,
-    chunks: Vec<cudarc::driver::CudaSlice<u8>>,
-}
-
-impl Hog {
-    /// Allocates device memory in chunks until at most `leave` bytes (give or take one 2 MiB
-    /// chunk) are free.
-    fn fill(ctx: &std::sync::Arc<cudarc::driver::CudaContext>, leave: usize) -> Hog {
-        const MIN_CHUNK: usize = 2 << 20;
-        let stream = ctx.new_stream().unwrap();
-        let mut chunks = Vec::new();
-        let mut chunk = 1usize << 30;
-        while chunk >= MIN_CHUNK {
-            let (free, _) = ctx.mem_get_info().unwrap();
-            if free <= leave + MIN_CHUNK {
-                break;
-            }
-            let want = chunk.min(free - leave) / MIN_CHUNK * MIN_CHUNK;
-            // SAFETY: the memory is never read or written; it is only held.
-            match unsafe { stream.alloc::<u8>(want) } {
-                Ok(buf) => {
-                    chunks.push(buf);
-                    stream.synchronize().unwrap();
-                }
-                Err(_) => chunk /= 2,
-            }
-        }
-        Hog { stream, chunks }
-    }
-
-    fn bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.len()).sum()
-    }
-
-    /// Frees the memory, and waits until the driver has it back.
-    fn release(self) {
-        let Hog { stream, chunks } = self;
-        drop(chunks);
-        stream.synchronize().unwrap();
-        stream.context().synchronize().unwrap();
-    }
 }
 
 both_types!(

@@ -66,12 +66,52 @@ pub(crate) struct Crew {
 
 static CREW: OnceLock<Crew> = OnceLock::new();
 
-/// The process's crew, started on first use.
+/// Most shares of one product split across devices that get a crew of their own.
+const MAX_SHARES: usize = 8;
+
+/// The crews of shares 1, 2, ... of a split product (share 0 uses the process's crew).
+static SHARE_CREWS: [OnceLock<Crew>; MAX_SHARES - 1] = [const { OnceLock::new() }; MAX_SHARES - 1];
+
+thread_local! {
+    /// The share of a split product this thread drives, `(index, of)`; `(0, 1)` otherwise.
+    static SHARE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 1)) };
+}
+
+/// The crew of the calling thread: the process's crew, or, on a thread driving share
+/// `i > 0` of a product split across devices, that share's own crew, so that every device's
+/// pipeline has helpers at once.
 pub(crate) fn crew() -> &'static Crew {
+    let (index, of) = SHARE.with(|s| s.get());
+    if of > 1 && (1..MAX_SHARES).contains(&index) {
+        return SHARE_CREWS[index - 1].get_or_init(|| Crew::start(share_of_helpers(of)));
+    }
     CREW.get_or_init(|| Crew::start(helper_count()))
 }
 
+/// The helpers each of `of` shares may use: the process's helpers divided among them.
+fn share_of_helpers(of: usize) -> usize {
+    (helper_count() / of.max(1)).max(1)
+}
+
+/// Runs `f` as share `index` of `of` of a product split across devices (see [`crew`]): its
+/// host copies use that share's crew, with at most its part of the helpers.
+pub(crate) fn as_share<R>(index: usize, of: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore((usize, usize));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SHARE.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SHARE.with(|s| s.replace((index, of))));
+    f()
+}
+
 fn helper_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(configured_helpers)
+}
+
+fn configured_helpers() -> usize {
     let configured = std::env::var(ENV_HOST_THREADS)
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok());
@@ -131,7 +171,11 @@ impl Crew {
         work: &(dyn Fn(usize) + Sync),
         conduct: impl FnOnce(&Watch) -> R,
     ) -> R {
-        let helpers = helpers.min(self.helpers);
+        let (_, of) = SHARE.with(|s| s.get());
+        let mut helpers = helpers.min(self.helpers);
+        if of > 1 {
+            helpers = helpers.min(share_of_helpers(of));
+        }
         if helpers == 0
             || self
                 .shared

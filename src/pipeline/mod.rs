@@ -154,6 +154,18 @@ pub(crate) struct Done {
     pub(crate) b_layout: Layout,
 }
 
+impl Done {
+    /// A product that multiplied nothing (its layouts are placeholders).
+    pub(crate) fn nothing() -> Done {
+        Done {
+            ran: None,
+            panels: 0,
+            a_layout: Layout::C,
+            b_layout: Layout::C,
+        }
+    }
+}
+
 /// One general product, `C = alpha·A·B + beta·C`.
 pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
     pub(crate) alpha: T,
