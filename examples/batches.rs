@@ -5,30 +5,14 @@
 //!
 //!     cargo run --release --example batches -- [--quick] [--no-torch] [--json PATH]
 
-use std::process::Command;
-use std::time::Instant;
+mod common;
 
 use gpu_dot::profile::random_matrix_of;
 use gpu_dot::{device_status, Backend, DeviceStatus, DotOptions, Element, GpuDot};
 use ndarray::{Array2, Array3, Axis};
 use serde_json::{json, Value};
 
-/// Median wall time in ms of `f`, over as many runs as fit in about `budget_ms` (3 to 100).
-fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
-    let start = Instant::now();
-    f();
-    let once = start.elapsed().as_secs_f64() * 1e3;
-    let reps = ((budget_ms / once.max(1e-3)) as usize).clamp(3, 100);
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
-}
+use common::median_ms;
 
 /// One case: `batch` products of `m × k` by `k × n`, the right operand shared or not.
 #[derive(Clone, Copy)]
@@ -72,21 +56,7 @@ print(json.dumps(out))
         .iter()
         .map(|c| json!([c.dtype, c.batch, c.m, c.k, c.n, c.shared]))
         .collect();
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT, &serde_json::to_string(&arg).expect("JSON")])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "PyTorch line skipped: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
+    common::python_times(SCRIPT, &serde_json::to_string(&arg).expect("JSON"))
 }
 
 fn stack<A: Element>(batch: usize, rows: usize, cols: usize, seed: u64) -> Array3<A> {

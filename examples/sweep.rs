@@ -18,6 +18,8 @@
 //! Prints a markdown table (the crossover and each point's ratio to the faster of ndarray and
 //! the GPU path) and writes the JSON records to PATH.
 
+mod common;
+
 use std::process::Command;
 use std::time::Instant;
 
@@ -27,24 +29,9 @@ use gpu_dot::{
 };
 use serde_json::{json, Value};
 
-const CHILD: &str = "GPU_DOT_SWEEP_FIRST_CALL";
+use common::median_ms;
 
-/// Median wall time in ms of `f`, over as many runs as fit in about `budget_ms` (3 to 200).
-fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
-    let start = Instant::now();
-    f();
-    let once = start.elapsed().as_secs_f64() * 1e3;
-    let reps = ((budget_ms / once.max(1e-3)) as usize).clamp(3, 200);
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
-}
+const CHILD: &str = "GPU_DOT_SWEEP_FIRST_CALL";
 
 fn median(mut t: Vec<f64>) -> f64 {
     t.sort_by(f64::total_cmp);
@@ -75,21 +62,7 @@ for m, k, n in json.loads(sys.argv[1]):
 print(json.dumps(out))
 "#;
     let arg = serde_json::to_string(shapes).expect("shapes serialize");
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT, &arg])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "PyTorch line skipped: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
+    common::python_times(SCRIPT, &arg)
 }
 
 /// In a child process: the first product's costs, printed as one JSON line.

@@ -149,19 +149,9 @@ fn decide<T: Element>(
 ) -> Result<Decision, GpuDotError> {
     let (batch, m, k) = a.dim();
     let n = b.dim().2;
-    let (flops, threshold) = (
-        route::flops(batch.saturating_mul(m), k, n),
-        opts.threshold(T::DTYPE),
-    );
-    match opts.backend {
-        Backend::Cpu => return Ok(Decision::Cpu(CpuReason::Requested)),
-        Backend::Auto if flops < threshold => {
-            return Ok(Decision::Cpu(CpuReason::BelowThreshold {
-                flops,
-                threshold,
-            }))
-        }
-        _ => {}
+    let flops = route::flops(batch.saturating_mul(m), k, n);
+    if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
+        return Ok(Decision::Cpu(why));
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
     let mut on_gpu = || -> Result<Route, GpuDotError> {

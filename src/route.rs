@@ -241,16 +241,9 @@ fn decide<T: Element>(
             .map(|done| Decision::Done(gpu_route::<T>(opts, done, 1, vec![ordinal])))
             .map_err(|f| f.error);
     }
-    let (flops, threshold) = (flops(m, k, n), opts.threshold(T::DTYPE));
-    match opts.backend {
-        Backend::Cpu => return Ok(Decision::Cpu(CpuReason::Requested)),
-        Backend::Auto if flops < threshold => {
-            return Ok(Decision::Cpu(CpuReason::BelowThreshold {
-                flops,
-                threshold,
-            }))
-        }
-        _ => {}
+    let flops = flops(m, k, n);
+    if let Some(why) = cpu_by_options(opts, flops, T::DTYPE) {
+        return Ok(Decision::Cpu(why));
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
     if let Err(e) = check_dims(m, k, n) {
@@ -288,6 +281,17 @@ fn decide<T: Element>(
             Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
         }
         Err(f) => Err(f.error),
+    }
+}
+
+/// Why a host product of `flops` flops goes to the CPU before any GPU is tried: the options
+/// ask for the CPU, or, under [`Backend::Auto`], it is below the threshold for `dtype`.
+pub(crate) fn cpu_by_options(opts: &DotOptions, flops: u64, dtype: Dtype) -> Option<CpuReason> {
+    let threshold = opts.threshold(dtype);
+    match opts.backend {
+        Backend::Cpu => Some(CpuReason::Requested),
+        Backend::Auto if flops < threshold => Some(CpuReason::BelowThreshold { flops, threshold }),
+        _ => None,
     }
 }
 

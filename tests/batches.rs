@@ -6,21 +6,12 @@
 
 mod common;
 
-use common::{both_types, check, cpu_options, gpu_options, random, reference, TestElem, KERNELS};
+use common::{
+    both_types, check, cpu_options, gpu_options, panic_message, random, reference, TestElem,
+    KERNELS,
+};
 use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError, Kernel, Route};
 use ndarray::{s, Array2, Array3, ArrayBase, ArrayView3, Axis, Data, Ix3};
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let prev = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let err =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
-    std::panic::set_hook(prev);
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .expect("a panic message")
-}
 
 /// A random `batch × rows × cols` stack.
 fn stack<T: TestElem>(batch: usize, rows: usize, cols: usize) -> Array3<T> {

@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use common::{assert_close, both_types, random, test_name, TestElem};
+use common::{assert_close, both_types, panic_message, random, test_name, TestElem};
 use gpu_dot::{
     device_status, Backend, CpuReason, DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError,
     Kernel, Route, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64,
@@ -15,14 +13,6 @@ use ndarray::{arr2, s, ArcArray2, Array2, CowArray, Ix2};
 
 fn cpu() -> DotOptions {
     DotOptions::builtin().backend(Backend::Cpu)
-}
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .expect("a panic message")
 }
 
 both_types!(shape_mismatch_panics_with_ndarrays_message);

@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::catch_unwind;
 
-use common::{check, cpu_options, gpu_options, random, reference};
+use common::{check, cpu_options, gpu_options, panic_message, random, reference};
 use gpu_dot::{
     device_status, general_mat_mul, general_mat_mul_with, layout_of, Backend, CpuReason,
     DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError, GpuMatrix, Kernel, Route,
@@ -22,13 +22,6 @@ fn require_gpu() {
 }
 
 /// The panic message of `f`.
-fn panic_message(f: impl FnOnce()) -> String {
-    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .expect("a message")
-}
 
 #[test]
 fn the_cpu_route_is_ndarrays_f64_dot_in_every_layout() {

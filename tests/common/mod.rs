@@ -452,3 +452,13 @@ impl Hog {
         stream.context().synchronize().unwrap();
     }
 }
+
+/// The message of the panic `f` raises (ndarray's shape panics, for comparing texts).
+pub fn panic_message(f: impl FnOnce()) -> String {
+    let err =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .expect("a panic message")
+}
