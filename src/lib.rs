@@ -207,7 +207,7 @@ pub use matrix::{
 pub use options::{
     Backend, Devices, DotOptions, Kernel, DEFAULT_MIN_GPU_FLOPS, DEFAULT_MIN_GPU_FLOPS_F64,
     DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE, ENV_DEVICES, ENV_KERNEL,
-    ENV_MIN_FLOPS,
+    ENV_MIN_FLOPS, ENV_PEER_COPY,
 };
 pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};

@@ -42,15 +42,17 @@ pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
 /// Environment variable letting large host-to-host products split across several devices:
 /// `all`, or ordinals separated by commas (`0,1`); one ordinal is that device alone.
 pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
+/// Environment variable: `0` (or `off`) makes every device of a split product upload all of
+/// B from the host instead of sharing it over peer links (see [`DotOptions::peer_copies`]).
+pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
 
 /// Products of fewer flops than this run on one device even when [`DotOptions::devices`]
 /// names several.
 ///
-/// Measured host to host on two H200s (the `multi_gpu` example, BENCHMARKS.md): split in two,
-/// 2048³ took 1.70 ms against 1.30 ms on one device and 4096³ 9.1 ms against 6.1 ms (a second
-/// pipeline, and B packed and uploaded for each device, cost more than the second device
-/// saves), while 8192³ took 28–30 ms against 33 ms and 16384³ 151 ms against 220 ms. The
-/// threshold is 8192³'s flops.
+/// Measured host to host on two H200s with a peer link (the `multi_gpu` example,
+/// BENCHMARKS.md): split in two, 4096³ took 6.0 ms against 5.8 ms on one device (a second
+/// pipeline and the exchange of B cost what the second device saves), while 8192³ took 19.5 ms
+/// against 33.1 ms and 16384³ 116 ms against 220 ms. The threshold is 8192³'s flops.
 pub const DEFAULT_MIN_SPLIT_FLOPS: u64 = 2 * 8192 * 8192 * 8192;
 
 /// Which devices may share one product.
@@ -221,12 +223,18 @@ pub struct DotOptions {
     /// [`device`](DotOptions::device)). With several, products of at least
     /// [`min_split_flops`](DotOptions::min_split_flops) flops are cut into row panels of A (and
     /// C), one per device in proportion to its multiprocessors; each device runs its share
-    /// with its own pipeline, staging and host threads, and uploads B once. Smaller products,
+    /// with its own pipeline, staging and host threads; B crosses the host once where the
+    /// devices have peer links (see [`peer_copies`](DotOptions::peer_copies)). Smaller products,
     /// and products with a device operand, run on one device as usual.
     pub devices: Option<Devices>,
     /// The smallest product split across [`devices`](DotOptions::devices) (`None`:
     /// [`DEFAULT_MIN_SPLIT_FLOPS`]).
     pub min_split_flops: Option<u64>,
+    /// Whether a split product shares B over peer links: when every pair of its devices has
+    /// one, each device uploads one slab of B from the host and copies the others from its
+    /// peers, so B crosses the host once. Off (or without peer links), every device uploads
+    /// all of B from the host. On by default.
+    pub peer_copies: bool,
 }
 
 impl DotOptions {
@@ -242,11 +250,13 @@ impl DotOptions {
             device: None,
             devices: None,
             min_split_flops: None,
+            peer_copies: true,
         }
     }
 
     /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
-    /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`, `GPU_DOT_DEVICES`). Read
+    /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`, `GPU_DOT_DEVICES`,
+    /// `GPU_DOT_PEER_COPY`). Read
     /// once per process; an invalid value is an error here and is ignored, with a warning on
     /// stderr, by [`DotOptions::default`].
     pub fn from_env() -> Result<Self, GpuDotError> {
@@ -292,18 +302,19 @@ impl DotOptions {
                 expected: "all, or device ordinals separated by commas (0,1)",
             })?);
         }
+        if let Some(v) = lookup(ENV_PEER_COPY) {
+            opts.peer_copies = parse_switch(&v).ok_or_else(|| GpuDotError::InvalidEnv {
+                var: ENV_PEER_COPY,
+                value: v.clone(),
+                expected: "0, 1, on, off, true or false",
+            })?;
+        }
         if let Some(v) = lookup(ENV_AUTOTUNE) {
-            opts.autotune = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "on" | "true" | "yes" => true,
-                "0" | "off" | "false" | "no" => false,
-                _ => {
-                    return Err(GpuDotError::InvalidEnv {
-                        var: ENV_AUTOTUNE,
-                        value: v.clone(),
-                        expected: "0, 1, on, off, true or false",
-                    })
-                }
-            };
+            opts.autotune = parse_switch(&v).ok_or_else(|| GpuDotError::InvalidEnv {
+                var: ENV_AUTOTUNE,
+                value: v.clone(),
+                expected: "0, 1, on, off, true or false",
+            })?;
         }
         Ok(opts)
     }
@@ -365,6 +376,13 @@ impl DotOptions {
         self
     }
 
+    /// These options with B shared over peer links in split products, or not (see
+    /// [`DotOptions::peer_copies`]).
+    pub fn peer_copies(mut self, on: bool) -> Self {
+        self.peer_copies = on;
+        self
+    }
+
     /// These options with output poisoning on or off.
     pub fn poison_output(mut self, on: bool) -> Self {
         self.poison_output = on;
@@ -388,3 +406,12 @@ static ENV_OPTIONS: Lazy<Result<DotOptions, GpuDotError>> = Lazy::new(|| {
     }
     parsed
 });
+
+/// An on/off environment value: `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`.
+fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => Some(true),
+        "0" | "off" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}

@@ -1,18 +1,26 @@
 //! One host-to-host product split across several devices: A's rows (and C's) cut into one
 //! panel per device, in proportion to each device's multiprocessors, and each panel computed
-//! by that device's own pipeline, on its own thread with its own host crew; every device
-//! uploads B once, and results land straight in their rows of C.
+//! by that device's own pipeline, on its own thread with its own host crew; results land
+//! straight in their rows of C.
+//!
+//! B, which every device reads whole, crosses the host once: when every pair of devices has a
+//! peer link, each device uploads one slab of B's rows over its own link and copies the other
+//! slabs from its peers, device to device. Without peer links (or with
+//! [`DotOptions::peer_copies`] off), each device uploads all of B from the host.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use ndarray::Axis;
+use cudarc::driver::sys::{self, CUdeviceptr, CUresult};
+use cudarc::driver::{result as driver, CudaSlice};
+use ndarray::{s, ArrayView2, Axis};
 
-use crate::device::context::{self, Gpu};
+use crate::device::context::{self, Gpu, Home};
 use crate::element::Element;
 use crate::error::GpuDotError;
 use crate::host::crew;
+use crate::layout::classify;
 use crate::options::{Devices, DotOptions, DEFAULT_MIN_SPLIT_FLOPS};
-use crate::pipeline::{self, Done, Dst, Failure, Gemm, Src};
+use crate::pipeline::{self, DevMat, Done, Dst, Failure, Gemm, Src, Workspace};
 
 /// Rows of a device's panel are a multiple of this (the kernels' largest tile height).
 const ROW_GRANULE: usize = 128;
@@ -127,6 +135,19 @@ pub(crate) fn gemm_split<T: Element>(
     }
     let (alpha, beta) = (g.alpha, g.beta);
     let shares = bounds.len();
+    let fail = |i: usize, f: Failure| Failure {
+        error: GpuDotError::SplitFailed {
+            ordinal: ordinals[i],
+            source: Box::new(f.error),
+        },
+        touched: f.touched,
+    };
+    // B on every device, through the peer links, when they are there.
+    let shared_b = if opts.peer_copies && peer_links(&gpus) {
+        Some(share_b(&gpus, ordinals, b)?)
+    } else {
+        None
+    };
     let run = |i: usize, c: Dst<'_, T>| -> Result<Done, Failure> {
         let (r0, r1) = bounds[i];
         if r0 == r1 {
@@ -139,7 +160,10 @@ pub(crate) fn gemm_split<T: Element>(
             ..opts.clone()
         };
         let a_i = Src::Host(a.slice_axis(Axis(0), (r0..r1).into()));
-        let b_i = Src::Host(b.view());
+        let b_i = match &shared_b {
+            Some(shared) => shared.src(i, &gpus[i]),
+            None => Src::Host(b.view()),
+        };
         crew::as_share(i, shares, || {
             pipeline::gemm(
                 &gpus[i],
@@ -153,42 +177,14 @@ pub(crate) fn gemm_split<T: Element>(
                 },
             )
         })
-        .map_err(|f| Failure {
-            error: GpuDotError::SplitFailed {
-                ordinal: ordinals[i],
-                source: Box::new(f.error),
-            },
-            touched: f.touched,
-        })
+        .map_err(|f| fail(i, f))
     };
-    let results: Vec<Result<Done, Failure>> = std::thread::scope(|s| {
-        let mut parts = c_parts.into_iter().enumerate();
-        let (_, first_c) = parts.next().expect("at least two shares");
-        let run = &run;
-        let handles: Vec<_> = parts
-            .map(|(i, c)| {
-                std::thread::Builder::new()
-                    .name(format!("gpu-dot-device-{}", ordinals[i]))
-                    .spawn_scoped(s, move || run(i, c))
-            })
-            .collect();
-        let mut results = vec![run(0, first_c)];
-        for (i, h) in handles.into_iter().enumerate() {
-            results.push(match h {
-                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(e) => Err(Failure {
-                    error: GpuDotError::SplitFailed {
-                        ordinal: ordinals[i + 1],
-                        source: Box::new(GpuDotError::NoDevice {
-                            reason: format!("could not start a host thread for the device: {e}"),
-                        }),
-                    },
-                    touched: false,
-                }),
-            });
-        }
-        results
-    });
+    let results = each_device(ordinals, c_parts, run);
+    // Every device's product has returned (and synchronised): B's workspaces go back to
+    // their pools (a faulted device's is freed instead).
+    if let Some(shared) = shared_b {
+        shared.finish();
+    }
     let touched = results
         .iter()
         .any(|r| r.as_ref().map_or_else(|f| f.touched, |d| d.ran.is_some()));
@@ -214,6 +210,265 @@ pub(crate) fn gemm_split<T: Element>(
         }
     }
     Ok((done.unwrap_or_else(Done::nothing), used))
+}
+
+/// Runs `f(i, input_i)` for every share at once: share 0 on the calling thread, the others
+/// on threads of their own (named after their device). A thread that cannot start is that
+/// device's failure.
+fn each_device<I: Send, R: Send>(
+    ordinals: &[usize],
+    inputs: Vec<I>,
+    f: impl Fn(usize, I) -> Result<R, Failure> + Sync,
+) -> Vec<Result<R, Failure>> {
+    std::thread::scope(|s| {
+        let mut parts = inputs.into_iter().enumerate();
+        let (_, first) = parts.next().expect("at least two shares");
+        let f = &f;
+        let handles: Vec<_> = parts
+            .map(|(i, input)| {
+                std::thread::Builder::new()
+                    .name(format!("gpu-dot-device-{}", ordinals[i]))
+                    .spawn_scoped(s, move || f(i, input))
+            })
+            .collect();
+        let mut results = vec![f(0, first)];
+        for (i, h) in handles.into_iter().enumerate() {
+            results.push(match h {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(e) => Err(Failure {
+                    error: GpuDotError::SplitFailed {
+                        ordinal: ordinals[i + 1],
+                        source: Box::new(GpuDotError::NoDevice {
+                            reason: format!("could not start a host thread for the device: {e}"),
+                        }),
+                    },
+                    touched: false,
+                }),
+            });
+        }
+        results
+    })
+}
+
+/// Whether every device of `gpus` can reach every other over a peer link; peer access is
+/// enabled both ways for each pair of contexts, once.
+fn peer_links(gpus: &[Arc<Gpu>]) -> bool {
+    static ENABLED: Mutex<Vec<(Home, Home)>> = Mutex::new(Vec::new());
+    for from in gpus {
+        for to in gpus {
+            let pair = (from.home(), to.home());
+            if pair.0.ordinal == pair.1.ordinal
+                || ENABLED
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&pair)
+            {
+                continue;
+            }
+            let mut can = 0;
+            // SAFETY: a query of two device handles from live contexts, into a local integer.
+            let asked = unsafe {
+                sys::cuDeviceCanAccessPeer(&mut can, from.ctx.cu_device(), to.ctx.cu_device())
+            };
+            if asked != CUresult::CUDA_SUCCESS || can == 0 || from.ctx.bind_to_thread().is_err() {
+                return false;
+            }
+            // SAFETY: `from`'s context is current on this thread (bound above) and `to`'s
+            // context is alive (the `Gpu` holds it); flags must be 0.
+            let enabled = unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) };
+            match enabled {
+                CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                    ENABLED.lock().unwrap_or_else(|p| p.into_inner()).push(pair)
+                }
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+/// One device's B of a split product: a typed view of its workspace's peer buffer
+/// ([`Workspace::peer_bytes`]), and the workspace, given back when the product is done.
+struct PeerB<T> {
+    /// A slice over the workspace's memory that never frees it (its drop leaks it).
+    slice: Option<CudaSlice<T>>,
+    ws: Option<Workspace>,
+    gpu: Arc<Gpu>,
+}
+
+impl<T> PeerB<T> {
+    fn slice(&self) -> &CudaSlice<T> {
+        self.slice.as_ref().expect("present until drop")
+    }
+
+    /// Gives the workspace back to its device's pool.
+    fn finish(mut self) {
+        if let Some(slice) = self.slice.take() {
+            slice.leak();
+        }
+        if let Some(ws) = self.ws.take() {
+            pipeline::give_back(&self.gpu, ws);
+        }
+    }
+}
+
+impl<T> Drop for PeerB<T> {
+    fn drop(&mut self) {
+        // The memory belongs to the workspace: the slice must not free it. The workspace
+        // itself (after a failure) is dropped, not pooled.
+        if let Some(slice) = self.slice.take() {
+            slice.leak();
+        }
+    }
+}
+
+/// B on every device of a split product: `bufs[i]` on device `i`, B as packed (`trans`: its
+/// transpose, row-major, the way the pipeline packs such a view).
+struct SharedB<T> {
+    bufs: Vec<PeerB<T>>,
+    trans: bool,
+    rows: usize,
+    cols: usize,
+}
+
+impl<T: Element> SharedB<T> {
+    /// Gives every device's workspace back.
+    fn finish(self) {
+        self.bufs.into_iter().for_each(PeerB::finish);
+    }
+
+    /// Share `i`'s B as an operand of its product.
+    fn src<'s>(&'s self, i: usize, gpu: &Gpu) -> Src<'s, T> {
+        Src::Device {
+            mat: DevMat {
+                buf: self.bufs[i].slice(),
+                trans: self.trans,
+                ld: if self.trans { self.rows } else { self.cols },
+            },
+            rows: self.rows,
+            cols: self.cols,
+            home: gpu.home(),
+        }
+    }
+}
+
+/// Puts B on every device: device `i` uploads slab `i` of B's packed rows into its own
+/// buffer, then copies every other slab from the device that uploaded it. A failure is the
+/// failing device's [`GpuDotError::SplitFailed`]; C is not touched.
+fn share_b<T: Element>(
+    gpus: &[Arc<Gpu>],
+    ordinals: &[usize],
+    b: &ArrayView2<'_, T>,
+) -> Result<SharedB<T>, Failure> {
+    let trans = classify(b).1;
+    let packed: ArrayView2<'_, T> = if trans { b.t() } else { b.view() };
+    let (rows, cols) = (b.nrows(), b.ncols());
+    let (prows, pcols) = packed.dim();
+    let n = gpus.len();
+    let slabs: Vec<(usize, usize)> = (0..n)
+        .map(|i| (i * prows / n, (i + 1) * prows / n))
+        .collect();
+    let failed = |i: usize, error: GpuDotError| Failure {
+        error: GpuDotError::SplitFailed {
+            ordinal: ordinals[i],
+            source: Box::new(error),
+        },
+        touched: false,
+    };
+    let width = T::DTYPE.size();
+    let start = std::time::Instant::now();
+    let first = |results: Vec<Result<PeerB<T>, Failure>>| {
+        results.into_iter().collect::<Result<Vec<_>, Failure>>()
+    };
+    // Each device's own slab, over its own link, with its share of the host helpers.
+    let bufs = first(each_device(ordinals, vec![(); n], |i, ()| {
+        crew::as_share(i, n, || {
+            let (r0, r1) = slabs[i];
+            let gpu = &gpus[i];
+            let mut ws = pipeline::take(gpu)?;
+            let base = ws.peer_bytes(gpu, prows * pcols * width)?;
+            let slab = packed.slice(s![r0..r1, ..]);
+            let at = base + (r0 * pcols * width) as CUdeviceptr;
+            pipeline::upload_to(gpu, &mut ws, slab, at)?;
+            // SAFETY: `base` holds `prows * pcols` elements of `T` (at least that many bytes,
+            // provided above) in this device's context; they are written (this slab, then the
+            // peers' slabs) before any kernel reads them. `PeerB` never frees the slice: the
+            // workspace owns the memory and outlives the slice.
+            let slice = unsafe {
+                ws.lanes
+                    .compute
+                    .upgrade_device_ptr::<T>(base, prows * pcols)
+            };
+            Ok(PeerB {
+                slice: Some(slice),
+                ws: Some(ws),
+                gpu: gpu.clone(),
+            })
+        })
+        .map_err(|e| failed(i, e))
+    }))?;
+    let uploaded = start.elapsed();
+    let ptrs: Vec<CUdeviceptr> = bufs
+        .iter()
+        .map(|b| {
+            b.ws.as_ref()
+                .and_then(|ws| ws.dev.peer.as_ref())
+                .map_or(0, |p| p.ptr())
+        })
+        .collect();
+    // Then the others' slabs, device to device; every buffer is complete (the uploads have
+    // returned), and each device writes only its own.
+    let copied = each_device(ordinals, vec![(); n], |i, ()| {
+        let pull = || -> Result<(), GpuDotError> {
+            gpus[i]
+                .ctx
+                .bind_to_thread()
+                .map_err(GpuDotError::at("making a device current"))?;
+            let stream = gpus[i].stream()?;
+            for (j, &(r0, r1)) in slabs.iter().enumerate() {
+                let (offset, bytes) = (r0 * pcols * width, (r1 - r0) * pcols * width);
+                if j == i || bytes == 0 {
+                    continue;
+                }
+                // SAFETY: both buffers hold `prows * pcols` elements and outlive the copy
+                // (`bufs` is borrowed until after the synchronize below); the range lies
+                // inside both; device `j`'s slab is complete and no one writes it, and only
+                // this thread writes device `i`'s buffer. Both contexts are alive.
+                unsafe {
+                    driver::memcpy_peer_async(
+                        gpus[i].ctx.cu_ctx(),
+                        ptrs[i] + offset as CUdeviceptr,
+                        gpus[j].ctx.cu_ctx(),
+                        ptrs[j] + offset as CUdeviceptr,
+                        bytes,
+                        stream.cu_stream(),
+                    )
+                }
+                .map_err(|e| GpuDotError::driver("copying B between devices", bytes, e))?;
+            }
+            stream
+                .synchronize()
+                .map_err(GpuDotError::at("waiting for B from the other devices"))
+        };
+        pull().map_err(|e| failed(i, e))
+    });
+    for r in copied {
+        r?;
+    }
+    if *pipeline::TRACE {
+        eprintln!(
+            "gpu-dot split: B ({} MiB) on {n} devices: slabs uploaded by {:.2} ms, peer copies done by {:.2} ms",
+            (prows * pcols * width) >> 20,
+            uploaded.as_secs_f64() * 1e3,
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(SharedB {
+        bufs,
+        trans,
+        rows,
+        cols,
+    })
 }
 
 #[cfg(test)]

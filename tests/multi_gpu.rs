@@ -8,6 +8,7 @@ mod common;
 use common::{both_types, check, random, reference, Hog, TestElem};
 use gpu_dot::{
     Backend, CpuReason, Device, Devices, DotOptions, GpuDot, GpuDotError, Route, ENV_DEVICES,
+    ENV_PEER_COPY,
 };
 use ndarray::{s, Array2, ShapeBuilder};
 
@@ -28,6 +29,18 @@ fn the_devices_option_parses_from_the_environment() {
         }
     }
     assert_eq!(DotOptions::builtin().devices, None);
+    let peer = |v: &str| DotOptions::from_lookup(|n| (n == ENV_PEER_COPY).then(|| v.to_string()));
+    assert!(DotOptions::builtin().peer_copies);
+    assert!(!peer("0").unwrap().peer_copies);
+    assert!(!peer(" off").unwrap().peer_copies);
+    assert!(peer("1").unwrap().peer_copies);
+    assert!(matches!(
+        peer("sometimes"),
+        Err(GpuDotError::InvalidEnv {
+            var: ENV_PEER_COPY,
+            ..
+        })
+    ));
 }
 
 /// Devices that cannot be used (absent ordinals, or no GPU at all): a split product computes
@@ -86,7 +99,8 @@ both_types!(
     two_devices_split_products_match_the_reference
 );
 /// Split products over odd shapes, operands in C and F order and strided, into fresh results
-/// and into existing C (`general_mat_mul` with beta) of both orders: each matches the
+/// and into existing C (`general_mat_mul` with beta) of both orders, with B shared over peer
+/// links (where the devices have them) and uploaded by each device: each matches the
 /// reference, and the route names both devices.
 fn two_devices_split_products_match_the_reference<T: TestElem>() {
     let _lock = expect_two();
@@ -110,13 +124,14 @@ fn two_devices_split_products_match_the_reference<T: TestElem>() {
         let wide = random::<T>(2 * k, n + 3);
         let b_strided = wide.slice(s![..;2, 1..n + 1]);
         let r = reference(&a, &b);
-        for devices in [
-            Devices::List(vec![0, 1]),
-            Devices::List(vec![1, 0]),
-            Devices::All,
+        for (devices, peer) in [
+            (Devices::List(vec![0, 1]), true),
+            (Devices::List(vec![1, 0]), true),
+            (Devices::All, true),
+            (Devices::List(vec![0, 1]), false),
         ] {
-            let opts = split(devices.clone());
-            let what = format!("{m}×{k}×{n} on {devices:?}");
+            let opts = split(devices.clone()).peer_copies(peer);
+            let what = format!("{m}×{k}×{n} on {devices:?}, peer copies {peer}");
             let p = a.gpu_dot_with(&b, &opts).expect(&what);
             match &p.route {
                 Route::Gpu { devices: used, .. } => {
@@ -127,6 +142,9 @@ fn two_devices_split_products_match_the_reference<T: TestElem>() {
             check(&p.c, &a, &b, &r, &what);
             let p = a_f.gpu_dot_with(&b, &opts).expect(&what);
             check(&p.c, &a, &b, &r, &format!("{what}, A in F order"));
+            let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
+            let p = a.gpu_dot_with(&b_f, &opts).expect(&what);
+            check(&p.c, &a, &b, &r, &format!("{what}, B in F order"));
             let rs = reference(&a, &b_strided);
             let p = a.gpu_dot_with(&b_strided, &opts).expect(&what);
             check(&p.c, &a, &b_strided, &rs, &format!("{what}, B strided"));

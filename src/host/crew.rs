@@ -88,9 +88,19 @@ pub(crate) fn crew() -> &'static Crew {
     CREW.get_or_init(|| Crew::start(helper_count()))
 }
 
-/// The helpers each of `of` shares may use: the process's helpers divided among them.
+/// The helpers each of `of` shares may use: the configured helpers ([`ENV_HOST_THREADS`]), or
+/// else one fewer than the cores, divided among the shares, at most [`MAX_HELPERS`] each (a
+/// machine with several GPUs usually has the cores for a full crew per device).
 fn share_of_helpers(of: usize) -> usize {
-    (helper_count() / of.max(1)).max(1)
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let pool = configured_count().unwrap_or_else(|| {
+        *CORES.get_or_init(|| {
+            thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(1)
+        })
+    });
+    (pool / of.max(1)).clamp(1, MAX_HELPERS)
 }
 
 /// Runs `f` as share `index` of `of` of a product split across devices (see [`crew`]): its
@@ -111,11 +121,15 @@ fn helper_count() -> usize {
     *COUNT.get_or_init(configured_helpers)
 }
 
-fn configured_helpers() -> usize {
-    let configured = std::env::var(ENV_HOST_THREADS)
+/// The helper count [`ENV_HOST_THREADS`] sets, if it is set to an integer.
+fn configured_count() -> Option<usize> {
+    std::env::var(ENV_HOST_THREADS)
         .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    configured
+        .and_then(|v| v.trim().parse::<usize>().ok())
+}
+
+fn configured_helpers() -> usize {
+    configured_count()
         .unwrap_or_else(|| {
             thread::available_parallelism()
                 .map_or(1, |n| n.get())

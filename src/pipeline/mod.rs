@@ -45,15 +45,16 @@ use crate::layout::{classify, Layout};
 use crate::options::DotOptions;
 use conduct::{CudaLink, Endpoints, Run, Streams, Trace};
 use schedule::{Residency, Schedule, What};
-use workspace::{Needs, Workspace};
+use workspace::Needs;
+pub(crate) use workspace::Workspace;
 
 pub(crate) use batch::{batch_config, batched, BatchOperand, Stack};
-pub(crate) use workspace::{retained_by, trim_device, Pool};
+pub(crate) use workspace::{give_back, retained_by, take, trim_device, Pool};
 pub use workspace::{retained_memory, trim};
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are
 /// logged at trace level in any case).
-static TRACE: Lazy<bool> =
+pub(crate) static TRACE: Lazy<bool> =
     Lazy::new(|| std::env::var_os("GPU_DOT_TRACE").is_some_and(|v| v != "0"));
 
 /// A matrix already on the device, as a kernel reads it.
@@ -810,6 +811,18 @@ pub(crate) fn upload<T: Element>(
     transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
     workspace::give_back(gpu, ws);
     Ok(buf)
+}
+
+/// Uploads `v` (any layout), row-major, to the device address `dst` through the staging of
+/// `ws`, which must be the device's. The caller makes sure that `dst` holds `v.len()`
+/// elements.
+pub(crate) fn upload_to<T: Element>(
+    gpu: &Gpu,
+    ws: &mut Workspace,
+    v: ArrayView2<'_, T>,
+    dst: CUdeviceptr,
+) -> Result<(), GpuDotError> {
+    transfer::<T>(gpu, ws, Some((HostMat::of_view(&v), dst)), None)
 }
 
 /// Uploads `v` (any layout) into `dst`, row-major.

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
+use cudarc::driver::{result as driver, CudaContext, CudaEvent, CudaStream};
 
 use crate::device::context::{self, Gpu};
 use crate::engine::launch::{self, DevBuf};
@@ -59,6 +59,8 @@ pub(crate) struct DevBufs {
     pub(crate) c: [Option<DevBuf>; 2],
     pub(crate) t: Option<DevBuf>,
     pub(crate) scratch: Option<DevBuf>,
+    /// B of a product split across devices, which the other devices copy from.
+    pub(crate) peer: Option<PeerBytes>,
 }
 
 impl DevBufs {
@@ -68,6 +70,34 @@ impl DevBufs {
             + self.a.iter().chain(&self.c).map(len).sum::<usize>()
             + len(&self.t)
             + len(&self.scratch)
+            + self.peer.as_ref().map_or(0, |p| p.bytes)
+    }
+}
+
+/// Device memory from `cuMemAlloc` rather than the stream-ordered pool the other buffers come
+/// from: peer links reach it once peer access is on, where the pool's memory would need access
+/// grants of its own (and copies between devices would go through the host). Freed on drop.
+pub(crate) struct PeerBytes {
+    ptr: CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl PeerBytes {
+    pub(crate) fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+}
+
+impl Drop for PeerBytes {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from `cuMemAlloc` in this context (now current); the
+            // workspace that owns it is idle (its streams synchronised, see `Workspace`'s
+            // drop) and nothing refers to the memory after this. A failure (a faulted
+            // context) leaves the memory to the context's teardown.
+            let _ = unsafe { driver::free_sync(self.ptr) };
+        }
     }
 }
 
@@ -157,6 +187,33 @@ impl Workspace {
         pinned(gpu, &mut self.staging.up, needs.up_ring * width)?;
         pinned(gpu, &mut self.staging.down, needs.down_ring * width)?;
         Ok(())
+    }
+
+    /// A peer-reachable device buffer ([`PeerBytes`]) of at least `bytes` bytes, kept with
+    /// the workspace (grown, never shrunk).
+    pub(crate) fn peer_bytes(
+        &mut self,
+        gpu: &Gpu,
+        bytes: usize,
+    ) -> Result<CUdeviceptr, GpuDotError> {
+        if self.dev.peer.as_ref().is_none_or(|p| p.bytes < bytes) {
+            // The old buffer first, then the larger one.
+            self.dev.peer = None;
+            let len = launch::grown(&gpu.high_water.device, bytes.max(1));
+            gpu.ctx
+                .bind_to_thread()
+                .map_err(GpuDotError::at("making a device current"))?;
+            // SAFETY: the device's context is current on this thread (bound above); the
+            // memory is uninitialised and its users write it before reading it.
+            let ptr = unsafe { driver::malloc_sync(len) }
+                .map_err(|e| GpuDotError::driver("allocating device memory", len, e))?;
+            self.dev.peer = Some(PeerBytes {
+                ptr,
+                bytes: len,
+                ctx: gpu.ctx.clone(),
+            });
+        }
+        Ok(self.dev.peer.as_ref().expect("provided above").ptr())
     }
 
     fn device_bytes(&self) -> usize {
