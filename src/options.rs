@@ -45,6 +45,9 @@ pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
 /// Environment variable: `0` (or `off`) makes every device of a split product upload all of
 /// B from the host instead of sharing it over peer links (see [`DotOptions::peer_copies`]).
 pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
+/// Environment variable choosing the precision of `f32` products: `fp32` (default), `tf32x3`
+/// or `tf32` (see [`Precision`]).
+pub const ENV_PRECISION: &str = "GPU_DOT_PRECISION";
 
 /// Products of fewer flops than this run on one device even when [`DotOptions::devices`]
 /// names several.
@@ -187,6 +190,68 @@ impl FromStr for Kernel {
     }
 }
 
+/// How an `f32` product's multiplications run on the GPU. `f64` products are always FP64.
+///
+/// Only the register-blocked kernels (`Kernel::Auto`, `Reg64`, `Reg128`) on devices with
+/// TF32 tensor cores (compute capability 8.0 and newer) have tensor-core forms; elsewhere a
+/// product asked for in TF32 or 3xTF32 runs in FP32, and the route report says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Precision {
+    /// FP32 fused multiply-adds on the CUDA cores: IEEE single precision throughout.
+    #[default]
+    Fp32,
+    /// Each factor split into a TF32 "big" part and the TF32 rounding of the remainder, and
+    /// three tensor-core products (big·big + big·small + small·big) summed in FP32: about
+    /// FP32's accuracy (BENCHMARKS.md) at tensor-core speed. Infinite and NaN inputs give
+    /// what FP32 gives.
+    Tf32x3,
+    /// One tensor-core product of the factors rounded to TF32 (10 mantissa bits, a relative
+    /// error near 2⁻¹¹ per factor): fastest, least accurate. Never chosen unless asked for.
+    Tf32,
+}
+
+impl Precision {
+    /// Every precision.
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32x3, Precision::Tf32];
+
+    /// What a product of `dtype` asked for in this precision computes in: `f64` is always
+    /// FP64 (reported as `Fp32`, the native precision).
+    pub(crate) fn for_dtype(self, dtype: crate::element::Dtype) -> Precision {
+        match dtype {
+            crate::element::Dtype::F32 => self,
+            crate::element::Dtype::F64 => Precision::Fp32,
+        }
+    }
+
+    /// Its name in options, reports and result files: `fp32`, `tf32x3`, `tf32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32x3 => "tf32x3",
+            Precision::Tf32 => "tf32",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fp32" | "" => Ok(Precision::Fp32),
+            "tf32x3" | "3xtf32" => Ok(Precision::Tf32x3),
+            "tf32" => Ok(Precision::Tf32),
+            _ => Err(()),
+        }
+    }
+}
+
 /// Choices for one product. `DotOptions::default()` is what the environment says, or the
 /// built-in defaults where it says nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +300,8 @@ pub struct DotOptions {
     /// peers, so B crosses the host once. Off (or without peer links), every device uploads
     /// all of B from the host. On by default.
     pub peer_copies: bool,
+    /// How `f32` products multiply on the GPU (default [`Precision::Fp32`]).
+    pub precision: Precision,
 }
 
 impl DotOptions {
@@ -251,12 +318,13 @@ impl DotOptions {
             devices: None,
             min_split_flops: None,
             peer_copies: true,
+            precision: Precision::Fp32,
         }
     }
 
     /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
     /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`, `GPU_DOT_DEVICES`,
-    /// `GPU_DOT_PEER_COPY`). Read
+    /// `GPU_DOT_PEER_COPY`, `GPU_DOT_PRECISION`). Read
     /// once per process; an invalid value is an error here and is ignored, with a warning on
     /// stderr, by [`DotOptions::default`].
     pub fn from_env() -> Result<Self, GpuDotError> {
@@ -301,6 +369,13 @@ impl DotOptions {
                 value: v.clone(),
                 expected: "all, or device ordinals separated by commas (0,1)",
             })?);
+        }
+        if let Some(v) = lookup(ENV_PRECISION) {
+            opts.precision = v.parse().map_err(|_| GpuDotError::InvalidEnv {
+                var: ENV_PRECISION,
+                value: v.clone(),
+                expected: "fp32, tf32x3 or tf32",
+            })?;
         }
         if let Some(v) = lookup(ENV_PEER_COPY) {
             opts.peer_copies = parse_switch(&v).ok_or_else(|| GpuDotError::InvalidEnv {
@@ -380,6 +455,12 @@ impl DotOptions {
     /// [`DotOptions::peer_copies`]).
     pub fn peer_copies(mut self, on: bool) -> Self {
         self.peer_copies = on;
+        self
+    }
+
+    /// These options with another precision for `f32` products (see [`Precision`]).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
         self
     }
 

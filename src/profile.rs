@@ -12,7 +12,7 @@ use crate::device::context::{self, Gpu, Stopwatch};
 use crate::element::{Dtype, Element};
 use crate::engine::launch::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;
-use crate::options::Kernel;
+use crate::options::{Kernel, Precision};
 
 /// A `rows × cols` matrix of uniform random values in [-1, 1), never all zero, from `seed`
 /// (SplitMix64; the same seed gives the same matrix on every machine).
@@ -169,8 +169,13 @@ pub struct DeviceProblem<A: Element = f32> {
     c: CudaSlice<A>,
     /// The split-K workspace, kept across launches.
     scratch: Option<DevBuf>,
+    /// The precision the crate's kernels run in.
+    precision: Precision,
     #[cfg(feature = "cublas")]
     blas: Option<cudarc::cublas::CudaBlas>,
+    /// Whether cuBLAS SGEMM may use TF32: asked for, and as last set on the handle.
+    #[cfg(feature = "cublas")]
+    cublas_tf32: (bool, bool),
 }
 
 impl<A: Element> DeviceProblem<A> {
@@ -200,9 +205,18 @@ impl<A: Element> DeviceProblem<A> {
             b,
             c,
             scratch: None,
+            precision: Precision::Fp32,
             #[cfg(feature = "cublas")]
             blas: None,
+            #[cfg(feature = "cublas")]
+            cublas_tf32: (false, false),
         })
+    }
+
+    /// Runs and times this problem's kernels in `precision` from now on (`f32`; default
+    /// [`Precision::Fp32`]).
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
     }
 
     /// The left operand, as uploaded.
@@ -228,7 +242,7 @@ impl<A: Element> DeviceProblem<A> {
             ld: n,
         };
         let mut c = self.c.as_view_mut();
-        let args = GemmArgs::new(self.dims, &a, &b, &c, n)?;
+        let args = GemmArgs::new(self.dims, &a, &b, &c, n)?.with_precision(self.precision);
         crate::engine::tuner::launch_isolated(
             &self.gpu,
             &self.stream,
@@ -317,7 +331,14 @@ impl<A: Element> DeviceProblem<A>
 where
     cudarc::cublas::CudaBlas: cudarc::cublas::Gemm<A>,
 {
-    /// Runs cuBLAS SGEMM (FP32 math, no TF32) or DGEMM once on a NaN-poisoned output.
+    /// Lets cuBLAS SGEMM use the TF32 tensor cores (`CUBLAS_TF32_TENSOR_OP_MATH`) from now on,
+    /// or not (the default: `CUBLAS_PEDANTIC_MATH`, FP32 arithmetic).
+    pub fn set_cublas_tf32(&mut self, on: bool) {
+        self.cublas_tf32.0 = on;
+    }
+
+    /// Runs cuBLAS SGEMM (FP32 math unless [`set_cublas_tf32`](Self::set_cublas_tf32)) or
+    /// DGEMM once on a NaN-poisoned output.
     pub fn run_cublas(&mut self) -> Result<Array2<A>, GpuDotError> {
         self.run_by(|p| p.launch_cublas())
     }
@@ -340,18 +361,24 @@ where
                 });
             }
             let blas = CudaBlas::new(self.stream.clone()).map_err(failed)?;
-            if A::DTYPE == Dtype::F32 {
-                // SAFETY: the handle is valid; CUBLAS_PEDANTIC_MATH keeps FP32 arithmetic (no
-                // TF32). DGEMM keeps the default mode: its FP64 tensor cores are exact FP64.
-                unsafe {
-                    sys::cublasSetMathMode(*blas.handle(), sys::cublasMath_t::CUBLAS_PEDANTIC_MATH)
-                }
-                .result()
-                .map_err(failed)?;
-            }
             self.blas = Some(blas);
+            self.cublas_tf32.1 = !self.cublas_tf32.0;
         }
         let blas = self.blas.as_ref().expect("set above");
+        if A::DTYPE == Dtype::F32 && self.cublas_tf32.1 != self.cublas_tf32.0 {
+            let mode = if self.cublas_tf32.0 {
+                sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+            } else {
+                sys::cublasMath_t::CUBLAS_PEDANTIC_MATH
+            };
+            // SAFETY: the handle is valid; CUBLAS_PEDANTIC_MATH keeps FP32 arithmetic (no
+            // TF32), CUBLAS_TF32_TENSOR_OP_MATH allows TF32. DGEMM keeps the default mode: its
+            // FP64 tensor cores are exact FP64.
+            unsafe { sys::cublasSetMathMode(*blas.handle(), mode) }
+                .result()
+                .map_err(failed)?;
+            self.cublas_tf32.1 = self.cublas_tf32.0;
+        }
         let (m, k, n) = self.dims;
         // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's (m, n, k) are our (n, m, k).
         let cfg = GemmConfig {

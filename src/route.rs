@@ -12,7 +12,7 @@ use crate::element::{Dtype, Element};
 use crate::engine::plan::Plan;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
-use crate::options::{Backend, DotOptions, Kernel};
+use crate::options::{Backend, DotOptions, Kernel, Precision};
 use crate::pipeline::{self, Done, Dst, Gemm, Src};
 
 /// A product and how it was computed: `C` is the result's type, as ndarray's `dot` gives it
@@ -50,6 +50,12 @@ pub enum Route {
         /// The devices that computed it, by ordinal (several for a product split across
         /// devices, each computing a panel of rows).
         devices: Vec<usize>,
+        /// The precision its multiplications ran in (`Fp32` for `f64`: FP64 throughout).
+        precision: Precision,
+        /// The precision the options asked for, when it could not run (a device without
+        /// TF32 tensor cores, or a kernel without tensor-core forms): then `precision` is
+        /// `Fp32`.
+        precision_unavailable: Option<Precision>,
     },
     /// On the CPU, by ndarray's `dot`.
     Cpu(CpuReason),
@@ -93,6 +99,8 @@ impl fmt::Display for Route {
                 panels,
                 batch,
                 devices,
+                precision,
+                precision_unavailable,
             } => {
                 match &devices[..] {
                     [_, _, ..] => {
@@ -100,6 +108,16 @@ impl fmt::Display for Route {
                         write!(f, "GPU (devices {}), {dtype}, ", list.join(", "))?
                     }
                     _ => write!(f, "GPU, {dtype}, ")?,
+                }
+                if *precision != Precision::Fp32 {
+                    write!(f, "{precision}, ")?;
+                }
+                if let Some(asked) = precision_unavailable {
+                    write!(
+                        f,
+                        "fp32 ({asked} needs TF32 tensor cores, compute capability 8.0, and a \
+                         register-blocked kernel), "
+                    )?;
                 }
                 if *batch != 1 {
                     write!(f, "a batch of {batch}, ")?;
@@ -425,9 +443,13 @@ pub(crate) fn gpu_route<T: Element>(
     batch: usize,
     devices: Vec<usize>,
 ) -> Route {
+    let asked = opts.precision.for_dtype(T::DTYPE);
+    let precision = done.ran.map_or(Precision::Fp32, |r| r.precision);
     Route::Gpu {
         batch,
         devices,
+        precision,
+        precision_unavailable: (done.ran.is_some() && precision != asked).then_some(asked),
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

@@ -759,9 +759,14 @@ impl Gpu {
     }
 
     /// What kernel plans for `dtype` are made for on this device.
-    pub(crate) fn target(&self, dtype: crate::element::Dtype) -> crate::engine::plan::Target {
+    pub(crate) fn target(
+        &self,
+        dtype: crate::element::Dtype,
+        precision: crate::options::Precision,
+    ) -> crate::engine::plan::Target {
         crate::engine::plan::Target {
             dtype,
+            precision: precision.for_dtype(dtype),
             sm: self.kernel_sm(),
             sms: self.info.multiprocessors.max(1) as usize,
         }

@@ -10,11 +10,11 @@ use cudarc::driver::{
 };
 
 use crate::device::context::Gpu;
-use crate::element::Element;
+use crate::element::{Dtype, Element};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Family, Gemv, SimpleRow, TileConfig, TileRow};
 use crate::error::GpuDotError;
-use crate::options::Kernel;
+use crate::options::{Kernel, Precision};
 
 /// Largest grid extent along y; rows of tiles past it are covered by the kernels' loop.
 const MAX_GRID_Y: usize = 65_535;
@@ -198,6 +198,8 @@ pub(crate) struct GemmArgs<'v, 'a, T> {
     b: &'v DeviceOperand<'a, T>,
     ldb: i64,
     ldc: i64,
+    /// The precision asked for (f32 products; see [`TileRow::of`]).
+    precision: Precision,
 }
 
 impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
@@ -227,7 +229,17 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
             b,
             ldb: b.ld as i64,
             ldc: ldc as i64,
+            precision: Precision::Fp32,
         })
+    }
+
+    /// The same product in `precision` (f32 products; f64 ignores it).
+    pub(crate) fn with_precision(self, precision: Precision) -> Self {
+        GemmArgs { precision, ..self }
+    }
+
+    pub(crate) fn precision(&self) -> Precision {
+        self.precision
     }
 
     fn dims(&self) -> (usize, usize, usize) {
@@ -307,8 +319,25 @@ pub(crate) fn launch_simple<T: Element>(
         .map_err(GpuDotError::at("launching a kernel"))
 }
 
-/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`. `scratch` is the split-K workspace,
-/// grown as needed (`high_water`: the device's record for it).
+/// The precision `plan` computes a `dtype` product asked for in `precision` on `gpu`: the
+/// tile row's (FP32 where the device lacks the asked-for kernels), FP32 for the GEMVs.
+pub(crate) fn plan_precision(
+    gpu: &Gpu,
+    dtype: Dtype,
+    precision: Precision,
+    plan: Plan,
+) -> Precision {
+    match plan {
+        Plan::Tile { config, .. } => {
+            TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm()).precision
+        }
+        _ => Precision::Fp32,
+    }
+}
+
+/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns the precision it runs in
+/// ([`plan_precision`]). `scratch` is the split-K workspace, grown as needed (`high_water`:
+/// the device's record for it).
 pub(crate) fn launch_plan<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -316,7 +345,7 @@ pub(crate) fn launch_plan<T: Element>(
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
     split_ws: &mut Option<DevBuf>,
-) -> Result<(), GpuDotError> {
+) -> Result<Precision, GpuDotError> {
     let (m, k, n) = args.dims();
     let trans = args.trans();
     let dtype = T::DTYPE;
@@ -345,11 +374,16 @@ pub(crate) fn launch_plan<T: Element>(
             // outputs, 256 threads); the buffers cover op(A), op(B) and C (checked when the
             // arguments were made), and the kernels guard every access by M, N and K.
             unsafe { builder.launch(cfg) }
-                .map(drop)
+                .map(|_| Precision::Fp32)
                 .map_err(GpuDotError::at("launching a GEMV kernel"))
         }
         Plan::Tile { config, splits } => {
-            let row = TileRow::of(dtype, config, gpu.kernel_sm());
+            let row = TileRow::of(
+                dtype,
+                args.precision.for_dtype(dtype),
+                config,
+                gpu.kernel_sm(),
+            );
             let aligned = args.a.aligned() && args.b.aligned();
             let grid_tiles = grid_x(row.tiles(m, n))?;
             let block = (row.threads, 1, 1);
@@ -371,7 +405,7 @@ pub(crate) fn launch_plan<T: Element>(
                 // raised to it when the module was loaded; the buffers cover op(A), op(B) and
                 // C, and edge tiles are guarded in the kernel.
                 return unsafe { builder.launch(cfg) }
-                    .map(drop)
+                    .map(|_| row.precision)
                     .map_err(GpuDotError::at("launching a GEMM kernel"));
             }
             let k_per_split = k.div_ceil(splits as usize).next_multiple_of(row.bk);
@@ -421,7 +455,7 @@ pub(crate) fn launch_plan<T: Element>(
             // before it on the same stream; C covers m × n at ldc (checked when the arguments
             // were made); the kernel loops over all m·n outputs whatever the grid.
             unsafe { builder.launch(cfg) }
-                .map(drop)
+                .map(|_| row.precision)
                 .map_err(GpuDotError::at("launching the split-K reduction"))
         }
     }
@@ -468,10 +502,11 @@ pub(crate) fn launch_batched<T: Element>(
     c: &mut CudaViewMut<'_, T>,
     ldc: usize,
     batch: Batch,
-) -> Result<Option<Plan>, GpuDotError> {
+    precision: Precision,
+) -> Result<(Option<Plan>, Precision), GpuDotError> {
     assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
     if batch.items == 0 {
-        return Ok(None);
+        return Ok((None, Precision::Fp32));
     }
     // Every item lies inside the buffers: the last one starts furthest in.
     let last = batch.items - 1;
@@ -496,9 +531,10 @@ pub(crate) fn launch_batched<T: Element>(
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?;
             launch_simple(gpu, stream, kernel, args, &mut c)?;
         }
-        return Ok(None);
+        return Ok((None, Precision::Fp32));
     }
-    let row = TileRow::of(T::DTYPE, config, gpu.kernel_sm());
+    let dtype = T::DTYPE;
+    let row = TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm());
     let elems = 16 / std::mem::size_of::<T>();
     let aligned = a.aligned() && b.aligned() && batch.a % elems == 0 && batch.b % elems == 0;
     let func = gpu.function(row.family, &row.batched_entry((a.trans, b.trans), aligned))?;
@@ -531,7 +567,7 @@ pub(crate) fn launch_batched<T: Element>(
             .map_err(GpuDotError::at("launching a batched GEMM kernel"))?;
         z0 += items;
     }
-    Ok(Some(Plan::Tile { config, splits: 1 }))
+    Ok((Some(Plan::Tile { config, splits: 1 }), row.precision))
 }
 
 fn table_ll(trans: (bool, bool)) -> &'static str {

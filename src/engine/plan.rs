@@ -5,6 +5,7 @@ use std::fmt;
 
 use crate::element::Dtype;
 use crate::engine::table::{TileConfig, TileRow};
+use crate::options::Precision;
 
 /// Fewest K elements one split should get: below this the partial products and the
 /// reduction cost more than the extra blocks gain.
@@ -16,6 +17,8 @@ pub(crate) const MAX_SPLITS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Target {
     pub(crate) dtype: Dtype,
+    /// The precision asked for (its rows may fall back to FP32 ones).
+    pub(crate) precision: Precision,
     pub(crate) sm: u32,
     pub(crate) sms: usize,
 }
@@ -80,7 +83,7 @@ impl fmt::Display for Plan {
 }
 
 fn tiles(t: Target, config: TileConfig, m: usize, n: usize) -> usize {
-    TileRow::of(t.dtype, config, t.sm).tiles(m, n)
+    TileRow::of(t.dtype, t.precision, config, t.sm).tiles(m, n)
 }
 
 /// Splits that bring `tiles` small-tile blocks to about one full wave on the target's
@@ -152,6 +155,7 @@ mod tests {
 
     const H200: Target = Target {
         dtype: Dtype::F32,
+        precision: Precision::Fp32,
         sm: 90,
         sms: 132,
     };
@@ -194,7 +198,7 @@ mod tests {
         ));
         // Old devices run the SIMT fallback for both configurations.
         assert_eq!(
-            TileRow::of(Dtype::F64, TileConfig::Big, 75).stem,
+            TileRow::of(Dtype::F64, Precision::Fp32, TileConfig::Big, 75).stem,
             "dgemm_simt"
         );
     }

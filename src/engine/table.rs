@@ -11,7 +11,7 @@
 //! line to the code; a unit test checks the table against those lines.
 
 use crate::element::Dtype;
-use crate::options::Kernel;
+use crate::options::{Kernel, Precision};
 
 const COMMON: &str = include_str!("../../kernels/common.cuh");
 
@@ -28,12 +28,22 @@ pub(crate) enum Family {
     /// DGEMM on the FP64 tensor cores (two tile configurations, split-K), a SIMT DGEMM for
     /// devices without them, DGEMV and the f64 element-wise kernels.
     Dgemm,
+    /// SGEMM on the TF32 tensor cores, three products per step (3xTF32): FP32 accuracy.
+    SgemmTf32x3,
+    /// SGEMM on the TF32 tensor cores, one product per step.
+    SgemmTf32,
 }
 
 impl Family {
-    pub(crate) const COUNT: usize = 4;
-    pub(crate) const ALL: [Family; Family::COUNT] =
-        [Family::Naive, Family::Tiled, Family::Sgemm, Family::Dgemm];
+    pub(crate) const COUNT: usize = 6;
+    pub(crate) const ALL: [Family; Family::COUNT] = [
+        Family::Naive,
+        Family::Tiled,
+        Family::Sgemm,
+        Family::Dgemm,
+        Family::SgemmTf32x3,
+        Family::SgemmTf32,
+    ];
 
     pub(crate) fn index(self) -> usize {
         self as usize
@@ -45,6 +55,8 @@ impl Family {
             Family::Tiled => "tiled",
             Family::Sgemm => "sgemm_fast",
             Family::Dgemm => "dgemm",
+            Family::SgemmTf32x3 => "sgemm_tf32x3",
+            Family::SgemmTf32 => "sgemm_tf32",
         }
     }
 
@@ -62,13 +74,21 @@ impl Family {
             Family::Tiled => include_str!("../../kernels/tiled.cu"),
             Family::Sgemm => include_str!("../../kernels/sgemm_fast.cu"),
             Family::Dgemm => include_str!("../../kernels/dgemm.cu"),
+            Family::SgemmTf32x3 | Family::SgemmTf32 => include_str!("../../kernels/sgemm_tc.cu"),
         }
     }
 
-    /// The source NVRTC compiles: the family's file with `common.cuh` spliced in.
+    /// The source NVRTC compiles: the family's file with `common.cuh` spliced in (and, for
+    /// the two families of `sgemm_tc.cu`, the define that picks one).
     pub(crate) fn source(self) -> String {
-        crate::device::testing::source_override(self)
-            .unwrap_or_else(|| self.raw_source().replace("#include \"common.cuh\"", COMMON))
+        crate::device::testing::source_override(self).unwrap_or_else(|| {
+            let src = self.raw_source().replace("#include \"common.cuh\"", COMMON);
+            match self {
+                Family::SgemmTf32x3 => format!("#define SGT_X3 1\n{src}"),
+                Family::SgemmTf32 => format!("#define SGT_X3 0\n{src}"),
+                _ => src,
+            }
+        })
     }
 
     /// Every entry point the module holds on a device of compute capability `sm`
@@ -142,7 +162,7 @@ impl TileConfig {
 
     /// Output rows and columns one block computes, for `dtype` on the newest devices.
     pub fn tile(self, dtype: Dtype) -> (usize, usize) {
-        TileRow::of(dtype, self, u32::MAX).tile
+        TileRow::of(dtype, Precision::Fp32, self, u32::MAX).tile
     }
 }
 
@@ -151,6 +171,8 @@ impl TileConfig {
 pub(crate) struct TileRow {
     pub(crate) family: Family,
     pub(crate) dtype: Dtype,
+    /// How its multiplications run (`Fp32` for every f64 row: FP64 throughout).
+    pub(crate) precision: Precision,
     /// The configuration it serves (`None`: the fallback serving both on old devices).
     pub(crate) config: Option<TileConfig>,
     /// Entry names start `{stem}_`.
@@ -171,10 +193,11 @@ pub(crate) struct TileRow {
 }
 
 /// Every tiled GEMM. Checked against the `// @launch` lines of the sources by a unit test.
-pub(crate) const TILES: [TileRow; 5] = [
+pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Sgemm,
         dtype: Dtype::F32,
+        precision: Precision::Fp32,
         config: Some(TileConfig::Big),
         stem: "sgemm_fast_128x128",
         tile: (128, 128),
@@ -187,6 +210,7 @@ pub(crate) const TILES: [TileRow; 5] = [
     TileRow {
         family: Family::Sgemm,
         dtype: Dtype::F32,
+        precision: Precision::Fp32,
         config: Some(TileConfig::Small),
         stem: "sgemm_fast_64x64",
         tile: (64, 64),
@@ -199,6 +223,7 @@ pub(crate) const TILES: [TileRow; 5] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
+        precision: Precision::Fp32,
         config: Some(TileConfig::Big),
         stem: "dgemm_tc_128x64",
         tile: (128, 64),
@@ -211,6 +236,7 @@ pub(crate) const TILES: [TileRow; 5] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
+        precision: Precision::Fp32,
         config: Some(TileConfig::Small),
         stem: "dgemm_tc_64x64",
         tile: (64, 64),
@@ -223,6 +249,7 @@ pub(crate) const TILES: [TileRow; 5] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
+        precision: Precision::Fp32,
         config: None,
         stem: "dgemm_simt",
         tile: (64, 64),
@@ -232,15 +259,78 @@ pub(crate) const TILES: [TileRow; 5] = [
         min_sm: 0,
         variants: false,
     },
+    TileRow {
+        family: Family::SgemmTf32x3,
+        dtype: Dtype::F32,
+        precision: Precision::Tf32x3,
+        config: Some(TileConfig::Big),
+        stem: "sgemm_tf32x3_128x128",
+        tile: (128, 128),
+        threads: 256,
+        smem: 110_592,
+        bk: 32,
+        min_sm: 80,
+        variants: true,
+    },
+    TileRow {
+        family: Family::SgemmTf32x3,
+        dtype: Dtype::F32,
+        precision: Precision::Tf32x3,
+        config: Some(TileConfig::Small),
+        stem: "sgemm_tf32x3_64x64",
+        tile: (64, 64),
+        threads: 128,
+        smem: 55_296,
+        bk: 32,
+        min_sm: 80,
+        variants: true,
+    },
+    TileRow {
+        family: Family::SgemmTf32,
+        dtype: Dtype::F32,
+        precision: Precision::Tf32,
+        config: Some(TileConfig::Big),
+        stem: "sgemm_tf32_128x128",
+        tile: (128, 128),
+        threads: 256,
+        smem: 110_592,
+        bk: 32,
+        min_sm: 80,
+        variants: true,
+    },
+    TileRow {
+        family: Family::SgemmTf32,
+        dtype: Dtype::F32,
+        precision: Precision::Tf32,
+        config: Some(TileConfig::Small),
+        stem: "sgemm_tf32_64x64",
+        tile: (64, 64),
+        threads: 128,
+        smem: 55_296,
+        bk: 32,
+        min_sm: 80,
+        variants: true,
+    },
 ];
 
 impl TileRow {
-    /// The row that runs `config` for `dtype` on a device of compute capability `sm`: the
-    /// configuration's own, or the fallback where the device lacks it.
-    pub(crate) fn of(dtype: Dtype, config: TileConfig, sm: u32) -> &'static TileRow {
-        TILES
-            .iter()
-            .find(|r| r.dtype == dtype && r.config == Some(config) && r.min_sm <= sm)
+    /// The row that runs `config` for `dtype` in `precision` on a device of compute
+    /// capability `sm`: the configuration's own, else (a device without the tensor cores it
+    /// needs, or `f64`, which has only FP64) its FP32 row, else the fallback where the device
+    /// lacks that. The row's `precision` is what runs.
+    pub(crate) fn of(
+        dtype: Dtype,
+        precision: Precision,
+        config: TileConfig,
+        sm: u32,
+    ) -> &'static TileRow {
+        let find = |p: Precision| {
+            TILES.iter().find(|r| {
+                r.dtype == dtype && r.precision == p && r.config == Some(config) && r.min_sm <= sm
+            })
+        };
+        find(precision)
+            .or_else(|| find(Precision::Fp32))
             .or_else(|| {
                 TILES
                     .iter()
@@ -422,8 +512,13 @@ mod tests {
     #[test]
     fn the_table_matches_the_launch_lines_of_the_sources() {
         for family in Family::ALL {
-            let lines = launch_lines(family.raw_source());
+            // A file compiled as several families holds the lines of all of them: a family's
+            // are those that name no other family's row.
             let rows: Vec<_> = TILES.iter().filter(|r| r.family == family).collect();
+            let lines: Vec<_> = launch_lines(family.raw_source())
+                .into_iter()
+                .filter(|(stem, _)| !TILES.iter().any(|r| r.stem == stem && r.family != family))
+                .collect();
             assert_eq!(
                 lines.len(),
                 rows.len(),
@@ -469,8 +564,15 @@ mod tests {
             }
             for config in TileConfig::ALL {
                 for sm in [70, 80, 90] {
-                    let row = TileRow::of(dtype, config, sm);
-                    assert!(row.min_sm <= sm && row.dtype == dtype);
+                    for precision in Precision::ALL {
+                        let row = TileRow::of(dtype, precision, config, sm);
+                        assert!(row.min_sm <= sm && row.dtype == dtype);
+                        // The precision asked for where the device and element type have
+                        // it, else FP32.
+                        let has = dtype == Dtype::F32 && sm >= 80;
+                        let want = if has { precision } else { Precision::Fp32 };
+                        assert_eq!(row.precision, want, "{dtype:?} {precision} sm_{sm}");
+                    }
                 }
             }
         }
@@ -515,7 +617,12 @@ mod tests {
             }
         }
         // The tiled families declare batched entries through their entry macros.
-        for family in [Family::Sgemm, Family::Dgemm] {
+        for family in [
+            Family::Sgemm,
+            Family::Dgemm,
+            Family::SgemmTf32x3,
+            Family::SgemmTf32,
+        ] {
             assert!(
                 family.entries(90).iter().any(|e| e.ends_with("_batched"))
                     && family.raw_source().contains("##_batched(GEMM_PARAMS("),
@@ -528,5 +635,11 @@ mod tests {
             .entries(75)
             .iter()
             .any(|e| e.starts_with("dgemm_tc")));
+        assert!(Family::SgemmTf32x3.entries(75).is_empty());
+        // The two TF32 families compile one file, each with its own define.
+        assert!(Family::SgemmTf32x3
+            .source()
+            .starts_with("#define SGT_X3 1\n"));
+        assert!(Family::SgemmTf32.source().starts_with("#define SGT_X3 0\n"));
     }
 }

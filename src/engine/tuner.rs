@@ -23,7 +23,7 @@ use crate::engine::launch::{self, DevBuf, GemmArgs};
 use crate::engine::plan::{self, Plan, Target};
 use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
-use crate::options::{DotOptions, Kernel};
+use crate::options::{DotOptions, Kernel, Precision};
 
 /// Panels are multiples of this many rows (the big kernel tile's height), so that device
 /// panel offsets keep 16-byte alignment and panels tile evenly.
@@ -51,6 +51,9 @@ const KEEP_WITHIN: f64 = 1.25;
 pub(crate) struct Ran {
     pub(crate) kernel: Kernel,
     pub(crate) plan: Option<Plan>,
+    /// The precision its multiplications ran in (FP32 where the one asked for has no kernel
+    /// on the device or for the plan).
+    pub(crate) precision: Precision,
 }
 
 /// How one product runs: its panel count and each panel's kernel plan (`None`: the
@@ -89,6 +92,8 @@ pub(crate) struct Key {
     device: usize,
     /// The element type.
     dtype: Dtype,
+    /// The precision asked for.
+    precision: Precision,
     /// The powers of two at or above m, k and n.
     log2: (u32, u32, u32),
     /// How A and B are read (transposed or not).
@@ -117,11 +122,12 @@ pub(crate) struct Product {
 }
 
 impl Product {
-    fn key(&self, device: usize, forced_rows: Option<usize>) -> Key {
+    fn key(&self, device: usize, forced_rows: Option<usize>, precision: Precision) -> Key {
         let (m, k, n) = self.dims;
         Key {
             device,
             dtype: self.dtype,
+            precision: precision.for_dtype(self.dtype),
             log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
             trans: self.trans,
             residency: self.residency,
@@ -257,12 +263,12 @@ pub(crate) struct Trial {
 
 /// How to run `p`: the choice, and the trial to report when the autotuner is measuring.
 pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Option<Trial>) {
-    let target = gpu.target(p.dtype);
+    let target = gpu.target(p.dtype, opts.precision);
     if opts.kernel != Kernel::Auto || !opts.autotune {
         let first = candidates(p, opts, target)[0];
         return (first, None);
     }
-    let key = p.key(gpu.info.ordinal, opts.panel_rows);
+    let key = p.key(gpu.info.ordinal, opts.panel_rows, opts.precision);
     let mut table = tuned();
     let entry = table.entry(key).or_insert_with(|| {
         let candidates = candidates(p, opts, target);
@@ -390,16 +396,23 @@ pub(crate) fn launch<T: Element>(
     c: &mut CudaViewMut<'_, T>,
     scratch: &mut Option<DevBuf>,
 ) -> Result<Ran, GpuDotError> {
-    match plan {
+    let precision = match plan {
         Some(plan) => launch::launch_plan(gpu, stream, plan, args, c, scratch)?,
-        None => launch::launch_simple(gpu, stream, kernel, args, c)?,
-    }
-    Ok(Ran { kernel, plan })
+        None => {
+            launch::launch_simple(gpu, stream, kernel, args, c)?;
+            Precision::Fp32
+        }
+    };
+    Ok(Ran {
+        kernel,
+        plan,
+        precision,
+    })
 }
 
 /// A device, element type, shape class and the operands' layouts, for plans tuned in
 /// isolation.
-type IsolatedClass = (usize, Dtype, (u32, u32, u32), (bool, bool));
+type IsolatedClass = (usize, Dtype, Precision, (u32, u32, u32), (bool, bool));
 
 /// Timed rounds of each candidate when tuning in isolation.
 const ISOLATED_ROUNDS: usize = 4;
@@ -421,13 +434,14 @@ pub(crate) fn launch_isolated<T: Element>(
     scratch: &mut Option<DevBuf>,
 ) -> Result<Ran, GpuDotError> {
     let (m, k, n) = dims;
-    let target = gpu.target(T::DTYPE);
+    let target = gpu.target(T::DTYPE, args.precision());
     let plan = match kernel {
         Kernel::Auto => {
             let candidates = plan::candidates(target, m, k, n);
             let class = (
                 gpu.info.ordinal,
                 T::DTYPE,
+                target.precision,
                 (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
                 args.trans(),
             );
@@ -452,6 +466,7 @@ pub(crate) fn launch_isolated<T: Element>(
                         for (t, &plan) in fastest.iter_mut().zip(&candidates) {
                             let ms = watch.time(stream, || {
                                 launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)
+                                    .map(drop)
                             })?;
                             *t = t.min(ms);
                         }
@@ -470,6 +485,7 @@ pub(crate) fn launch_isolated<T: Element>(
                     return Ok(Ran {
                         kernel,
                         plan: Some(plan),
+                        precision: launch::plan_precision(gpu, T::DTYPE, args.precision(), plan),
                     });
                 }
             }
@@ -546,7 +562,7 @@ mod tests {
 
     #[test]
     fn slow_candidates_drop_out_and_the_fastest_is_kept() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(999));
+        let key = product((1000, 1000, 1000), 0).key(0, Some(999), Precision::Fp32);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,
@@ -585,7 +601,7 @@ mod tests {
 
     #[test]
     fn a_late_report_of_a_dropped_candidate_keeps_the_fastest_running() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(998));
+        let key = product((1000, 1000, 1000), 0).key(0, Some(998), Precision::Fp32);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,

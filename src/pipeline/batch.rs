@@ -142,7 +142,7 @@ fn run<T: Element>(
     let (a_addr, b_addr, c_addr) = (addr(&ws, 'a'), addr(&ws, 'b'), addr(&ws, 'c'));
     transfer::<T>(gpu, &mut ws, Some((a.host(a_trans), a_addr)), None)?;
     transfer::<T>(gpu, &mut ws, Some((b.host(b_trans), b_addr)), None)?;
-    let plan = {
+    let (plan, precision) = {
         let Workspace { dev, .. } = &mut ws;
         let da = DeviceOperand {
             buf: dev.a[0].as_ref().expect("provided").view::<T>(a.view.len()),
@@ -174,6 +174,7 @@ fn run<T: Element>(
                 b: b_stride,
                 c: m * n,
             },
+            opts.precision,
         )?
     };
     transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
@@ -182,6 +183,7 @@ fn run<T: Element>(
         ran: Some(Ran {
             kernel: opts.kernel,
             plan,
+            precision,
         }),
         panels: 1,
         a_layout: classify(&a.view).0,

@@ -676,7 +676,7 @@ fn enqueue_panel<T: Element>(
         if opts.poison_output {
             launch::poison(stream, &mut target)?;
         }
-        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?;
+        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?.with_precision(opts.precision);
         ran = Some(tuner::launch(
             gpu,
             stream,
