@@ -92,9 +92,10 @@ pub(crate) fn crew() -> &'static Crew {
 /// else one fewer than the cores, divided among the shares, at most [`MAX_HELPERS`] each (a
 /// machine with several GPUs usually has the cores for a full crew per device).
 fn share_of_helpers(of: usize) -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let pool = configured_count().unwrap_or_else(|| {
-        *CORES.get_or_init(|| {
+    // Read once: this runs for every job of a split product.
+    static POOL: OnceLock<usize> = OnceLock::new();
+    let pool = *POOL.get_or_init(|| {
+        configured_count().unwrap_or_else(|| {
             thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .saturating_sub(1)

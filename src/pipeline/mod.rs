@@ -834,7 +834,7 @@ pub(crate) fn upload_into<T: Element>(
     assert!(dst.len() >= v.len(), "device buffer too small");
     let mut ws = workspace::take(gpu)?;
     let ptr = dst.device_ptr(&ws.lanes.compute).0;
-    transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
+    upload_to(gpu, &mut ws, v, ptr)?;
     workspace::give_back(gpu, ws);
     Ok(())
 }
