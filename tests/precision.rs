@@ -258,3 +258,34 @@ fn wide_ranges_and_cancellation_stay_within_the_fp32_bound() {
     let p = a2.gpu_dot_with(&b, &opts).unwrap();
     check(&p.c, &a2, &b, Precision::Tf32x3, "heavy cancellation");
 }
+
+/// On a device that pretends to be an sm_80 (no warpgroup instructions), the mma.sync
+/// tensor-core kernels serve the big tiles and the autotuned plans: every layout and a
+/// split-K shape within the precision's bound, in the precision asked for. (Other tests of
+/// this binary that run meanwhile only change kernels, never answers.)
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_mma_sync_kernels_serve_devices_before_hopper() {
+    gpu_dot::__testing::pretend_compute_capability(Some(80));
+    let result = std::panic::catch_unwind(|| {
+        for (m, k, n) in [(129, 257, 63), (128, 4096, 96), (300, 1000, 200)] {
+            let a = random(m, k);
+            let b = random(k, n);
+            let a_f = a.t().as_standard_layout().reversed_axes().to_owned();
+            let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
+            for precision in [Precision::Tf32x3, Precision::Tf32] {
+                for kernel in [Kernel::Reg128, Kernel::Auto] {
+                    let opts = options(precision, kernel);
+                    let what = format!("sm_80: {m}×{k}×{n} {kernel}");
+                    let p = a.gpu_dot_with(&b, &opts).expect(&what);
+                    assert_eq!(precision_of(&p.route), precision, "{what}");
+                    check(&p.c, &a, &b, precision, &what);
+                    let p = a_f.gpu_dot_with(&b_f, &opts).expect(&what);
+                    check(&p.c, &a, &b, precision, &format!("{what}, F · F"));
+                }
+            }
+        }
+    });
+    gpu_dot::__testing::pretend_compute_capability(None);
+    result.unwrap();
+}

@@ -814,8 +814,9 @@ impl Gpu {
     /// Loads `family`'s module: from the on-disk cache when it holds a CUBIN the driver
     /// accepts, else compiled by NVRTC (and the CUBIN written to the cache).
     fn load(&self, family: Family) -> Result<LoadedModule, GpuDotError> {
+        let arch = family.arch(&self.arch);
         let options = vec![
-            format!("--gpu-architecture={}", self.arch),
+            format!("--gpu-architecture={arch}"),
             "--std=c++17".to_string(),
         ];
         let link = |cubin: Vec<u8>| -> Result<LoadedModule, GpuDotError> {
@@ -851,7 +852,7 @@ impl Gpu {
         let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
 
         let source = family.source();
-        let entry = cache::Entry::for_module(family.name(), &source, &options, &self.arch);
+        let entry = cache::Entry::for_module(family.name(), &source, &options, &arch);
         let start = Instant::now();
         // An entry the driver refuses is compiled again below, and overwritten.
         if let Some(Ok(mut loaded)) = entry.as_ref().and_then(|e| e.read()).map(link) {

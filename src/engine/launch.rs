@@ -12,7 +12,7 @@ use cudarc::driver::{
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::plan::{Plan, MAX_SPLITS};
-use crate::engine::table::{Aux, Family, Gemv, SimpleRow, TileConfig, TileRow};
+use crate::engine::table::{Aux, Family, Gemv, SimpleRow, TileConfig, TileRow, WgRow};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 
@@ -378,6 +378,15 @@ pub(crate) fn launch_plan<T: Element>(
                 .map_err(GpuDotError::at("launching a GEMV kernel"))
         }
         Plan::Tile { config, splits } => {
+            let precision = args.precision.for_dtype(dtype);
+            if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
+                match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
+                    // Without room for the panels, the mma.sync kernels below need none.
+                    Err(WgError::NoWorkspace) => {}
+                    Err(WgError::Gpu(e)) => return Err(e),
+                    Ok(()) => return Ok(wg.precision),
+                }
+            }
             let row = TileRow::of(
                 dtype,
                 args.precision.for_dtype(dtype),
@@ -459,6 +468,159 @@ pub(crate) fn launch_plan<T: Element>(
                 .map_err(GpuDotError::at("launching the split-K reduction"))
         }
     }
+}
+
+/// Why [`launch_wg`] launched nothing.
+enum WgError {
+    /// The panels' workspace could not be allocated (nothing was enqueued).
+    NoWorkspace,
+    Gpu(GpuDotError),
+}
+
+/// Enqueues `C = op(A) · op(B)` (f32) on a warpgroup SGEMM in `splits` K ranges: op(A) and
+/// op(B)ᵀ packed into K-major panels in the workspace `ws` (grown as needed), then the
+/// product from the panels, then (split) the reduction of the partial products, which also
+/// live in `ws`.
+fn launch_wg<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    wg: &WgRow,
+    splits: u32,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    ws: &mut Option<DevBuf>,
+) -> Result<(), WgError> {
+    assert_eq!(T::DTYPE, Dtype::F32, "the warpgroup kernels multiply f32");
+    let (m, k, n) = args.dims();
+    let (panels, (mp, np, kp)) = wg.panels(m, k, n);
+    let k_tiles = kp / wg.bk;
+    let per_split = k_tiles.div_ceil(splits.max(1) as usize);
+    let parts = k_tiles.div_ceil(per_split);
+    assert!(parts <= MAX_SPLITS, "split count within bounds");
+    let partials = if parts > 1 { parts * m * n } else { 0 };
+    check_dims(mp, kp, np).map_err(WgError::Gpu)?;
+    let len = panels + partials;
+    let work = scratch(
+        stream,
+        ws,
+        len * std::mem::size_of::<T>(),
+        &gpu.high_water.device,
+    )
+    .map_err(|_| WgError::NoWorkspace)?;
+    let fail = |what: &'static str| move |e| WgError::Gpu(GpuDotError::at(what)(e));
+    let mut work = work.view_mut::<T>(len);
+    let (mut pa, mut rest) = work.split_at_mut(panels / (mp + np) * mp);
+    let (mut pb, mut part) = rest.split_at_mut(panels / (mp + np) * np);
+
+    // Panels: op(A) (m × k) and op(B)ᵀ (n × k); element (r, k) at X[r·sr + k·sk].
+    let pack = gpu
+        .function(Family::SgemmWg, WgRow::PACK)
+        .map_err(WgError::Gpu)?;
+    let x3 = (wg.precision == Precision::Tf32x3) as i32;
+    let (a_strides, b_strides) = (
+        if args.a.trans {
+            (1, args.lda)
+        } else {
+            (args.lda, 1)
+        },
+        if args.b.trans {
+            (args.ldb, 1)
+        } else {
+            (1, args.ldb)
+        },
+    );
+    for (rows, rows_p, x, (sr, sk), p) in [
+        (m, mp, &args.a.buf, a_strides, &mut pa),
+        (n, np, &args.b.buf, b_strides, &mut pb),
+    ] {
+        let cfg = LaunchConfig {
+            grid_dim: ((kp / 32) as u32, (rows_p / 32).min(MAX_GRID_Y) as u32, 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let (r, kk, rp, kpi) = (rows as i32, k as i32, rows_p as i32, kp as i32);
+        let mut builder = stream.launch_builder(&pack);
+        builder
+            .arg(&r)
+            .arg(&kk)
+            .arg(x)
+            .arg(&sr)
+            .arg(&sk)
+            .arg(p)
+            .arg(&rp)
+            .arg(&kpi)
+            .arg(&x3);
+        // SAFETY: arguments match `sgemm_wg_pack(int R, int K, const float* X, i64 sr, i64 sk,
+        // float* P, int Rp, int Kp, int x3)` in order and type (T is f32, asserted above);
+        // element (r, k) of the R × K operand at X[r·sr + k·sk] lies inside the buffer (the
+        // operand covers its matrix, checked when the arguments were made) and the kernel
+        // reads only r < R, k < K; P holds (x3 ? 2 : 1)·Rp·Kp floats (the panels' share of
+        // the workspace) and is written whole; grid x = Kp/32, grid y ≤ Rp/32 with the
+        // kernel looping over the rest, block (32, 8), static shared memory only.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the panel pack"))?;
+    }
+
+    let func = gpu
+        .function(Family::SgemmWg, wg.stem)
+        .map_err(WgError::Gpu)?;
+    let tiles = grid_x(wg.tiles(m, n)).map_err(WgError::Gpu)?;
+    let cfg = LaunchConfig {
+        grid_dim: (tiles, 1, parts as u32),
+        block_dim: (wg.threads, 1, 1),
+        shared_mem_bytes: wg.smem,
+    };
+    let (mi, ni, ki, kpi, kps) = (m as i32, n as i32, k as i32, kp as i32, per_split as i32);
+    let (pa, pb) = (pa.as_view(), pb.as_view());
+    let ldn = n as i64;
+    let mut builder = stream.launch_builder(&func);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(&pa)
+        .arg(&pb)
+        .arg(&kpi);
+    if parts > 1 {
+        builder.arg(&mut part).arg(&ldn);
+    } else {
+        builder.arg(&mut *c).arg(&args.ldc);
+    }
+    builder.arg(&kps);
+    // SAFETY: arguments match `sgemm_wg_*(int M, int N, int K, const float* PA, const float*
+    // PB, int Kp, float* C, i64 ldc, int kt_per_split)` in order and type; PA and PB are the
+    // panels the pack launches before it on this stream write (Mp × Kp and Np × Kp, each
+    // twice for 3xTF32, at 16-byte-aligned offsets of the workspace: multiples of 128·32
+    // floats); one block per output tile of the row's shape, gridDim.z = ceil(Kp/32 / kt_per_split)
+    // layers, each writing its whole M × N (partial) product: into C (covering M × N at
+    // ldc, checked when the arguments were made) when unsplit, else into the workspace's
+    // parts·M·N partials at leading dimension N; 256 threads (the kernel's launch bound) and
+    // the table's dynamic shared memory, to which the function's limit was raised when the
+    // module was loaded; the kernel's instructions exist on sm_90 only, and the row serves
+    // only such devices.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching a warpgroup GEMM kernel"))?;
+    if parts == 1 {
+        return Ok(());
+    }
+    let reduce = gpu
+        .function(Family::Sgemm, Aux::SplitKReduce.entry(Dtype::F32))
+        .map_err(WgError::Gpu)?;
+    let cfg = grid_stride(m * n);
+    let (parts_i, ldc) = (parts as i32, args.ldc);
+    let part = part.as_view();
+    let mut builder = stream.launch_builder(&reduce);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&parts_i)
+        .arg(&part)
+        .arg(c)
+        .arg(&ldc);
+    // SAFETY: arguments match `sgemm_splitk_reduce(int M, int N, int splits, const float* W,
+    // float* C, long long ldc)`; W holds parts·m·n partials written by the launch before it
+    // on the same stream; C covers m × n at ldc; the kernel loops over all m·n outputs.
+    unsafe { builder.launch(cfg) }
+        .map(drop)
+        .map_err(fail("launching the split-K reduction"))
 }
 
 /// Largest grid extent along z: batches with more items launch in chunks of it.

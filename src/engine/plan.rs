@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::element::Dtype;
-use crate::engine::table::{TileConfig, TileRow};
+use crate::engine::table::{TileConfig, TileRow, WgRow};
 use crate::options::Precision;
 
 /// Fewest K elements one split should get: below this the partial products and the
@@ -107,6 +107,21 @@ pub(crate) fn heuristic(t: Target, m: usize, k: usize, n: usize) -> Plan {
         return Plan::GemvCol;
     }
     let (sms, th) = (t.sms as f64, thresholds(t.dtype));
+    if let Some(wg) = WgRow::of(t.dtype, t.precision, TileConfig::Big, t.sm) {
+        // The warpgroup kernels (one block per multiprocessor) outrun the small mma.sync
+        // tiles at every size: big tiles, split along K until they fill one wave.
+        let big = wg.tiles(m, n);
+        let most = (k / MIN_K_PER_SPLIT).clamp(1, MAX_SPLITS);
+        let splits = if big < t.sms && k >= 2 * MIN_K_PER_SPLIT {
+            (t.sms / big).clamp(1, most) as u32
+        } else {
+            1
+        };
+        return Plan::Tile {
+            config: TileConfig::Big,
+            splits,
+        };
+    }
     if tiles(t, TileConfig::Big, m, n) as f64 >= th.big_from * sms {
         return Plan::Tile {
             config: TileConfig::Big,
@@ -201,6 +216,34 @@ mod tests {
             TileRow::of(Dtype::F64, Precision::Fp32, TileConfig::Big, 75).stem,
             "dgemm_simt"
         );
+    }
+
+    #[test]
+    fn tensor_core_f32_plans_on_sm_90_take_the_big_warpgroup_tiles_split_to_fill_a_wave() {
+        for precision in [Precision::Tf32x3, Precision::Tf32] {
+            let t = Target { precision, ..H200 };
+            let plan = |m, k, n| super::heuristic(t, m, k, n);
+            let big = |splits| Plan::Tile {
+                config: TileConfig::Big,
+                splits,
+            };
+            assert_eq!(plan(4096, 4096, 4096), big(1));
+            assert_eq!(plan(2048, 2048, 2048), big(1));
+            // 64 tiles of 128 × 128 (3xTF32), 32 of 128 × 256 (TF32).
+            let fill = if precision == Precision::Tf32 { 4 } else { 2 };
+            assert_eq!(plan(1024, 1024, 1024), big(fill));
+            // 4 tiles: split K until about one block per multiprocessor, at most K / 256.
+            assert_eq!(plan(256, 8192, 256), big(32));
+            assert_eq!(plan(256, 1024, 256), big(4));
+            assert_eq!(plan(100, 64, 100), big(1));
+            assert_eq!(plan(1, 64, 100), Plan::GemvRow);
+            // Elsewhere the mma.sync plans stand.
+            let t80 = Target { sm: 80, ..t };
+            assert_eq!(
+                super::heuristic(t80, 1024, 1024, 1024),
+                super::heuristic(Target { sm: 80, ..H200 }, 1024, 1024, 1024)
+            );
+        }
     }
 
     #[test]

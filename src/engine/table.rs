@@ -32,10 +32,13 @@ pub(crate) enum Family {
     SgemmTf32x3,
     /// SGEMM on the TF32 tensor cores, one product per step.
     SgemmTf32,
+    /// SGEMM on Hopper's warpgroup tensor-core instructions (sm_90a), 3xTF32 and TF32, from
+    /// K-major panels that its pack kernel makes first ([`WG`]).
+    SgemmWg,
 }
 
 impl Family {
-    pub(crate) const COUNT: usize = 6;
+    pub(crate) const COUNT: usize = 7;
     pub(crate) const ALL: [Family; Family::COUNT] = [
         Family::Naive,
         Family::Tiled,
@@ -43,6 +46,7 @@ impl Family {
         Family::Dgemm,
         Family::SgemmTf32x3,
         Family::SgemmTf32,
+        Family::SgemmWg,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -57,6 +61,7 @@ impl Family {
             Family::Dgemm => "dgemm",
             Family::SgemmTf32x3 => "sgemm_tf32x3",
             Family::SgemmTf32 => "sgemm_tf32",
+            Family::SgemmWg => "sgemm_wg",
         }
     }
 
@@ -75,6 +80,7 @@ impl Family {
             Family::Sgemm => include_str!("../../kernels/sgemm_fast.cu"),
             Family::Dgemm => include_str!("../../kernels/dgemm.cu"),
             Family::SgemmTf32x3 | Family::SgemmTf32 => include_str!("../../kernels/sgemm_tc.cu"),
+            Family::SgemmWg => include_str!("../../kernels/sgemm_wg.cu"),
         }
     }
 
@@ -91,10 +97,24 @@ impl Family {
         })
     }
 
+    /// The architecture NVRTC compiles the family for on a device of architecture `arch`
+    /// (`sm_XY`): the device's own, but `sm_90a` for the warpgroup family on `sm_90` (its
+    /// instructions exist only there).
+    pub(crate) fn arch(self, arch: &str) -> String {
+        match self {
+            Family::SgemmWg if arch == "sm_90" => "sm_90a".to_string(),
+            _ => arch.to_string(),
+        }
+    }
+
     /// Every entry point the module holds on a device of compute capability `sm`
     /// (`major·10 + minor`).
     pub(crate) fn entries(self, sm: u32) -> Vec<String> {
         let mut e = Vec::new();
+        if self == Family::SgemmWg && WG.iter().any(|r| r.sm == sm) {
+            e.push(WgRow::PACK.to_string());
+            e.extend(WG.iter().filter(|r| r.sm == sm).map(|r| r.stem.to_string()));
+        }
         for row in TILES.iter().filter(|r| r.family == self && r.min_sm <= sm) {
             let alignments: &[&str] = if row.variants { &["", "_u"] } else { &[""] };
             for ll in LAYOUTS {
@@ -126,7 +146,9 @@ impl Family {
                     .strip_prefix(r.stem)
                     .is_some_and(|rest| rest.starts_with('_') && rest.len() >= 3)
             })
-            .and_then(|r| (r.smem > 48 * 1024).then_some(r.smem))
+            .map(|r| r.smem)
+            .or_else(|| WG.iter().find(|r| r.stem == entry).map(|r| r.smem))
+            .filter(|&smem| smem > 48 * 1024)
     }
 }
 
@@ -362,6 +384,88 @@ impl TileRow {
     }
 }
 
+/// A warpgroup SGEMM of kernels/sgemm_wg.cu: `C = PA · PBᵀ` from K-major panels of op(A)
+/// and op(B)ᵀ that [`WgRow::PACK`] makes first (any layout and alignment on input), with
+/// split-K (`kt_per_split` K tiles a layer) in the one entry. It serves the big configuration
+/// of its precision on the one architecture it is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WgRow {
+    pub(crate) precision: Precision,
+    /// The entry's name.
+    pub(crate) stem: &'static str,
+    pub(crate) tile: (usize, usize),
+    pub(crate) threads: u32,
+    pub(crate) smem: u32,
+    /// The K tile, and the granule of the panels' K extent.
+    pub(crate) bk: usize,
+    /// The one compute capability it runs on (`sm_90a` code runs on 9.0 only).
+    pub(crate) sm: u32,
+}
+
+/// The warpgroup SGEMMs. Checked against the `// @launch` lines of kernels/sgemm_wg.cu.
+pub(crate) const WG: [WgRow; 2] = [
+    WgRow {
+        precision: Precision::Tf32x3,
+        stem: "sgemm_wg_tf32x3_128x128",
+        tile: (128, 128),
+        threads: 256,
+        smem: 197_632,
+        bk: 32,
+        sm: 90,
+    },
+    WgRow {
+        precision: Precision::Tf32,
+        stem: "sgemm_wg_tf32_128x256",
+        tile: (128, 256),
+        threads: 256,
+        smem: 197_632,
+        bk: 32,
+        sm: 90,
+    },
+];
+
+impl WgRow {
+    /// The pack kernel: block (32, 8), one block column per 32 panel columns (K).
+    pub(crate) const PACK: &'static str = "sgemm_wg_pack";
+
+    /// The row that runs `config` for `dtype` in `precision` on a device of compute
+    /// capability `sm`, if any: the big configuration of f32 products in 3xTF32 or TF32 on
+    /// its architecture.
+    pub(crate) fn of(
+        dtype: Dtype,
+        precision: Precision,
+        config: TileConfig,
+        sm: u32,
+    ) -> Option<&'static WgRow> {
+        if dtype != Dtype::F32 || config != TileConfig::Big {
+            return None;
+        }
+        WG.iter().find(|r| r.precision == precision && r.sm == sm)
+    }
+
+    /// Output tiles of an `m × n` product.
+    pub(crate) fn tiles(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.tile.0) * n.div_ceil(self.tile.1)
+    }
+
+    /// Floats of the panels of an `m × k × n` product: op(A) as `Mp × Kp`, op(B)ᵀ as
+    /// `Np × Kp` (M and N rounded up to the tile, K to the K tile), twice over for 3xTF32
+    /// (big and small parts); and `(Mp, Np, Kp)`.
+    pub(crate) fn panels(&self, m: usize, k: usize, n: usize) -> (usize, (usize, usize, usize)) {
+        let (mp, np) = (
+            m.next_multiple_of(self.tile.0),
+            n.next_multiple_of(self.tile.1),
+        );
+        let kp = k.next_multiple_of(self.bk);
+        let parts = if self.precision == Precision::Tf32x3 {
+            2
+        } else {
+            1
+        };
+        (parts * (mp + np) * kp, (mp, np, kp))
+    }
+}
+
 /// A one-output-per-thread kernel: one row per kernel and element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SimpleRow {
@@ -514,7 +618,17 @@ mod tests {
         for family in Family::ALL {
             // A file compiled as several families holds the lines of all of them: a family's
             // are those that name no other family's row.
-            let rows: Vec<_> = TILES.iter().filter(|r| r.family == family).collect();
+            // (stem, tile, threads, smem, bk, minsm) of each row the family serves.
+            let rows: Vec<_> = TILES
+                .iter()
+                .filter(|r| r.family == family)
+                .map(|r| (r.stem, r.tile, r.threads, r.smem, r.bk, r.min_sm))
+                .chain(
+                    WG.iter()
+                        .filter(|_| family == Family::SgemmWg)
+                        .map(|r| (r.stem, r.tile, r.threads, r.smem, r.bk, r.sm)),
+                )
+                .collect();
             let lines: Vec<_> = launch_lines(family.raw_source())
                 .into_iter()
                 .filter(|(stem, _)| !TILES.iter().any(|r| r.stem == stem && r.family != family))
@@ -527,24 +641,23 @@ mod tests {
                 lines.len(),
                 rows.len()
             );
-            for row in rows {
+            for (row_stem, tile, threads, smem, bk, min_sm) in rows {
                 let (_, fields) = lines
                     .iter()
-                    .find(|(stem, _)| stem == row.stem)
-                    .unwrap_or_else(|| panic!("no @launch line for {}", row.stem));
+                    .find(|(stem, _)| stem == row_stem)
+                    .unwrap_or_else(|| panic!("no @launch line for {row_stem}"));
                 let get = |k: &str| {
                     fields
                         .iter()
                         .find(|(key, _)| key == k)
                         .map(|(_, v)| v.as_str())
-                        .unwrap_or_else(|| panic!("{}: no {k}=", row.stem))
+                        .unwrap_or_else(|| panic!("{row_stem}: no {k}="))
                 };
-                let tile = format!("{}x{}", row.tile.0, row.tile.1);
-                assert_eq!(get("tile"), tile, "{}: tile", row.stem);
-                assert_eq!(get("block"), row.threads.to_string(), "{}", row.stem);
-                assert_eq!(get("smem"), row.smem.to_string(), "{}", row.stem);
-                assert_eq!(get("bk"), row.bk.to_string(), "{}", row.stem);
-                assert_eq!(get("minsm"), row.min_sm.to_string(), "{}", row.stem);
+                assert_eq!(get("tile"), format!("{}x{}", tile.0, tile.1), "{row_stem}");
+                assert_eq!(get("block"), threads.to_string(), "{row_stem}");
+                assert_eq!(get("smem"), smem.to_string(), "{row_stem}");
+                assert_eq!(get("bk"), bk.to_string(), "{row_stem}");
+                assert_eq!(get("minsm"), min_sm.to_string(), "{row_stem}");
             }
         }
     }
@@ -641,5 +754,36 @@ mod tests {
             .source()
             .starts_with("#define SGT_X3 1\n"));
         assert!(Family::SgemmTf32.source().starts_with("#define SGT_X3 0\n"));
+    }
+
+    #[test]
+    fn the_warpgroup_family_is_compiled_for_sm_90a_and_serves_big_tf32_tiles_there() {
+        assert_eq!(Family::SgemmWg.arch("sm_90"), "sm_90a");
+        assert_eq!(Family::SgemmWg.arch("sm_100"), "sm_100");
+        assert_eq!(Family::Sgemm.arch("sm_90"), "sm_90");
+        // sm_90a code runs on 9.0 only: other devices load no warpgroup entry.
+        for sm in [80, 89, 100, 120] {
+            assert!(Family::SgemmWg.entries(sm).is_empty(), "sm_{sm}");
+        }
+        let e = Family::SgemmWg.entries(90);
+        assert!(e.contains(&WgRow::PACK.to_string()) && e.len() == 1 + WG.len());
+        for precision in [Precision::Tf32x3, Precision::Tf32] {
+            let row = WgRow::of(Dtype::F32, precision, TileConfig::Big, 90).expect("a row");
+            assert_eq!(row.precision, precision);
+            assert_eq!(Family::shared_bytes(row.stem), Some(row.smem));
+            assert_eq!(row.tile.0, 128, "the panels of A are padded to 128 rows");
+            assert!(WgRow::of(Dtype::F32, precision, TileConfig::Small, 90).is_none());
+            assert!(WgRow::of(Dtype::F64, precision, TileConfig::Big, 90).is_none());
+            assert!(WgRow::of(Dtype::F32, precision, TileConfig::Big, 80).is_none());
+        }
+        assert!(WgRow::of(Dtype::F32, Precision::Fp32, TileConfig::Big, 90).is_none());
+        let x3 = WgRow::of(Dtype::F32, Precision::Tf32x3, TileConfig::Big, 90).unwrap();
+        assert_eq!(
+            x3.panels(1, 33, 129),
+            (2 * (128 + 256) * 64, (128, 256, 64))
+        );
+        let one = WgRow::of(Dtype::F32, Precision::Tf32, TileConfig::Big, 90).unwrap();
+        assert_eq!(one.panels(128, 32, 128), ((128 + 256) * 32, (128, 256, 32)));
+        assert_eq!(one.tiles(129, 256), 2);
     }
 }

@@ -1,0 +1,422 @@
+// sgemm_wg.cu -- FP32 GEMM on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a):
+// 3xTF32 (FP32-accurate) and TF32.
+//
+// Compiled by NVRTC with `--gpu-architecture=sm_90a --std=c++17` (wgmma exists only on the
+// sm_90a target, which runs on compute capability 9.0 exactly); includes nothing but
+// "common.cuh" (spliced in by the crate). Everything lives in namespace `sgw` or carries an
+// `sgemm_wg` prefix.
+//
+// A product is two steps on one stream:
+//   1. sgemm_wg_pack, once per operand: op(A) (M x K) and op(B)^T (N x K) into K-major panels
+//      P[Rp][Kp] (Rp = R rounded up to the tile's extent, Kp = K rounded up to 32, zero
+//      padding), any strides on input. 3xTF32 (x3 = 1) writes the big parts, then the
+//      small parts at P + Rp*Kp; TF32 (x3 = 0) writes the rounded values only.
+//   2. sgemm_wg_tf32x3_128x128 or sgemm_wg_tf32_128x256: C = PA * PB^T from the panels.
+//
+// ---------------------------------------------------------------------------------------------
+// LAUNCH TABLE  (block = blockDim.x, 1-D blocks; smem = dynamic shared memory bytes)
+// ---------------------------------------------------------------------------------------------
+// @launch sgemm_wg_tf32x3_128x128 tile=128x128 block=256 smem=197632 bk=32 minsm=90
+// @launch sgemm_wg_tf32_128x256 tile=128x256 block=256 smem=197632 bk=32 minsm=90
+//
+// sgemm_wg_pack(int R, int K, const float* X, i64 sr, i64 sk, float* P, int Rp, int Kp,
+//      int x3): element (r, k) of the R x K operand at X[r*sr + k*sk] (A: sr = lda, sk = 1
+//      row-major or sr = 1, sk = lda; B's transpose likewise); block (32, 8), grid (Kp/32, any
+//      y <= Rp/32: the kernel loops over the rest). P holds (x3 ? 2 : 1) * Rp * Kp floats.
+// sgemm_wg_*(int M, int N, int K, const float* PA, const float* PB, int Kp, float* C, i64 ldc,
+//      int kt_per_split): PA and PB the panels of step 1 (Mp = M rounded up to 128, Np = N
+//      rounded up to the tile's width BN; both 16-byte aligned); grid (ceil(M/128) *
+//      ceil(N/BN), 1, splits), tile index on gridDim.x in a grouped order; blockIdx.z = z
+//      takes the K tiles [z*kt_per_split, (z+1)*kt_per_split) (32 wide) and writes its
+//      partial product to C + z*M*ldc (zeros for an empty range); one split:
+//      kt_per_split >= Kp/32. The host MUST raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_
+//      BYTES to the table's smem first. Every element of C (of its layer) is written exactly
+//      once; C needs 4-byte alignment (the epilogue uses 8-byte stores only when C % 8 == 0
+//      and ldc % 2 == 0).
+// ---------------------------------------------------------------------------------------------
+//
+// ARITHMETIC. TF32: each element rounded to TF32 (cvt.rna) in the panels, one product, FP32
+// accumulation in the tensor cores (as cuBLAS's TF32 mode). 3xTF32: x = big + small with
+// big = tf32(x) and small = tf32(x - big) (x - big is exact in FP32; an infinite or NaN x has
+// small = 0); the block's products, per 32-wide K tile,
+//   U = A_big * B_big                        (from zero in the tensor cores, per K tile)
+//   V = A_big * B_small + A_small * B_big    (accumulated in the tensor cores over all of K)
+// and D += U in FP32 with round-to-nearest after each K tile: the tensor cores' own additions
+// truncate, and a sum carried through all of K in them would drift with K; within one K tile
+// the truncation errors are a few units in the last place of that tile's sum, whose signs vary
+// from tile to tile. V is about 2^-11 of D, so its truncation is far below FP32's rounding.
+// a_small * b_small (about 2^-22 of the product) is dropped. C = D + V where D is finite, else
+// C = D: an infinite or NaN input reaches D through the big parts exactly as in FP32 (inf *
+// finite, inf - inf, NaN), while V may hold inf * 0 from a zero small part; so Inf and NaN come
+// out as on the FP32 path.
+//
+// DESIGN. Block tile 128 x BN (BN = 128 for 3xTF32, whose three accumulator sets fill the
+// registers; 256 for TF32), two warpgroups (rows 0-63 and 64-127), each issuing
+// wgmma.m64nBNk8 with both operands in shared memory. Shared memory per stage: one 32-wide
+// K tile of each panel (A_big, B_big, and A_small, B_small for 3xTF32), rows of 128 bytes in
+// the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), so wgmma's
+// descriptors (stride 1024 bytes between 8-row groups, +32 bytes per k8 step) read them and
+// the cp.async copies that fill them (8 threads a row, 16 bytes each) are conflict-free.
+// 3 stages (3xTF32) or 4 (TF32) of cp.async, fence.proxy.async before the barrier that hands
+// a stage to wgmma. 3xTF32 waits for each K tile's wgmma group (U is needed at once); TF32
+// keeps one group in flight and refills a stage only once the group before last has finished.
+#include "common.cuh"
+
+#define SGW_DEV __device__ __forceinline__
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+namespace sgw {
+
+constexpr int BM = 128, BK = 32, NT = 256;
+constexpr int PANEL = BM * BK * 4;  // bytes of one 128 x 32 panel tile
+// Both entries: 3 stages of four 128-row panels (3xTF32) or 4 stages of a 128-row and a
+// 256-row panel (TF32), + alignment slack.
+constexpr int SMEM_BYTES = 12 * PANEL + 1024;
+static_assert(SMEM_BYTES == 197632, "keep the @launch lines in sync");
+
+struct alignas(8) f2 {
+    float x, y;
+};
+
+SGW_DEV unsigned smem_u32(const void* p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
+                 : "=r"(r)
+                 : "l"(p));
+    return r;
+}
+SGW_DEV void cp16(unsigned dst, const float* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+SGW_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+SGW_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+SGW_DEV void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+SGW_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+SGW_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+SGW_DEV void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of `d` across the wgmma fences and waits.
+template <int N>
+SGW_DEV void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle at shared address
+// `addr` (the 8-row group's 1024-byte atom aligned): start address >> 4 (bits 0-13), leading
+// byte offset 16 (unused in this mode), stride byte offset 1024 (next 8-row group, bits
+// 32-45), layout type 1 = 128-byte swizzle (bits 62-63).
+SGW_DEV unsigned long long desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
+           (1ull << 62);
+}
+
+// D(64 x 128, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x 128), both read from
+// shared memory through the descriptors; D is zeroed first when `accumulate` is 0.
+SGW_DEV void wgmma_m64n128k8(float (&d)[64], unsigned long long da, unsigned long long db,
+                             int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// D(64 x 256, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x 256), both read from
+// shared memory through the descriptors; D is zeroed first when `accumulate` is 0.
+SGW_DEV void wgmma_m64n256k8(float (&d)[128], unsigned long long da, unsigned long long db,
+                             int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// x rounded to TF32 (round to nearest, ties away from zero), as an FP32 value.
+SGW_DEV float to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0).
+template <int BN>
+SGW_DEV void tile_origin(int M, int N, int& m0, int& n0) {
+    constexpr long long GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long id = blockIdx.x;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    m0 = (int)((first_m + in_group % gm) * BM);
+    n0 = (int)((in_group / gm) * BN);
+}
+
+// Packs an R x K operand (element (r, k) at X[r*sr + k*sk]) into K-major panels, through a
+// 32 x 32 shared tile so that both the read (along whichever stride is 1) and the write
+// (along k) are coalesced.
+SGW_DEV void pack(int R, int K, const float* __restrict__ X, i64 sr, i64 sk, float* __restrict__ P,
+                  int Rp, int Kp, int x3) {
+    __shared__ float tile[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int k0 = blockIdx.x * 32;
+    const bool along_r = sk != 1 && sr == 1;
+    const i64 small_at = (i64)Rp * Kp;
+    for (int r0 = blockIdx.y * 32; r0 < Rp; r0 += gridDim.y * 32) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int a = ty + 8 * i;  // the strided index
+            const int r = along_r ? tx : a, k = along_r ? a : tx;
+            float v = 0.f;
+            if (r0 + r < R && k0 + k < K) v = X[(i64)(r0 + r) * sr + (i64)(k0 + k) * sk];
+            tile[r][k] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + 8 * i;
+            const float v = tile[r][tx];
+            const float big = to_tf32(v);
+            const i64 at = (i64)(r0 + r) * Kp + k0 + tx;
+            P[at] = big;
+            if (x3) {
+                const bool finite = (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
+                P[small_at + at] = finite ? to_tf32(v - big) : 0.f;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// The block's C tile (128 x BN) from the panels (see the file header). X3: 3xTF32 (BN = 128),
+// else TF32.
+template <bool X3, int BN>
+SGW_DEV void gemm(int M, int N, int K, const float* __restrict__ PA, const float* __restrict__ PB,
+                  int Kp, float* __restrict__ C, i64 ldc, int kt_per_split) {
+    static_assert(BN == 128 || (BN == 256 && !X3), "tile shapes");
+    constexpr int PANEL_B = BN * BK * 4;
+    constexpr int STAGE = X3 ? 2 * (PANEL + PANEL_B) : PANEL + PANEL_B;  // bytes
+    constexpr int STAGES = (SMEM_BYTES - 1024) / STAGE;
+    static_assert(STAGES * STAGE + 1024 == SMEM_BYTES, "stages fill the shared memory");
+    constexpr int LAG = X3 ? 0 : 1;  // wgmma groups left in flight at the end of a K tile
+    constexpr int D = STAGES - 1 - LAG;  // tiles loaded ahead
+    static_assert(D >= 2, "a pipeline");
+    constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x BN / 128 threads
+    extern __shared__ unsigned char sgw_smem[];
+    const unsigned base = (smem_u32(sgw_smem) + 1023u) & ~1023u;
+
+    int m0, n0;
+    tile_origin<BN>(M, N, m0, n0);
+    const int Mp = (M + BM - 1) / BM * BM, Np = (N + BN - 1) / BN * BN;
+    const int kt_total = Kp / BK;
+    const int kt0 = blockIdx.z * kt_per_split;
+    const int kt1 = kt_total < kt0 + kt_per_split ? kt_total : kt0 + kt_per_split;
+    const int tiles = kt1 > kt0 ? kt1 - kt0 : 0;
+
+    const int tid = threadIdx.x;
+    // Copy map: 16-byte chunk c of rows r, r + 32, r + 64, ... of each panel. Stage layout:
+    // A_big, B_big, then (3xTF32) A_small, B_small.
+    const int c = tid & 7, r = tid >> 3;
+    const unsigned soff = r * 128 + ((c ^ (r & 7)) << 4);
+    const float* a_src = PA + (i64)(m0 + r) * Kp + c * 4;
+    const float* b_src = PB + (i64)(n0 + r) * Kp + c * 4;
+    const i64 a_small = (i64)Mp * Kp, b_small = (i64)Np * Kp;
+    auto load = [&](int stage, int kt) {
+        const unsigned s = base + stage * STAGE + soff;
+        const i64 k = (i64)kt * BK;
+#pragma unroll
+        for (int j = 0; j < BM / 32; ++j) cp16(s + j * 32 * 128, a_src + (i64)(32 * j) * Kp + k);
+#pragma unroll
+        for (int j = 0; j < BN / 32; ++j)
+            cp16(s + PANEL + j * 32 * 128, b_src + (i64)(32 * j) * Kp + k);
+        if constexpr (X3) {
+            const unsigned s2 = s + PANEL + PANEL_B;
+#pragma unroll
+            for (int j = 0; j < BM / 32; ++j)
+                cp16(s2 + j * 32 * 128, a_src + a_small + (i64)(32 * j) * Kp + k);
+#pragma unroll
+            for (int j = 0; j < BN / 32; ++j)
+                cp16(s2 + PANEL + j * 32 * 128, b_src + b_small + (i64)(32 * j) * Kp + k);
+        }
+    };
+
+    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
+    float acc[NACC], u[X3 ? NACC : 1], v[X3 ? NACC : 1];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    if constexpr (X3) {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) {
+            u[i] = 0.f;
+            v[i] = 0.f;
+        }
+    }
+
+#pragma unroll
+    for (int s = 0; s < D; ++s) {
+        if (s < tiles) load(s, kt0 + s);
+        cp_commit();
+    }
+    for (int i = 0; i < tiles; ++i) {
+        cp_wait<D - 1>();
+        fence_proxy_async();
+        __syncthreads();
+        // Every warpgroup has finished the wgmma groups of tile i - 1 - LAG: its stage is free.
+        if (i + D < tiles) load((i + D) % STAGES, kt0 + i + D);
+        cp_commit();
+
+        const unsigned st = base + (i % STAGES) * STAGE;
+        const unsigned a_big = st + wg * 64 * 128, b_big = st + PANEL;
+        wg_fence();
+        if constexpr (X3) {
+            fence_regs(u);
+            fence_regs(v);
+            const unsigned a_sm = a_big + PANEL + PANEL_B, b_sm = b_big + PANEL + PANEL_B;
+#pragma unroll
+            for (int k = 0; k < BK / 8; ++k)
+                wgmma_m64n128k8(u, desc(a_big + 32 * k), desc(b_big + 32 * k), k);
+#pragma unroll
+            for (int k = 0; k < BK / 8; ++k) {
+                wgmma_m64n128k8(v, desc(a_big + 32 * k), desc(b_sm + 32 * k), 1);
+                wgmma_m64n128k8(v, desc(a_sm + 32 * k), desc(b_big + 32 * k), 1);
+            }
+            wg_commit();
+            wg_wait<0>();
+            fence_regs(u);
+            fence_regs(v);
+#pragma unroll
+            for (int j = 0; j < NACC; ++j) acc[j] += u[j];
+        } else {
+            fence_regs(acc);
+#pragma unroll
+            for (int k = 0; k < BK / 8; ++k) {
+                if constexpr (BN == 256)
+                    wgmma_m64n256k8(acc, desc(a_big + 32 * k), desc(b_big + 32 * k), 1);
+                else
+                    wgmma_m64n128k8(acc, desc(a_big + 32 * k), desc(b_big + 32 * k), 1);
+            }
+            wg_commit();
+            wg_wait<LAG>();
+            fence_regs(acc);
+        }
+    }
+    wg_wait<0>();
+    fence_regs(acc);
+    if constexpr (X3) fence_regs(v);
+    cp_wait<0>();
+
+    // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
+    // 8*q + 2*t + j % 2, within this warpgroup's 64 rows.
+    float* Cz = C + (i64)blockIdx.z * M * ldc;
+    const int lane = tid & 31, warp = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const bool pairs = ((reinterpret_cast<unsigned long long>(Cz) & 7) == 0) && (ldc % 2 == 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
+        if (row >= M) continue;
+        float* crow = Cz + (i64)row * ldc;
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+            const int col = n0 + 8 * q + 2 * t;
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float d = acc[4 * q + 2 * h + e];
+                if constexpr (X3)
+                    x[e] = (__float_as_uint(d) & 0x7f800000u) != 0x7f800000u
+                               ? d + v[4 * q + 2 * h + e]
+                               : d;
+                else
+                    x[e] = d;
+            }
+            if (pairs && col + 1 < N) {
+                *reinterpret_cast<f2*>(crow + col) = f2{x[0], x[1]};
+            } else {
+                if (col < N) crow[col] = x[0];
+                if (col + 1 < N) crow[col + 1] = x[1];
+            }
+        }
+    }
+}
+
+}  // namespace sgw
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_wg_pack(int R, int K, const float* X,
+                                                                i64 sr, i64 sk, float* P, int Rp,
+                                                                int Kp, int x3) {
+    sgw::pack(R, K, X, sr, sk, P, Rp, Kp, x3);
+}
+
+#define SGW_ENTRY(NAME, X3, BN)                                                                \
+    extern "C" __global__ void __launch_bounds__(sgw::NT, 1)                                    \
+        NAME(int M, int N, int K, const float* __restrict__ PA, const float* __restrict__ PB, \
+             int Kp, float* __restrict__ C, i64 ldc, int kt_per_split) {                       \
+        sgw::gemm<X3, BN>(M, N, K, PA, PB, Kp, C, ldc, kt_per_split);                         \
+    }
+
+SGW_ENTRY(sgemm_wg_tf32x3_128x128, true, 128)
+SGW_ENTRY(sgemm_wg_tf32_128x256, false, 256)
+
+#endif
