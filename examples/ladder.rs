@@ -10,10 +10,12 @@
 //! speed-up over naive, fraction of cuBLAS), then the whole suite, and writes one JSON record
 //! per element type, kernel and shape (field `dtype`) and an SVG plot of GFLOP/s against size
 //! (one panel per element type). The f64 ladder times the register-blocked kernels and `auto`;
-//! the naive and tiled f64 kernels are checked by the tests.
+//! the naive and tiled f64 kernels are checked by the tests. The f32 ladder also times `auto`
+//! in 3xTF32 and TF32 and cuBLAS with TF32: JSON records carry `precision` (`fp32`,
+//! `tf32x3`, `tf32`), TF32 records `cublas_tf32_gflops` too.
 
 use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, SampledReference, Timing};
-use gpu_dot::{device_status, DeviceStatus, Dtype, Element, Kernel};
+use gpu_dot::{device_status, DeviceStatus, Dtype, Element, Kernel, Precision};
 
 const SUITE: [(usize, usize, usize); 14] = [
     (256, 256, 256),
@@ -44,7 +46,10 @@ const KERNELS: [Kernel; 6] = [
 #[derive(Clone)]
 struct Record {
     dtype: Dtype,
+    /// The kernel's name, with the precision after it unless FP32 (`auto tf32x3`,
+    /// `cublas tf32`).
     name: String,
+    precision: Precision,
     dims: (usize, usize, usize),
     ms: f64,
     gflops: f64,
@@ -95,6 +100,7 @@ fn measure<A: Element>(
     Record {
         dtype: A::DTYPE,
         name: name.to_string(),
+        precision: Precision::Fp32,
         dims,
         ms: t.median_ms,
         gflops: t.gflops,
@@ -129,7 +135,7 @@ where
         let mut problem =
             DeviceProblem::<A>::new(m, k, n, 1000 + i as u64).expect("device problem");
         let reference = Reference::of(&problem);
-        if let Some(r) = problem.measure_cublas(&reference, (m, k, n)) {
+        if let Some(r) = problem.measure_cublas(&reference, (m, k, n), false) {
             records.push(r);
         }
         for &kernel in kernels {
@@ -142,6 +148,26 @@ where
                 &mut |p, reps| p.time(kernel, 1, reps).expect("kernel timing"),
             );
             records.push(r);
+        }
+        if A::DTYPE == Dtype::F32 {
+            // The tensor-core precisions under `auto`, and cuBLAS with TF32.
+            for precision in [Precision::Tf32x3, Precision::Tf32] {
+                problem.set_precision(precision);
+                let mut r = measure(
+                    &mut problem,
+                    &reference,
+                    &format!("auto {precision}"),
+                    (m, k, n),
+                    &mut |p| p.run(Kernel::Auto).expect("kernel runs"),
+                    &mut |p, reps| p.time(Kernel::Auto, 1, reps).expect("kernel timing"),
+                );
+                r.precision = precision;
+                records.push(r);
+            }
+            problem.set_precision(Precision::Fp32);
+            if let Some(r) = problem.measure_cublas(&reference, (m, k, n), true) {
+                records.push(r);
+            }
         }
         for r in records.iter().filter(|r| r.dims == (m, k, n)) {
             println!(
@@ -159,10 +185,12 @@ where
 
 /// cuBLAS in the same run, when built with the feature.
 trait Cublas<A: Element> {
+    /// cuBLAS's record, in FP32 or (`tf32`, f32 only) with TF32.
     fn measure_cublas(
         &mut self,
         reference: &Reference,
         dims: (usize, usize, usize),
+        tf32: bool,
     ) -> Option<Record>;
 }
 
@@ -174,8 +202,9 @@ where
         &mut self,
         reference: &Reference,
         dims: (usize, usize, usize),
+        tf32: bool,
     ) -> Option<Record> {
-        self.cublas_record(reference, dims)
+        self.cublas_record(reference, dims, tf32)
     }
 }
 
@@ -184,6 +213,7 @@ trait MaybeCublas<A: Element> {
         &mut self,
         reference: &Reference,
         dims: (usize, usize, usize),
+        tf32: bool,
     ) -> Option<Record>;
 }
 
@@ -196,21 +226,33 @@ where
         &mut self,
         reference: &Reference,
         dims: (usize, usize, usize),
+        tf32: bool,
     ) -> Option<Record> {
-        Some(measure(
+        self.set_cublas_tf32(tf32);
+        let mut r = measure(
             self,
             reference,
-            "cublas",
+            if tf32 { "cublas tf32" } else { "cublas" },
             dims,
             &mut |p| p.run_cublas().expect("cuBLAS runs"),
             &mut |p, reps| p.time_cublas(1, reps).expect("cuBLAS timing"),
-        ))
+        );
+        self.set_cublas_tf32(false);
+        if tf32 {
+            r.precision = Precision::Tf32;
+        }
+        Some(r)
     }
 }
 
 #[cfg(not(feature = "cublas"))]
 impl<A: Element> MaybeCublas<A> for DeviceProblem<A> {
-    fn cublas_record(&mut self, _: &Reference, _: (usize, usize, usize)) -> Option<Record> {
+    fn cublas_record(
+        &mut self,
+        _: &Reference,
+        _: (usize, usize, usize),
+        _: bool,
+    ) -> Option<Record> {
         None
     }
 }
@@ -275,6 +317,63 @@ fn report(dtype: Dtype, kernels: &[Kernel], suite: &[(usize, usize, usize)], rec
             (log_sum / counted as f64).exp()
         );
     }
+    if dtype == Dtype::F32 {
+        precision_report(suite, &find);
+    }
+}
+
+/// A record by name and shape.
+type Find<'f, 'r> = dyn Fn(&str, (usize, usize, usize)) -> Option<&'r Record> + 'f;
+
+/// The f32 precisions under `auto` against cuBLAS FP32 (3xTF32) and cuBLAS TF32 (TF32).
+fn precision_report(suite: &[(usize, usize, usize)], find: &Find<'_, '_>) {
+    println!("\n| m×k×n | fp32 | tf32x3 | tf32 | cuBLAS FP32 | cuBLAS TF32 | tf32x3 / cuBLAS FP32 | tf32 / cuBLAS TF32 | rel err fp32 / tf32x3 / tf32 / cuBLAS FP32 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut logs = [(0.0, 0usize); 2];
+    for &dims in suite {
+        let (m, k, n) = dims;
+        let get = |name| find(name, dims);
+        let (Some(fp32), Some(x3), Some(tf32)) =
+            (get("auto"), get("auto tf32x3"), get("auto tf32"))
+        else {
+            continue;
+        };
+        let (c, ct) = (get("cublas"), get("cublas tf32"));
+        let gf = |r: Option<&Record>| r.map_or("–".into(), |r| format!("{:.0}", r.gflops));
+        let mut ratio = |r: &Record, c: Option<&Record>, i: usize| match c {
+            Some(c) => {
+                let q = r.gflops / c.gflops;
+                logs[i].0 += q.ln();
+                logs[i].1 += 1;
+                format!("{q:.2}×")
+            }
+            None => "–".into(),
+        };
+        let (q3, q1) = (ratio(x3, c, 0), ratio(tf32, ct, 1));
+        println!(
+            "| {m}×{k}×{n} | {:.0} | {:.0} | {:.0} | {} | {} | {q3} | {q1} | {:.1e} / {:.1e} / {:.1e} / {} |",
+            fp32.gflops,
+            x3.gflops,
+            tf32.gflops,
+            gf(c),
+            gf(ct),
+            fp32.rel_err,
+            x3.rel_err,
+            tf32.rel_err,
+            c.map_or("–".into(), |c| format!("{:.1e}", c.rel_err)),
+        );
+    }
+    for ((sum, count), what) in logs
+        .iter()
+        .zip(["tf32x3 / cuBLAS FP32", "tf32 / cuBLAS TF32"])
+    {
+        if *count > 0 {
+            println!(
+                "geometric mean of {what} over {count} shapes: {:.3}×",
+                (sum / *count as f64).exp()
+            );
+        }
+    }
 }
 
 fn main() {
@@ -329,19 +428,20 @@ fn main() {
 
     let date = civil_date();
     if let Some(path) = json_path {
-        let cublas = |r: &Record| {
+        let reference = |r: &Record, name: &str| {
             records
                 .iter()
-                .find(|c| c.dtype == r.dtype && c.name == "cublas" && c.dims == r.dims)
+                .find(|c| c.dtype == r.dtype && c.name == name && c.dims == r.dims)
         };
         let json: Vec<_> = records
             .iter()
-            .filter(|r| r.name != "cublas")
+            .filter(|r| !r.name.starts_with("cublas"))
             .map(|r| {
-                let c = cublas(r);
-                serde_json::json!({
+                let c = reference(r, "cublas");
+                let mut record = serde_json::json!({
                     "dtype": r.dtype.name(),
-                    "kernel": r.name,
+                    "kernel": r.name.split(' ').next(),
+                    "precision": r.precision.name(),
                     "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
                     "ms": r.ms,
                     "gflops": r.gflops,
@@ -349,7 +449,14 @@ fn main() {
                     "ratio_to_cublas": c.map(|c| r.gflops / c.gflops),
                     "rel_err": r.rel_err,
                     "cublas_rel_err": c.map(|c| c.rel_err),
-                })
+                });
+                if r.precision == Precision::Tf32 {
+                    let t = reference(r, "cublas tf32");
+                    record["cublas_tf32_gflops"] = serde_json::json!(t.map(|t| t.gflops));
+                    record["ratio_to_cublas_tf32"] =
+                        serde_json::json!(t.map(|t| r.gflops / t.gflops));
+                }
+                record
             })
             .collect();
         let doc = serde_json::json!({ "device": info.name, "date": date, "records": json });
@@ -362,7 +469,8 @@ fn main() {
     }
 }
 
-/// GFLOP/s against size for the square shapes, one line per kernel and cuBLAS.
+/// GFLOP/s against size for the square shapes (log scales), one line per kernel and cuBLAS,
+/// the f32 tensor-core precisions and cuBLAS with TF32 among them.
 fn plot(
     path: &str,
     records: &[Record],
@@ -403,13 +511,17 @@ where
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((200f64..10000f64).log_scale(), 0f64..max)?;
+        .build_cartesian_2d((200f64..10000f64).log_scale(), (10f64..max).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("m = k = n")
         .y_desc("GFLOP/s")
         .draw()?;
-    let names: Vec<&str> = KERNELS.iter().map(|k| k.name()).chain(["cublas"]).collect();
+    let names: Vec<&str> = KERNELS
+        .iter()
+        .map(|k| k.name())
+        .chain(["cublas", "auto tf32x3", "auto tf32", "cublas tf32"])
+        .collect();
     for (i, name) in names.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = squares

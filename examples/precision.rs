@@ -3,19 +3,31 @@
 //! SGEMM in FP32 (`CUBLAS_PEDANTIC_MATH`) and with TF32 (`CUBLAS_TF32_TENSOR_OP_MATH`), all in
 //! one run; each with its relative error against an f64 reference of sampled rows.
 //!
-//!     cargo run --release --features cublas --example precision -- [--quick] [--json PATH]
+//! Then the accuracy study: the error against an f64 reference (every element) of FP32,
+//! 3xTF32, TF32 and cuBLAS FP32 over three kinds of input: uniform in [-1, 1), entries whose
+//! magnitudes span 2^±20, and heavy cancellation (the second half of each dot product
+//! nearly undoes the first), at several shapes; written into the JSON (`accuracy`) and, with
+//! `--plot`, as an SVG.
+//!
+//!     cargo run --release --features cublas --example precision -- [--quick] [--json PATH] \
+//!         [--plot PATH.svg]
 
-use gpu_dot::profile::{DeviceProblem, SampledReference};
+use gpu_dot::profile::{
+    random_matrix, reference_f64, relative_error_to, DeviceProblem, SampledReference,
+};
 use gpu_dot::{Device, Kernel, Precision};
+use ndarray::{s, Array2};
 use serde_json::json;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let json_path = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1).cloned());
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let (json_path, plot_path) = (value("--json"), value("--plot"));
     if Device::count() == 0 {
         eprintln!(
             "the precision figures need a CUDA GPU: {}",
@@ -91,9 +103,173 @@ fn main() {
             }));
         }
     }
+    let accuracy = accuracy_study(quick);
+    if let Some(path) = plot_path {
+        plot(&path, &accuracy).expect("writing the plot");
+        println!("wrote {path}");
+    }
     if let Some(path) = json_path {
-        let doc = json!({ "device": Device::new(0).status().to_string(), "records": records });
+        let doc = json!({
+            "device": Device::new(0).status().to_string(),
+            "records": records,
+            "accuracy": accuracy.iter().map(|c| json!({
+                "inputs": c.inputs,
+                "m": c.dims.0, "k": c.dims.1, "n": c.dims.2,
+                "rel_err": {
+                    "fp32": c.errors[0], "tf32x3": c.errors[1], "tf32": c.errors[2],
+                    "cublas_fp32": c.errors[3],
+                },
+            })).collect::<Vec<_>>(),
+        });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON")).expect("writing");
         println!("wrote {path}");
     }
+}
+
+/// One case of the accuracy study: relative errors of FP32, 3xTF32, TF32 and cuBLAS FP32.
+struct Case {
+    inputs: &'static str,
+    dims: (usize, usize, usize),
+    errors: [f64; 4],
+}
+
+/// Operands of one kind of input for an `m × k × n` product.
+fn operands(
+    inputs: &str,
+    (m, k, n): (usize, usize, usize),
+    seed: u64,
+) -> (Array2<f32>, Array2<f32>) {
+    let (a, b) = (random_matrix(m, k, seed), random_matrix(k, n, seed ^ 0xB));
+    match inputs {
+        // Magnitudes 2^e, e uniform in [-20, 20], times a uniform [-1, 1) value.
+        "wide 2^±20" => {
+            let e = |x: Array2<f32>, s| {
+                let exps = random_matrix(x.nrows(), x.ncols(), s);
+                x * exps.mapv(|u| 2f32.powi(((u + 1.0) * 20.5).floor() as i32 - 20))
+            };
+            (e(a, seed ^ 0xE1), e(b, seed ^ 0xE2))
+        }
+        // A's two halves equal; B's second half is minus its first plus 1e-3 of noise, so
+        // each dot product is about 1e-3 of its terms' size.
+        "cancellation" => {
+            let h = k / 2;
+            let mut a2 = a.clone();
+            let left = a.slice(s![.., ..h]).to_owned();
+            a2.slice_mut(s![.., h..2 * h]).assign(&left);
+            let mut b2 = b.clone();
+            let top = b.slice(s![..h, ..]).to_owned();
+            let noise = random_matrix(h, n, seed ^ 0xC) * 1e-3;
+            b2.slice_mut(s![h..2 * h, ..]).assign(&(noise - &top));
+            (a2, b2)
+        }
+        _ => (a, b),
+    }
+}
+
+fn accuracy_study(quick: bool) -> Vec<Case> {
+    let shapes: &[(usize, usize, usize)] = if quick {
+        &[(512, 512, 512), (1024, 4096, 1024)]
+    } else {
+        &[
+            (256, 256, 256),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (1024, 4096, 1024),
+            (512, 16384, 512),
+            (1000, 3000, 700),
+        ]
+    };
+    println!("\n| inputs | m×k×n | fp32 | tf32x3 | tf32 | cuBLAS FP32 | tf32x3 / cuBLAS FP32 |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut cases = Vec::new();
+    for inputs in ["uniform", "wide 2^±20", "cancellation"] {
+        for (i, &dims) in shapes.iter().enumerate() {
+            let (a, b) = operands(inputs, dims, 91 + i as u64);
+            let reference = reference_f64(a.view(), b.view());
+            let mut p = DeviceProblem::from_arrays(a, b).expect("a device problem");
+            let mut errors = [f64::NAN; 4];
+            for (e, precision) in errors.iter_mut().zip(Precision::ALL) {
+                p.set_precision(precision);
+                let c = p.run(Kernel::Auto).expect("a product");
+                *e = relative_error_to(c.view(), &reference);
+            }
+            #[cfg(feature = "cublas")]
+            {
+                p.set_cublas_tf32(false);
+                let c = p.run_cublas().expect("cuBLAS runs");
+                errors[3] = relative_error_to(c.view(), &reference);
+            }
+            let (m, k, n) = dims;
+            println!(
+                "| {inputs} | {m}×{k}×{n} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2} |",
+                errors[0],
+                errors[1],
+                errors[2],
+                errors[3],
+                errors[1] / errors[3]
+            );
+            cases.push(Case {
+                inputs,
+                dims,
+                errors,
+            });
+        }
+    }
+    cases
+}
+
+/// The study as a chart: relative error (log scale) of each case, one series per precision.
+fn plot(path: &str, cases: &[Case]) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (lo, hi) = cases
+        .iter()
+        .flat_map(|c| c.errors)
+        .filter(|e| e.is_finite() && *e > 0.0)
+        .fold((f64::INFINITY, 0f64), |(lo, hi), e| (lo.min(e), hi.max(e)));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "f32 products: relative error against f64 (uniform | 2^±20 | cancellation)",
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            -0.5f64..cases.len() as f64 - 0.5,
+            (lo / 2.0..hi * 2.0).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("case (input kind, then shape)")
+        .y_desc("‖C − ref‖ / ‖ref‖")
+        .x_label_formatter(&|x| {
+            cases.get(x.round() as usize).map_or(String::new(), |c| {
+                format!("{}×{}×{}", c.dims.0, c.dims.1, c.dims.2)
+            })
+        })
+        .draw()?;
+    let names = ["fp32", "tf32x3", "tf32", "cuBLAS FP32"];
+    for (s, name) in names.iter().enumerate() {
+        let color = Palette99::pick(s).to_rgba();
+        let pts: Vec<(f64, f64)> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i as f64, c.errors[s]))
+            .filter(|p| p.1.is_finite() && p.1 > 0.0)
+            .collect();
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?
+            .label(*name)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
+    Ok(())
 }

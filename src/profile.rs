@@ -181,17 +181,32 @@ pub struct DeviceProblem<A: Element = f32> {
 impl<A: Element> DeviceProblem<A> {
     /// Uploads random `m × k` and `k × n` operands (drawn from `seed`) and allocates `C`.
     pub fn new(m: usize, k: usize, n: usize, seed: u64) -> Result<Self, GpuDotError> {
+        Self::from_arrays(
+            random_matrix_of::<A>(m, k, seed),
+            random_matrix_of::<A>(k, n, seed ^ 0x5EED),
+        )
+    }
+
+    /// Uploads the given operands (standard layout after a copy if needed) and allocates `C`.
+    ///
+    /// # Panics
+    /// If a dimension is zero or the inner dimensions differ.
+    pub fn from_arrays(host_a: Array2<A>, host_b: Array2<A>) -> Result<Self, GpuDotError> {
+        let ((m, k), (k2, n)) = (host_a.dim(), host_b.dim());
+        assert_eq!(k, k2, "inner dimensions differ");
         assert!(
             m > 0 && k > 0 && n > 0,
             "a device problem needs non-zero dimensions"
+        );
+        let (host_a, host_b) = (
+            host_a.as_standard_layout().into_owned(),
+            host_b.as_standard_layout().into_owned(),
         );
         let gpu = context::gpu()?;
         let stream = gpu
             .ctx
             .new_stream()
             .map_err(GpuDotError::at("creating a stream"))?;
-        let host_a = random_matrix_of::<A>(m, k, seed);
-        let host_b = random_matrix_of::<A>(k, n, seed ^ 0x5EED);
         let a = launch::upload(&stream, host_a.as_slice().expect("fresh array"))?;
         let b = launch::upload(&stream, host_b.as_slice().expect("fresh array"))?;
         let c = launch::alloc::<A>(&stream, m * n)?;
