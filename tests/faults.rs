@@ -716,3 +716,66 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
         .unwrap_or(0);
     assert_eq!(entries, 2, "cache entries in {}", dir.display());
 }
+
+/// NVRTC rejecting the warpgroup family (kernels/sgemm_wg.cu, through the test-only source
+/// override): 3xTF32 and TF32 products that would run on it fall back to the mma.sync
+/// tensor-core kernels, in the precision asked for and within its bound, instead of failing.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels() {
+    let name = "a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels";
+    if !is_child(name) {
+        let _device = device_lock();
+        expect_device();
+        let dir = std::env::temp_dir().join(format!("gpu-dot-nvrtc-wg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run_child(name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    use gpu_dot::__testing::override_kernel_source;
+    use gpu_dot::Precision;
+    let broken = r#"extern "C" __global__ void sgemm_wg_pack(float* x) { x[0] = not_declared; }"#;
+    assert!(override_kernel_source("sgemm_wg", Some(broken.into())));
+    let (a, b) = (random::<f32>(300, 700), random::<f32>(700, 260));
+    for precision in [Precision::Tf32x3, Precision::Tf32] {
+        for kernel in [Kernel::Reg128, Kernel::Auto] {
+            let opts = DotOptions::builtin()
+                .backend(Backend::Gpu)
+                .kernel(kernel)
+                .precision(precision)
+                .poison_output(true);
+            let p = a.gpu_dot_with(&b, &opts).unwrap();
+            match &p.route {
+                Route::Gpu { precision: ran, .. } => assert_eq!(*ran, precision, "{}", p.route),
+                other => panic!("expected a GPU route, got {other}"),
+            }
+            let r = reference(&a, &b);
+            let e = gpu_dot::profile::relative_error_to(p.c.view(), &r);
+            let bound = if precision == Precision::Tf32 {
+                1e-3
+            } else {
+                1e-5
+            };
+            assert!(e < bound, "{precision} {kernel}: relative error {e:.2e}");
+        }
+    }
+    // The mma.sync families ran (on an sm_90 device only the fallback asks for their big
+    // tile) and were cached; the rejected family left nothing.
+    let dir = gpu_dot::kernel_cache_dir().expect("the cache is on");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the cache folder")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for family in ["sgemm_tf32x3-", "sgemm_tf32-"] {
+        assert!(
+            names.iter().any(|n| n.starts_with(family)),
+            "{family} in {names:?}"
+        );
+    }
+    assert!(
+        !names.iter().any(|n| n.starts_with("sgemm_wg")),
+        "{names:?}"
+    );
+}

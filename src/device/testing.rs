@@ -83,7 +83,8 @@ static OVERRIDES: Lazy<Mutex<HashMap<&'static str, String>>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// Makes the crate compile `source` instead of the kernel family named `family` ("naive",
-/// "tiled", "sgemm_fast" or "dgemm") from the next time it compiles that family in this process;
+/// "tiled", "sgemm_fast", "dgemm", "sgemm_tf32x3", "sgemm_tf32" or "sgemm_wg") from the next
+/// time it compiles that family in this process;
 /// `None` restores the family's own source. Returns false for an unknown family.
 pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
     let Some(f) = Family::ALL.iter().find(|f| f.name() == family) else {

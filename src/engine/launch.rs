@@ -381,8 +381,9 @@ pub(crate) fn launch_plan<T: Element>(
             let precision = args.precision.for_dtype(dtype);
             if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
                 match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
-                    // Without room for the panels, the mma.sync kernels below need none.
-                    Err(WgError::NoWorkspace) => {}
+                    // Without room for the panels (the mma.sync kernels below need none) or
+                    // where NVRTC cannot build sm_90a code, the mma.sync kernels run.
+                    Err(WgError::Unavailable) => {}
                     Err(WgError::Gpu(e)) => return Err(e),
                     Ok(()) => return Ok(wg.precision),
                 }
@@ -472,8 +473,9 @@ pub(crate) fn launch_plan<T: Element>(
 
 /// Why [`launch_wg`] launched nothing.
 enum WgError {
-    /// The panels' workspace could not be allocated (nothing was enqueued).
-    NoWorkspace,
+    /// The panels' workspace could not be allocated, or the family could not be compiled
+    /// (nothing was enqueued).
+    Unavailable,
     Gpu(GpuDotError),
 }
 
@@ -499,6 +501,14 @@ fn launch_wg<T: Element>(
     assert!(parts <= MAX_SPLITS, "split count within bounds");
     let partials = if parts > 1 { parts * m * n } else { 0 };
     check_dims(mp, kp, np).map_err(WgError::Gpu)?;
+    let function = |entry: &str| {
+        gpu.function(Family::SgemmWg, entry).map_err(|e| match e {
+            GpuDotError::Compile { .. } => WgError::Unavailable,
+            e => WgError::Gpu(e),
+        })
+    };
+    // Both entries first, so that a family NVRTC cannot build falls back before any launch.
+    let (pack, func) = (function(WgRow::PACK)?, function(wg.stem)?);
     let len = panels + partials;
     let work = scratch(
         stream,
@@ -506,16 +516,13 @@ fn launch_wg<T: Element>(
         len * std::mem::size_of::<T>(),
         &gpu.high_water.device,
     )
-    .map_err(|_| WgError::NoWorkspace)?;
+    .map_err(|_| WgError::Unavailable)?;
     let fail = |what: &'static str| move |e| WgError::Gpu(GpuDotError::at(what)(e));
     let mut work = work.view_mut::<T>(len);
     let (mut pa, mut rest) = work.split_at_mut(panels / (mp + np) * mp);
     let (mut pb, mut part) = rest.split_at_mut(panels / (mp + np) * np);
 
     // Panels: op(A) (m × k) and op(B)ᵀ (n × k); element (r, k) at X[r·sr + k·sk].
-    let pack = gpu
-        .function(Family::SgemmWg, WgRow::PACK)
-        .map_err(WgError::Gpu)?;
     let x3 = (wg.precision == Precision::Tf32x3) as i32;
     let (a_strides, b_strides) = (
         if args.a.trans {
@@ -560,9 +567,6 @@ fn launch_wg<T: Element>(
         unsafe { builder.launch(cfg) }.map_err(fail("launching the panel pack"))?;
     }
 
-    let func = gpu
-        .function(Family::SgemmWg, wg.stem)
-        .map_err(WgError::Gpu)?;
     let tiles = grid_x(wg.tiles(m, n)).map_err(WgError::Gpu)?;
     let cfg = LaunchConfig {
         grid_dim: (tiles, 1, parts as u32),
