@@ -97,6 +97,7 @@ fn tensor_core_products_match_the_reference_over_shapes_and_layouts() {
         (129, 257, 63),
         (300, 1000, 200),
         (128, 4096, 96),
+        (40, 1000, 700),
         (1000, 300, 700),
         (513, 2049, 1025),
     ];
@@ -260,7 +261,7 @@ fn wide_ranges_and_cancellation_stay_within_the_fp32_bound() {
 }
 
 /// On a device that pretends to be an sm_80 (no warpgroup instructions), the mma.sync
-/// tensor-core kernels serve the big tiles and the autotuned plans: every layout and a
+/// tensor-core kernels serve both tile configurations and the autotuned plans: every layout and a
 /// split-K shape within the precision's bound, in the precision asked for. (Other tests of
 /// this binary that run meanwhile only change kernels, never answers.)
 #[test]
@@ -274,7 +275,7 @@ fn the_mma_sync_kernels_serve_devices_before_hopper() {
             let a_f = a.t().as_standard_layout().reversed_axes().to_owned();
             let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
             for precision in [Precision::Tf32x3, Precision::Tf32] {
-                for kernel in [Kernel::Reg128, Kernel::Auto] {
+                for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
                     let opts = options(precision, kernel);
                     let what = format!("sm_80: {m}×{k}×{n} {kernel}");
                     let p = a.gpu_dot_with(&b, &opts).expect(&what);

@@ -6,8 +6,9 @@
 //     ./sgemm_wg_bench M K N [ll [splits [reps]]]     (ll: nn, nt, tn, tt; e.g. 4096 4096 4096 nn)
 //
 // Prints, for 3xTF32 and TF32, the relative error against an f64 reference (products up to
-// 4096^3) and the median time of the kernel alone and with the two pack launches, then cuBLAS
-// SGEMM in FP32 and with TF32 on the same operands.
+// 4096^3) and the median time of the kernel alone and with the two pack launches, then of the
+// direct kernels in both orientations (split partials summed on the host, the time without
+// the reduction), then cuBLAS SGEMM in FP32 and with TF32 on the same operands.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -141,6 +142,54 @@ int main(int argc, char** argv) {
         printf("%s %dx%dx%d %c%c splits %d: err %.3e  kernel %.3f ms %.1f TF  with pack %.3f ms %.1f TF\n",
                variant == 0 ? "tf32x3" : "tf32  ", M, K, N, ta ? 't' : 'n', tb ? 't' : 'n', splits, err,
                tk[reps / 2], flops / tk[reps / 2] / 1e9, tall[reps / 2], flops / tall[reps / 2] / 1e9);
+    }
+    // The direct kernels (no packs), both orientations: X = op(A), Y = op(B)^T, or the
+    // transposed problem X = op(B)^T, Y = op(A) writing C^T.
+    for (int x3 = 1; x3 >= 0; --x3) {
+        auto kern = x3 ? sgemm_wg_tf32x3_128x64 : sgemm_wg_tf32_128x64;
+        const int dsmem = x3 ? sgw::dsmem<true>() : sgw::dsmem<false>();
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem));
+        CK(cudaFuncGetAttributes(&fa, kern));
+        printf("direct %s regs %d local %zu\n", x3 ? "tf32x3" : "tf32", fa.numRegs,
+               fa.localSizeBytes);
+        for (int tr = 0; tr < 2; ++tr) {
+            int Mx = tr ? N : M, Ny = tr ? M : N;
+            const float *X = tr ? dB : dA, *Y = tr ? dA : dB;
+            long long xr = tr ? sbn : sam, xk = tr ? sbk : sak;
+            long long yr = tr ? sam : sbn, yk = tr ? sak : sbk;
+            long long crs = tr ? 1 : N, ccs = tr ? N : 1;
+            int dtiles = (Mx + 127) / 128 * ((Ny + 63) / 64);
+            auto run = [&]() {
+                kern<<<dim3(dtiles, 1, splits), 256, dsmem>>>(Mx, Ny, K, X, xr, xk, Y, yr, yk, dC,
+                                                              crs, ccs, (long long)M * N, ktps);
+            };
+            CK(cudaMemset(dC, 0xFF, (size_t)M * N * 4 * splits));
+            run();
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            std::vector<float> part((size_t)M * N * splits);
+            CK(cudaMemcpy(part.data(), dC, part.size() * 4, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < hC.size(); ++i) {
+                float s = 0;
+                for (int z = 0; z < splits; ++z) s += part[z * hC.size() + i];
+                hC[i] = s;
+            }
+            double err = do_ref ? rel_err(hC, ref) : -1;
+            std::vector<float> t;
+            for (int r = 0; r < reps; ++r) {
+                cudaEventRecord(e0);
+                run();
+                cudaEventRecord(e2);
+                cudaEventSynchronize(e2);
+                float a;
+                cudaEventElapsedTime(&a, e0, e2);
+                t.push_back(a);
+            }
+            std::sort(t.begin(), t.end());
+            printf("direct %s %s %dx%dx%d %c%c splits %d: err %.3e  %.3f ms %.1f TF\n",
+                   x3 ? "tf32x3" : "tf32  ", tr ? "C^T" : "C  ", M, K, N, ta ? 't' : 'n',
+                   tb ? 't' : 'n', splits, err, t[reps / 2], flops / t[reps / 2] / 1e9);
+        }
     }
     // cuBLAS: row-major C = A B  <=>  col-major C^T = B^T A^T.
     cublasHandle_t h;

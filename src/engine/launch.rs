@@ -203,6 +203,23 @@ pub(crate) struct GemmArgs<'v, 'a, T> {
 }
 
 impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
+    /// Element strides `(sr, sk)` of op(A) (`m × k`) and of op(B)ᵀ (`n × k`): element (r, k)
+    /// at `r·sr + k·sk`.
+    pub(crate) fn row_strides(&self) -> ((i64, i64), (i64, i64)) {
+        (
+            if self.a.trans {
+                (1, self.lda)
+            } else {
+                (self.lda, 1)
+            },
+            if self.b.trans {
+                (self.ldb, 1)
+            } else {
+                (1, self.ldb)
+            },
+        )
+    }
+
     pub(crate) fn new(
         (m, k, n): (usize, usize, usize),
         a: &'v DeviceOperand<'a, T>,
@@ -493,6 +510,9 @@ fn launch_wg<T: Element>(
     ws: &mut Option<DevBuf>,
 ) -> Result<(), WgError> {
     assert_eq!(T::DTYPE, Dtype::F32, "the warpgroup kernels multiply f32");
+    if wg.direct {
+        return launch_direct(gpu, stream, wg, splits, args, c, ws);
+    }
     let (m, k, n) = args.dims();
     let (panels, (mp, np, kp)) = wg.panels(m, k, n);
     let k_tiles = kp / wg.bk;
@@ -501,12 +521,7 @@ fn launch_wg<T: Element>(
     assert!(parts <= MAX_SPLITS, "split count within bounds");
     let partials = if parts > 1 { parts * m * n } else { 0 };
     check_dims(mp, kp, np).map_err(WgError::Gpu)?;
-    let function = |entry: &str| {
-        gpu.function(Family::SgemmWg, entry).map_err(|e| match e {
-            GpuDotError::Compile { .. } => WgError::Unavailable,
-            e => WgError::Gpu(e),
-        })
-    };
+    let function = |entry: &str| wg_function(gpu, entry);
     // Both entries first, so that a family NVRTC cannot build falls back before any launch.
     let (pack, func) = (function(WgRow::PACK)?, function(wg.stem)?);
     let len = panels + partials;
@@ -524,18 +539,7 @@ fn launch_wg<T: Element>(
 
     // Panels: op(A) (m × k) and op(B)ᵀ (n × k); element (r, k) at X[r·sr + k·sk].
     let x3 = (wg.precision == Precision::Tf32x3) as i32;
-    let (a_strides, b_strides) = (
-        if args.a.trans {
-            (1, args.lda)
-        } else {
-            (args.lda, 1)
-        },
-        if args.b.trans {
-            (args.ldb, 1)
-        } else {
-            (1, args.ldb)
-        },
-    );
+    let (a_strides, b_strides) = args.row_strides();
     for (rows, rows_p, x, (sr, sk), p) in [
         (m, mp, &args.a.buf, a_strides, &mut pa),
         (n, np, &args.b.buf, b_strides, &mut pb),
@@ -605,26 +609,150 @@ fn launch_wg<T: Element>(
     if parts == 1 {
         return Ok(());
     }
+    reduce_wg(gpu, stream, args, parts, &part.as_view(), c)
+}
+
+/// The warpgroup family's entry `entry`; [`WgError::Unavailable`] where NVRTC cannot build
+/// the family.
+fn wg_function(gpu: &Gpu, entry: &str) -> Result<CudaFunction, WgError> {
+    gpu.function(Family::SgemmWg, entry).map_err(|e| match e {
+        GpuDotError::Compile { .. } => WgError::Unavailable,
+        e => WgError::Gpu(e),
+    })
+}
+
+/// Enqueues the sum of `parts` partial products (`parts·m·n` floats in `part`, each `m × n`
+/// with leading dimension n) into C.
+fn reduce_wg<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    args: GemmArgs<'_, '_, T>,
+    parts: usize,
+    part: &CudaView<'_, T>,
+    c: &mut CudaViewMut<'_, T>,
+) -> Result<(), WgError> {
     let reduce = gpu
         .function(Family::Sgemm, Aux::SplitKReduce.entry(Dtype::F32))
         .map_err(WgError::Gpu)?;
+    let (m, _, n) = args.dims();
     let cfg = grid_stride(m * n);
-    let (parts_i, ldc) = (parts as i32, args.ldc);
-    let part = part.as_view();
+    let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
     let mut builder = stream.launch_builder(&reduce);
     builder
         .arg(&mi)
         .arg(&ni)
         .arg(&parts_i)
-        .arg(&part)
+        .arg(part)
         .arg(c)
         .arg(&ldc);
     // SAFETY: arguments match `sgemm_splitk_reduce(int M, int N, int splits, const float* W,
-    // float* C, long long ldc)`; W holds parts·m·n partials written by the launch before it
-    // on the same stream; C covers m × n at ldc; the kernel loops over all m·n outputs.
+    // float* C, long long ldc)` (T is f32: the callers' assertion); W holds parts·m·n partials
+    // written by the launch before it on the same stream; C covers m × n at ldc (checked when
+    // the arguments were made); the kernel loops over all m·n outputs.
     unsafe { builder.launch(cfg) }
         .map(drop)
-        .map_err(fail("launching the split-K reduction"))
+        .map_err(|e| WgError::Gpu(GpuDotError::at("launching the split-K reduction")(e)))
+}
+
+/// Enqueues `C = op(A) · op(B)` (f32) on a direct warpgroup SGEMM in `splits` K ranges: no
+/// panels; the kernel reads the operands as they are, as `C` (X = op(A), Y = op(B)ᵀ) or,
+/// when [`WgRow::transposed`], as `Cᵀ` (X = op(B)ᵀ, Y = op(A)). Split partials live in the
+/// workspace `ws` and are reduced into C.
+fn launch_direct<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    wg: &WgRow,
+    splits: u32,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    ws: &mut Option<DevBuf>,
+) -> Result<(), WgError> {
+    let (m, k, n) = args.dims();
+    let func = wg_function(gpu, wg.stem)?;
+    let k_tiles = k.div_ceil(wg.bk);
+    let per_split = k_tiles.div_ceil(splits.max(1) as usize);
+    let parts = k_tiles.div_ceil(per_split);
+    assert!(parts <= MAX_SPLITS, "split count within bounds");
+    let mut work = None;
+    if parts > 1 {
+        let len = parts * m * n;
+        let buf = scratch(
+            stream,
+            ws,
+            len * std::mem::size_of::<T>(),
+            &gpu.high_water.device,
+        )
+        .map_err(|_| WgError::Unavailable)?;
+        work = Some(buf.view_mut::<T>(len));
+    }
+    let ((a_sr, a_sk), (b_sr, b_sk)) = args.row_strides();
+    let transposed = wg.transposed(m, n);
+    // Output (r, c) of the kernel's product at C[z·layer + r·crs + c·ccs].
+    let (ldo, layer) = match work {
+        Some(_) => (n as i64, (m * n) as i64),
+        None => (args.ldc, 0),
+    };
+    let (rows, cols, x, (xr, xk), y, (yr, yk), (crs, ccs)) = if transposed {
+        (
+            n,
+            m,
+            &args.b.buf,
+            (b_sr, b_sk),
+            &args.a.buf,
+            (a_sr, a_sk),
+            (1, ldo),
+        )
+    } else {
+        (
+            m,
+            n,
+            &args.a.buf,
+            (a_sr, a_sk),
+            &args.b.buf,
+            (b_sr, b_sk),
+            (ldo, 1),
+        )
+    };
+    let tiles = grid_x(wg.tiles(m, n)).map_err(WgError::Gpu)?;
+    let cfg = LaunchConfig {
+        grid_dim: (tiles, 1, parts as u32),
+        block_dim: (wg.threads, 1, 1),
+        shared_mem_bytes: wg.smem,
+    };
+    let (ri, ci, ki, kps) = (rows as i32, cols as i32, k as i32, per_split as i32);
+    let mut builder = stream.launch_builder(&func);
+    builder
+        .arg(&ri)
+        .arg(&ci)
+        .arg(&ki)
+        .arg(x)
+        .arg(&xr)
+        .arg(&xk)
+        .arg(y)
+        .arg(&yr)
+        .arg(&yk);
+    match work.as_mut() {
+        Some(w) => builder.arg(w),
+        None => builder.arg(&mut *c),
+    };
+    builder.arg(&crs).arg(&ccs).arg(&layer).arg(&kps);
+    // SAFETY: arguments match `sgemm_wg_*_128x64(int M, int N, int K, const float* X, i64 xr,
+    // i64 xk, const float* Y, i64 yr, i64 yk, float* C, i64 crs, i64 ccs, i64 layer, int
+    // kt_per_split)` in order and type (T is f32, asserted by the caller); X and Y are op(A)
+    // and op(B)ᵀ (or the reverse for Cᵀ) with element (r, k) at [r·sr + k·sk], inside their
+    // buffers (checked when the arguments were made) for r < rows and k < K, the only
+    // elements the kernel reads; output (r, c) for r < rows, c < cols lands in C (m × n at
+    // ldc, unsplit) or in the workspace's parts·m·n partials (layer m·n, leading dimension n);
+    // gridDim.z = ceil(ceil(K/32) / kt_per_split) layers, each writing its whole product;
+    // one block per tile of the row's way round (the kernel maps blockIdx.x to a tile); 256
+    // threads and the table's dynamic shared memory, to which the function's limit was raised
+    // when the module was loaded; the row serves only sm_90 devices, where its code runs.
+    unsafe { builder.launch(cfg) }
+        .map_err(|e| WgError::Gpu(GpuDotError::at("launching a warpgroup GEMM kernel")(e)))?;
+    match work {
+        Some(w) => reduce_wg(gpu, stream, args, parts, &w.as_view(), c),
+        None => Ok(()),
+    }
 }
 
 /// Largest grid extent along z: batches with more items launch in chunks of it.

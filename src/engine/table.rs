@@ -384,10 +384,11 @@ impl TileRow {
     }
 }
 
-/// A warpgroup SGEMM of kernels/sgemm_wg.cu: `C = PA · PBᵀ` from K-major panels of op(A)
-/// and op(B)ᵀ that [`WgRow::PACK`] makes first (any layout and alignment on input), with
-/// split-K (`kt_per_split` K tiles a layer) in the one entry. It serves the big configuration
-/// of its precision on the one architecture it is compiled for.
+/// A warpgroup SGEMM of kernels/sgemm_wg.cu, with split-K (`kt_per_split` K tiles a layer)
+/// in the one entry, on the one architecture it is compiled for. The big configuration of its
+/// precision: `C = PA · PBᵀ` from K-major panels of op(A) and op(B)ᵀ that [`WgRow::PACK`]
+/// makes first (any layout and alignment on input). The small one (`direct`): the product
+/// straight from the operands, either way round (`C` or `Cᵀ = op(B)ᵀ op(A)ᵀ`), no panels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WgRow {
     pub(crate) precision: Precision,
@@ -400,10 +401,12 @@ pub(crate) struct WgRow {
     pub(crate) bk: usize,
     /// The one compute capability it runs on (`sm_90a` code runs on 9.0 only).
     pub(crate) sm: u32,
+    /// Reads the operands as they are (no panels).
+    pub(crate) direct: bool,
 }
 
 /// The warpgroup SGEMMs. Checked against the `// @launch` lines of kernels/sgemm_wg.cu.
-pub(crate) const WG: [WgRow; 2] = [
+pub(crate) const WG: [WgRow; 4] = [
     WgRow {
         precision: Precision::Tf32x3,
         stem: "sgemm_wg_tf32x3_128x128",
@@ -412,6 +415,7 @@ pub(crate) const WG: [WgRow; 2] = [
         smem: 197_632,
         bk: 32,
         sm: 90,
+        direct: false,
     },
     WgRow {
         precision: Precision::Tf32,
@@ -421,6 +425,27 @@ pub(crate) const WG: [WgRow; 2] = [
         smem: 197_632,
         bk: 32,
         sm: 90,
+        direct: false,
+    },
+    WgRow {
+        precision: Precision::Tf32x3,
+        stem: "sgemm_wg_tf32x3_128x64",
+        tile: (128, 64),
+        threads: 256,
+        smem: 230_400,
+        bk: 32,
+        sm: 90,
+        direct: true,
+    },
+    WgRow {
+        precision: Precision::Tf32,
+        stem: "sgemm_wg_tf32_128x64",
+        tile: (128, 64),
+        threads: 256,
+        smem: 214_016,
+        bk: 32,
+        sm: 90,
+        direct: true,
     },
 ];
 
@@ -429,23 +454,37 @@ impl WgRow {
     pub(crate) const PACK: &'static str = "sgemm_wg_pack";
 
     /// The row that runs `config` for `dtype` in `precision` on a device of compute
-    /// capability `sm`, if any: the big configuration of f32 products in 3xTF32 or TF32 on
-    /// its architecture.
+    /// capability `sm`, if any: f32 products in 3xTF32 or TF32 on its architecture, the big
+    /// configuration from panels, the small one direct.
     pub(crate) fn of(
         dtype: Dtype,
         precision: Precision,
         config: TileConfig,
         sm: u32,
     ) -> Option<&'static WgRow> {
-        if dtype != Dtype::F32 || config != TileConfig::Big {
+        if dtype != Dtype::F32 {
             return None;
         }
-        WG.iter().find(|r| r.precision == precision && r.sm == sm)
+        let direct = config == TileConfig::Small;
+        WG.iter()
+            .find(|r| r.precision == precision && r.sm == sm && r.direct == direct)
     }
 
-    /// Output tiles of an `m × n` product.
+    /// Output tiles of an `m × n` product (a direct row: the fewer of its two ways round).
     pub(crate) fn tiles(&self, m: usize, n: usize) -> usize {
-        m.div_ceil(self.tile.0) * n.div_ceil(self.tile.1)
+        let tiles = |m: usize, n: usize| m.div_ceil(self.tile.0) * n.div_ceil(self.tile.1);
+        if self.direct {
+            tiles(m, n).min(tiles(n, m))
+        } else {
+            tiles(m, n)
+        }
+    }
+
+    /// Whether a direct row computes an `m × n` product as `Cᵀ` (`n × m`, from op(B)ᵀ and
+    /// op(A)ᵀ): when that makes fewer tiles, as for few rows and many columns.
+    pub(crate) fn transposed(&self, m: usize, n: usize) -> bool {
+        let tiles = |m: usize, n: usize| m.div_ceil(self.tile.0) * n.div_ceil(self.tile.1);
+        self.direct && tiles(n, m) < tiles(m, n)
     }
 
     /// Floats of the panels of an `m × k × n` product: op(A) as `Mp × Kp`, op(B)ᵀ as
@@ -757,7 +796,7 @@ mod tests {
     }
 
     #[test]
-    fn the_warpgroup_family_is_compiled_for_sm_90a_and_serves_big_tf32_tiles_there() {
+    fn the_warpgroup_family_is_compiled_for_sm_90a_and_serves_tf32_tiles_there() {
         assert_eq!(Family::SgemmWg.arch("sm_90"), "sm_90a");
         assert_eq!(Family::SgemmWg.arch("sm_100"), "sm_100");
         assert_eq!(Family::Sgemm.arch("sm_90"), "sm_90");
@@ -772,9 +811,14 @@ mod tests {
             assert_eq!(row.precision, precision);
             assert_eq!(Family::shared_bytes(row.stem), Some(row.smem));
             assert_eq!(row.tile.0, 128, "the panels of A are padded to 128 rows");
-            assert!(WgRow::of(Dtype::F32, precision, TileConfig::Small, 90).is_none());
-            assert!(WgRow::of(Dtype::F64, precision, TileConfig::Big, 90).is_none());
-            assert!(WgRow::of(Dtype::F32, precision, TileConfig::Big, 80).is_none());
+            assert!(!row.direct);
+            let small = WgRow::of(Dtype::F32, precision, TileConfig::Small, 90).expect("a row");
+            assert!(small.direct && small.precision == precision && small.tile == (128, 64));
+            assert_eq!(Family::shared_bytes(small.stem), Some(small.smem));
+            for config in TileConfig::ALL {
+                assert!(WgRow::of(Dtype::F64, precision, config, 90).is_none());
+                assert!(WgRow::of(Dtype::F32, precision, config, 80).is_none());
+            }
         }
         assert!(WgRow::of(Dtype::F32, Precision::Fp32, TileConfig::Big, 90).is_none());
         let x3 = WgRow::of(Dtype::F32, Precision::Tf32x3, TileConfig::Big, 90).unwrap();
@@ -785,5 +829,11 @@ mod tests {
         let one = WgRow::of(Dtype::F32, Precision::Tf32, TileConfig::Big, 90).unwrap();
         assert_eq!(one.panels(128, 32, 128), ((128 + 256) * 32, (128, 256, 32)));
         assert_eq!(one.tiles(129, 256), 2);
+        // A direct row takes the way round with fewer tiles: Cᵀ for few rows, many columns.
+        let direct = WgRow::of(Dtype::F32, Precision::Tf32x3, TileConfig::Small, 90).unwrap();
+        assert_eq!((direct.tiles(8192, 64), direct.tiles(64, 8192)), (64, 64));
+        assert!(direct.transposed(64, 8192) && !direct.transposed(8192, 64));
+        assert!(!direct.transposed(512, 512) && direct.tiles(512, 512) == 32);
+        assert!(!x3.transposed(64, 8192));
     }
 }
