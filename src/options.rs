@@ -194,7 +194,10 @@ impl FromStr for Kernel {
 ///
 /// Only the register-blocked kernels (`Kernel::Auto`, `Reg64`, `Reg128`) on devices with
 /// TF32 tensor cores (compute capability 8.0 and newer) have tensor-core forms; elsewhere a
-/// product asked for in TF32 or 3xTF32 runs in FP32, and the route report says so.
+/// product asked for in TF32 or 3xTF32 runs in FP32, and the route report says so. On
+/// compute capability 9.0 the tensor-core forms use the warpgroup instructions: `Reg128`
+/// multiplies 128 × 128 (3xTF32) or 128 × 256 (TF32) tiles from packed panels, `Reg64` reads
+/// the operands directly in 128 × 64 tiles (thin and small products).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Precision {
