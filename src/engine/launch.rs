@@ -499,7 +499,7 @@ enum WgError {
 /// Enqueues `C = op(A) · op(B)` (f32) on a warpgroup SGEMM in `splits` K ranges: op(A) and
 /// op(B)ᵀ packed into K-major panels in the workspace `ws` (grown as needed), then the
 /// product from the panels, then (split) the reduction of the partial products, which also
-/// live in `ws`.
+/// live in `ws`. A direct row goes to [`launch_direct`] instead.
 fn launch_wg<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
