@@ -398,8 +398,9 @@ pub(crate) fn launch_plan<T: Element>(
             let precision = args.precision.for_dtype(dtype);
             if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
                 match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
-                    // Without room for the panels (the mma.sync kernels below need none) or
-                    // where NVRTC cannot build sm_90a code, the mma.sync kernels run.
+                    // Without room for the panels or the split partials (the mma.sync
+                    // kernels below need no panels and try their own workspace), or where
+                    // NVRTC cannot build sm_90a code, the mma.sync kernels run.
                     Err(WgError::Unavailable) => {}
                     Err(WgError::Gpu(e)) => return Err(e),
                     Ok(()) => return Ok(wg.precision),
