@@ -118,7 +118,7 @@ pub enum Kernel {
     /// block of outputs from vectorised shared-memory reads, with a cp.async pipeline over K;
     /// for f64, 64 × 64 tiles on the FP64 tensor cores (the SIMT DGEMM before sm_80).
     Reg64,
-    /// The large register-blocked tiles: for f32, 128 × 128 tiles, 256 threads, 8 × 8
+    /// The large register-blocked tiles: for f32 in FP32, 64 × 128 tiles, 128 threads, 8 × 8
     /// outputs per thread; for f64, 128 × 64 tiles on the FP64 tensor cores (the SIMT DGEMM
     /// before sm_80).
     Reg128,

@@ -4,7 +4,7 @@
 // Run:  ./h                 built-in suite (correctness + timing vs cuBLAS)
 //       ./h --quick         correctness only, small odd shapes, all TA/TB, aligned + unaligned
 //       ./h M,K,N[,xy][,u][,fV] ...   given shapes; xy in {nn,nt,tn,tt} (TA,TB), 'u' = unaligned
-//                            fV forces a kernel: f0 128x128, f1 64x64, f2 64x64 split-K, f5 128x128 split-K
+//                            fV forces a kernel: f0 64x128, f1 64x64, f2 64x64 split-K, f5 64x128 split-K
 //                            (lda/ldb = row length + 1, A and B base pointers offset by 1 float)
 // Output: one row per case: M K N op variant ms TFLOP/s cublas_TFLOP/s ratio rel_err cublas_err
 // Exit status non-zero if any check fails (rel_err > max(1e-5, 4*cublas_err), NaN left in C,
@@ -128,9 +128,9 @@ typedef void (*SplitFn)(int, int, int, const float*, long long, const float*, lo
         {{P##_nn_u##S, P##_nt_u##S}, {P##_tn_u##S, P##_tt_u##S}},                     \
         {{P##_nn##S, P##_nt##S}, {P##_tn##S, P##_tt##S}},                             \
     }
-static GemmFn big_fn[2][2][2] = TAB(sgemm_fast_128x128, );
+static GemmFn big_fn[2][2][2] = TAB(sgemm_fast_64x128, );
 static GemmFn small_fn[2][2][2] = TAB(sgemm_fast_64x64, );
-static SplitFn big_split_fn[2][2][2] = TAB(sgemm_fast_128x128, _splitk);
+static SplitFn big_split_fn[2][2][2] = TAB(sgemm_fast_64x128, _splitk);
 static SplitFn small_split_fn[2][2][2] = TAB(sgemm_fast_64x64, _splitk);
 static GemmFn m1_fn[2][2] = {{sgemv_m1_nn, sgemv_m1_nt}, {sgemv_m1_tn, sgemv_m1_tt}};
 static GemmFn n1_fn[2][2] = {{sgemv_n1_nn, sgemv_n1_nt}, {sgemv_n1_tn, sgemv_n1_tt}};
@@ -143,7 +143,7 @@ struct Case {
     bool unaligned;
     int ldc_pad;
     bool timed;
-    int force;  // -1: launcher heuristic; 0: 128x128; 1: 64x64; 2: 64x64 split-K; 5: 128x128 split-K
+    int force;  // -1: launcher heuristic; 0: 64x128; 1: 64x64; 2: 64x64 split-K; 5: 64x128 split-K
 };
 
 struct Plan {
@@ -166,8 +166,8 @@ static Plan plan_for(int M, int N, int K, int ta, int tb, const float* A, long l
     p.splits = 1;
     if (M == 1) { p.kind = 3; p.name = std::string("gemv_m1_") + op[ta][tb]; return p; }
     if (N == 1) { p.kind = 4; p.name = std::string("gemv_n1_") + op[ta][tb]; return p; }
-    const long long t128 = cdiv(M, 128) * cdiv(N, 128);
-    if (t128 >= 240) { p.kind = 0; p.name = "128x128_" + sfx; return p; }
+    const long long tbig = cdiv(M, sgf::CfgBig::BM) * cdiv(N, sgf::CfgBig::BN);
+    if (tbig >= 480) { p.kind = 0; p.name = "64x128_" + sfx; return p; }
     const long long t64 = cdiv(M, 64) * cdiv(N, 64);
     // 64x64 kernel: 6 resident blocks per SM. Split K only when the tiles cannot fill the GPU,
     // and never beyond one wave of resident blocks.
@@ -206,7 +206,7 @@ static Plan forced_plan(int force, int K, const float* A, long long lda, const f
         p.kps = kps;
         p.splits = (int)cdiv(K, kps);
     }
-    p.name = std::string(force == 0 || force == 5 ? "F128x128_" : "F64x64_") + sfx +
+    p.name = std::string(force == 0 || force == 5 ? "F64x128_" : "F64x64_") + sfx +
              (force == 2 || force == 5 ? "_splitk" + std::to_string(p.splits) : "");
     return p;
 }
@@ -217,7 +217,7 @@ static void launch(const Plan& p, int M, int N, int K, int ta, int tb, const flo
     const int al = p.aligned ? 1 : 0;
     switch (p.kind) {
         case 0: {
-            dim3 g((unsigned)(cdiv(M, 128) * cdiv(N, 128)));
+            dim3 g((unsigned)(cdiv(M, sgf::CfgBig::BM) * cdiv(N, sgf::CfgBig::BN)));
             big_fn[al][ta][tb]<<<g, sgf::CfgBig::NT, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb, C, ldc);
             break;
         }
@@ -237,7 +237,7 @@ static void launch(const Plan& p, int M, int N, int K, int ta, int tb, const flo
             break;
         }
         case 5: {
-            dim3 g((unsigned)(cdiv(M, 128) * cdiv(N, 128)), 1, p.splits);
+            dim3 g((unsigned)(cdiv(M, sgf::CfgBig::BM) * cdiv(N, sgf::CfgBig::BN)), 1, p.splits);
             big_split_fn[al][ta][tb]<<<g, sgf::CfgBig::NT, sgf::CfgBig::SMEM_BYTES>>>(M, N, K, A, lda, B, ldb,
                                                                        W, N, p.kps);
             CK(cudaGetLastError());

@@ -163,8 +163,8 @@ pub(crate) fn layout_suffix(trans_a: bool, trans_b: bool) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TileConfig {
-    /// The large output tile (128 × 128 for `f32`, 128 × 64 for `f64`), for products that
-    /// make enough of them to fill the device.
+    /// The large output tile (64 × 128 for `f32` in FP32, 128 × 64 for `f64`), for products
+    /// that make enough of them to fill the device.
     Big,
     /// The small output tile (64 × 64), for shapes that make few big tiles.
     Small,
@@ -221,10 +221,10 @@ pub(crate) const TILES: [TileRow; 9] = [
         dtype: Dtype::F32,
         precision: Precision::Fp32,
         config: Some(TileConfig::Big),
-        stem: "sgemm_fast_128x128",
-        tile: (128, 128),
-        threads: 256,
-        smem: 50_688,
+        stem: "sgemm_fast_64x128",
+        tile: (64, 128),
+        threads: 128,
+        smem: 51_200,
         bk: 16,
         min_sm: 0,
         variants: true,
@@ -734,8 +734,8 @@ mod tests {
     #[test]
     fn shared_memory_is_raised_only_for_large_tiles() {
         assert_eq!(
-            Family::shared_bytes("sgemm_fast_128x128_nn_u_splitk"),
-            Some(50_688)
+            Family::shared_bytes("sgemm_fast_64x128_nn_u_splitk"),
+            Some(51_200)
         );
         assert_eq!(Family::shared_bytes("sgemm_fast_64x64_tt"), None);
         assert_eq!(Family::shared_bytes("sgemv_m1_nn"), None);
