@@ -86,6 +86,7 @@ fn first_call_child() {
         "nvrtc_ms": loads.iter().map(|l| l.nvrtc_ms).sum::<f64>(),
         "load_ms": loads.iter().map(|l| l.load_ms).sum::<f64>(),
         "cached": loads.iter().all(|l| l.cached),
+        "prebuilt": loads.iter().all(|l| l.prebuilt),
         "route": p.route.to_string(),
     });
     println!("FIRST_CALL {record}");
@@ -94,8 +95,14 @@ fn first_call_child() {
 fn first_call_records() -> Value {
     let dir = std::env::temp_dir().join(format!("gpu-dot-sweep-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let run = || -> Value {
-        let out = Command::new(std::env::current_exe().expect("own path"))
+    // The cold child as a fresh machine meets the crate: an empty kernel cache, and the
+    // driver's JIT cache (which NVRTC's code generation also fills) off.
+    let run = |cold: bool| -> Value {
+        let mut child = Command::new(std::env::current_exe().expect("own path"));
+        if cold {
+            child.env("CUDA_CACHE_DISABLE", "1");
+        }
+        let out = child
             .env(CHILD, "1")
             .env(ENV_CACHE_DIR, &dir)
             .output()
@@ -107,7 +114,7 @@ fn first_call_records() -> Value {
             .unwrap_or_else(|| panic!("child failed: {}", String::from_utf8_lossy(&out.stderr)));
         serde_json::from_str(line).expect("the child's JSON")
     };
-    let (cold, warm) = (run(), run());
+    let (cold, warm) = (run(true), run(false));
     let _ = std::fs::remove_dir_all(&dir);
     json!({
         "context_ms": cold["context_ms"],

@@ -154,6 +154,15 @@ fn decide<T: Element>(
         return Ok(Decision::Cpu(why));
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
+    if fall_back {
+        let gpu = route::device_for(opts, []).and_then(context::gpu_on);
+        if let Some(why) = gpu
+            .ok()
+            .and_then(|gpu| route::compiling(&gpu, T::DTYPE, opts))
+        {
+            return Ok(Decision::Cpu(why));
+        }
+    }
     let mut on_gpu = || -> Result<Route, GpuDotError> {
         crate::engine::launch::check_dims(m, k, n)?;
         let gpu = context::gpu_on(route::device_for(opts, [])?)?;

@@ -178,9 +178,12 @@ mod matrix;
 mod options;
 mod pipeline;
 #[doc(hidden)]
+#[doc(hidden)]
+pub mod prebuild;
 pub mod profile;
 mod route;
 mod split;
+mod warm;
 
 /// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses).
 pub use ndarray;
@@ -189,8 +192,8 @@ use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
 pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use device::context::{
-    context_rebuilds, device_status, module_loads, nvrtc_compilations, Device, DeviceInfo,
-    DeviceStatus, ModuleLoad,
+    context_rebuilds, device_status, module_loads, nvrtc_compilations,
+    nvrtc_compilations_in_flight, Device, DeviceInfo, DeviceStatus, ModuleLoad,
 };
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;
@@ -211,6 +214,7 @@ pub use options::{
 };
 pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};
+pub use warm::{warm_up, WarmUp};
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
 /// changes whenever a kernel does, so compiled code can be identified across processes. For
@@ -488,9 +492,10 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 #[doc(hidden)]
 pub mod __testing {
     pub use crate::device::testing::{
-        override_kernel_source, pretend_compute_capability, raise_device_fault,
-        raise_device_fault_on, Fault,
+        pretend_compute_capability, raise_device_fault, raise_device_fault_on,
+        use_prebuilt_kernels, Fault,
     };
+    pub use crate::engine::table::override_kernel_source;
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

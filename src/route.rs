@@ -7,9 +7,10 @@ use std::mem::MaybeUninit;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
 
-use crate::device::context::{self, Home};
+use crate::device::context::{self, Gpu, Home, Readiness};
 use crate::element::{Dtype, Element};
 use crate::engine::plan::Plan;
+use crate::engine::table::Family;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
 use crate::options::{Backend, DotOptions, Kernel, Precision};
@@ -78,6 +79,14 @@ pub enum CpuReason {
     },
     /// The GPU path failed (no device, NVRTC, a driver error or full device memory).
     GpuUnavailable(GpuDotError),
+    /// The kernels the product needs are not compiled yet: NVRTC is compiling them on a
+    /// background thread (devices the crate ships no CUBINs for), and under
+    /// [`Backend::Auto`] the product runs on the CPU instead of waiting
+    /// ([`warm_up`](crate::warm_up) compiles them up front).
+    Compiling {
+        /// The kernel family being compiled, e.g. "sgemm_fast".
+        kernels: &'static str,
+    },
 }
 
 impl Route {
@@ -139,6 +148,10 @@ impl fmt::Display for Route {
                 "CPU: {flops} flops is below the GPU threshold of {threshold}"
             ),
             Route::Cpu(CpuReason::GpuUnavailable(e)) => write!(f, "CPU, because {e}"),
+            Route::Cpu(CpuReason::Compiling { kernels }) => write!(
+                f,
+                "CPU, while NVRTC compiles the {kernels} kernels on a background thread"
+            ),
             Route::Empty => write!(f, "no computation: the product has a zero dimension"),
         }
     }
@@ -292,6 +305,11 @@ fn decide<T: Element>(
         Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
         Err(e) => return Err(e),
     };
+    if fall_back {
+        if let Some(why) = compiling(&gpu, T::DTYPE, opts) {
+            return Ok(Decision::Cpu(why));
+        }
+    }
     let ordinal = gpu.info.ordinal;
     match pipeline::gemm(&gpu, opts, g) {
         Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1, vec![ordinal]))),
@@ -300,6 +318,25 @@ fn decide<T: Element>(
         }
         Err(f) => Err(f.error),
     }
+}
+
+/// Why a host product of `dtype` that may fall back to the CPU goes there on `gpu`: a kernel
+/// family it needs is still being compiled (its compilation, on a background thread, starts
+/// here), or NVRTC failed on it. `None` when every family it needs is loaded.
+pub(crate) fn compiling(gpu: &Gpu, dtype: Dtype, opts: &DotOptions) -> Option<CpuReason> {
+    let mut why = None;
+    // Every family is prepared, so that all of them compile at once.
+    for family in Family::serving(dtype, opts.precision, opts.kernel, gpu.kernel_sm()) {
+        let reason = match gpu.prepare(family) {
+            Ok(Readiness::Ready) => continue,
+            Ok(Readiness::Compiling) => CpuReason::Compiling {
+                kernels: family.name(),
+            },
+            Err(e) => CpuReason::GpuUnavailable(e),
+        };
+        why.get_or_insert(reason);
+    }
+    why
 }
 
 /// Why a host product of `flops` flops goes to the CPU before any GPU is tried: the options

@@ -83,6 +83,15 @@ fn default_dir(lookup: &impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     base.map(|dir| dir.join("gpu-dot"))
 }
 
+/// The NVRTC options every kernel family is compiled with, for architecture `arch` (`sm_XY`,
+/// or `sm_90a`): the same at run time and for the prebuilt images.
+pub(crate) fn nvrtc_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+    ]
+}
+
 /// Compiles `source` (the family `family`) with NVRTC and returns the CUBIN. On failure the
 /// error carries NVRTC's log.
 pub(crate) fn compile(
@@ -297,7 +306,7 @@ fn decode(entry: &[u8], key: &str) -> Option<Vec<u8>> {
 }
 
 /// 64-bit FNV-1a.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })

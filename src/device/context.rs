@@ -6,6 +6,7 @@
 //! the first time it is needed, and never again in the process; the on-disk cache
 //! (`src/cache.rs`) lets a later process load the CUBIN instead of compiling it again.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,9 +18,39 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStrea
 use cudarc::nvrtc::Ptx;
 use once_cell::sync::OnceCell;
 
-use crate::device::cache;
-use crate::engine::table::Family;
+use crate::device::cache::{self, nvrtc_options};
+use crate::device::compiler::{self, Request};
+use crate::device::prebuilt;
 use crate::error::GpuDotError;
+
+/// A module a context can load: one kernel family of the engine's table, described by what
+/// the device layer needs to compile, cache and load it.
+pub(crate) trait ModuleSpec: Copy {
+    /// Its slot in a context's module table: distinct per module, below [`MODULE_SLOTS`].
+    fn slot(self) -> usize;
+    /// Its name, e.g. "sgemm_fast".
+    fn name(self) -> &'static str;
+    /// The source NVRTC compiles.
+    fn source(self) -> String;
+    /// The architecture it is compiled for on a device of architecture `arch` (`sm_XY`).
+    fn arch(self, arch: &str) -> String;
+    /// Its entry points on a device of compute capability `sm` (`major·10 + minor`).
+    fn entries(self, sm: u32) -> Vec<String>;
+    /// Dynamic shared memory `entry` needs raised above the default 48 KiB limit.
+    fn shared_bytes(self, entry: &str) -> Option<u32>;
+}
+
+/// How many modules a context can hold.
+pub(crate) const MODULE_SLOTS: usize = 8;
+
+/// Whether a module is ready to run on a context, as [`Gpu::prepare`] finds it.
+#[derive(Debug, Clone)]
+pub(crate) enum Readiness {
+    /// Loaded (now or before): its kernels can be launched.
+    Ready,
+    /// NVRTC is compiling it on a background thread.
+    Compiling,
+}
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,10 +166,15 @@ impl Device {
     /// The modules loaded on this device so far, with what each cost on first use (empty
     /// when the device has not been used).
     pub fn module_loads(self) -> Vec<ModuleLoad> {
-        match live().into_iter().find(|g| g.info.ordinal == self.ordinal) {
+        match self.live() {
             Some(gpu) => gpu.module_loads(),
             None => Vec::new(),
         }
+    }
+
+    /// The device's context in use, if it has been made and has not faulted.
+    pub(crate) fn live(self) -> Option<Arc<Gpu>> {
+        live().into_iter().find(|g| g.info.ordinal == self.ordinal)
     }
 
     /// How many times this process has rebuilt the device's context after a fault.
@@ -146,23 +182,6 @@ impl Device {
         DEVICES
             .get(self.ordinal)
             .map_or(0, |d| d.rebuilds.load(Ordering::SeqCst))
-    }
-
-    /// Frees the device and page-locked memory that idle workspaces of this device keep for
-    /// reuse (see [`trim`](crate::trim)).
-    pub fn trim(self) {
-        if let Some(gpu) = live().into_iter().find(|g| g.info.ordinal == self.ordinal) {
-            crate::pipeline::trim_device(&gpu);
-        }
-    }
-
-    /// Bytes of device memory and of page-locked host memory that idle workspaces of this
-    /// device keep for reuse.
-    pub fn retained_memory(self) -> (usize, usize) {
-        live()
-            .into_iter()
-            .find(|g| g.info.ordinal == self.ordinal)
-            .map_or((0, 0), |gpu| crate::pipeline::retained_by(&gpu))
     }
 }
 
@@ -186,19 +205,29 @@ impl fmt::Display for Device {
 pub struct ModuleLoad {
     /// The family, e.g. "tiled".
     pub family: &'static str,
+    /// Whether it came from the CUBINs the crate ships (`kernels/prebuilt/`), compiled ahead of
+    /// time for the device's architecture.
+    pub prebuilt: bool,
     /// Whether it was read from the on-disk kernel cache
     /// ([`kernel_cache_dir`](crate::kernel_cache_dir)) instead of compiled by NVRTC.
     pub cached: bool,
-    /// Milliseconds NVRTC took to compile it; 0 when it came from the cache.
+    /// Milliseconds NVRTC took to compile it (in the foreground or on a background thread);
+    /// 0 when it was prebuilt or came from the cache.
     pub nvrtc_ms: f64,
-    /// Milliseconds the driver took to load it and look up its entry points, plus, when it
-    /// came from the cache, the time to read and check the cache file.
+    /// Milliseconds the driver took to load it and look up its entry points, plus the time to
+    /// decompress a prebuilt CUBIN or to read and check a cache file.
     pub load_ms: f64,
 }
 
-/// NVRTC compilations made by this process so far (each family is compiled at most once).
+/// NVRTC compilations made by this process so far (each module is compiled at most once,
+/// whichever device or thread asks).
 pub fn nvrtc_compilations() -> usize {
-    COMPILATIONS.load(Ordering::SeqCst)
+    compiler::compilations()
+}
+
+/// NVRTC compilations running now, in the foreground or on background threads.
+pub fn nvrtc_compilations_in_flight() -> usize {
+    compiler::in_flight()
 }
 
 /// The modules loaded on the default device so far, with what each cost on first use
@@ -266,8 +295,6 @@ const NVRTC_SYMBOLS: &[&str] = &[
     "nvrtcGetCUBINSize",
     "nvrtcGetCUBIN",
 ];
-
-static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// The most devices one process can address (ordinals `0..MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = 64;
@@ -458,9 +485,9 @@ impl Gpu {
     }
 
     fn module_loads(&self) -> Vec<ModuleLoad> {
-        Family::ALL
+        self.modules
             .iter()
-            .filter_map(|f| self.modules[f.index()].get().map(|m| m.cost.clone()))
+            .filter_map(|m| m.get().map(|m| m.cost.clone()))
             .collect()
     }
 
@@ -517,7 +544,7 @@ fn rebuild(dev: &DeviceSlot, slot: &mut Slot) -> Result<(), GpuDotError> {
     let (generation, device, ordinal) = (old.generation, old.ctx.cu_device(), old.info.ordinal);
     // Everything the crate keeps of the old context goes while its handles are still valid
     // (their frees fail on a poisoned context; the reset below reclaims the memory).
-    crate::pipeline::trim_device(&old);
+    old.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
     drop(old);
     dev.handle.store(0, Ordering::Release);
     {
@@ -583,13 +610,14 @@ pub(crate) struct Gpu {
     pub(crate) generation: u64,
     pub(crate) info: DeviceInfo,
     arch: String,
-    modules: [OnceCell<LoadedModule>; Family::COUNT],
+    modules: [OnceCell<LoadedModule>; MODULE_SLOTS],
     /// A family NVRTC rejected: kept, so that later products fall back at once instead of
     /// compiling again.
-    rejected: [OnceCell<GpuDotError>; Family::COUNT],
+    rejected: [OnceCell<GpuDotError>; MODULE_SLOTS],
     streams: Mutex<Vec<Arc<CudaStream>>>,
-    /// Idle workspaces kept for reuse.
-    pub(crate) idle: crate::pipeline::Pool,
+    /// Idle workspaces kept for reuse (the pipeline's, which alone knows their type); freed
+    /// with the context.
+    pub(crate) idle: Mutex<Vec<Box<dyn Any + Send>>>,
     /// The largest reusable buffers made so far.
     pub(crate) high_water: HighWater,
 }
@@ -758,20 +786,6 @@ impl Gpu {
         })
     }
 
-    /// What kernel plans for `dtype` are made for on this device.
-    pub(crate) fn target(
-        &self,
-        dtype: crate::element::Dtype,
-        precision: crate::options::Precision,
-    ) -> crate::engine::plan::Target {
-        crate::engine::plan::Target {
-            dtype,
-            precision: precision.for_dtype(dtype),
-            sm: self.kernel_sm(),
-            sms: self.info.multiprocessors.max(1) as usize,
-        }
-    }
-
     /// The compute capability kernels are chosen for: the device's, unless a test pretends
     /// otherwise (`__testing::pretend_compute_capability`).
     pub(crate) fn kernel_sm(&self) -> u32 {
@@ -784,23 +798,15 @@ impl Gpu {
         (major.max(0) * 10 + minor.max(0)) as u32
     }
 
-    /// The entry point `entry` of `family`, compiling and loading the family on first use.
+    /// The entry point `entry` of `family`, loading the family on first use: from the
+    /// prebuilt CUBINs, the disk cache or a finished background compilation, else compiled by
+    /// NVRTC now (or, when a background thread is compiling it, once that one finishes).
     pub(crate) fn function(
         &self,
-        family: Family,
+        family: impl ModuleSpec,
         entry: &str,
     ) -> Result<CudaFunction, GpuDotError> {
-        let i = family.index();
-        if let Some(e) = self.rejected[i].get() {
-            return Err(e.clone());
-        }
-        let loaded = self.modules[i]
-            .get_or_try_init(|| self.load(family))
-            .inspect_err(|e| {
-                if matches!(e, GpuDotError::Compile { .. }) {
-                    let _ = self.rejected[i].set(e.clone());
-                }
-            })?;
+        let loaded = self.module(family, true)?.expect("waited for");
         loaded
             .functions
             .get(entry)
@@ -811,69 +817,154 @@ impl Gpu {
             })
     }
 
-    /// Loads `family`'s module: from the on-disk cache when it holds a CUBIN the driver
-    /// accepts, else compiled by NVRTC (and the CUBIN written to the cache).
-    fn load(&self, family: Family) -> Result<LoadedModule, GpuDotError> {
-        let arch = family.arch(&self.arch);
-        let options = vec![
-            format!("--gpu-architecture={arch}"),
-            "--std=c++17".to_string(),
-        ];
-        let link = |cubin: Vec<u8>| -> Result<LoadedModule, GpuDotError> {
-            let module = self
-                .ctx
-                .load_module(Ptx::from_binary(cubin))
-                .map_err(GpuDotError::at("loading a compiled module"))?;
-            let mut functions = HashMap::new();
-            for entry in family.entries(self.sm()) {
-                let f = module
-                    .load_function(&entry)
-                    .map_err(GpuDotError::at("looking up a kernel entry point"))?;
-                if let Some(bytes) = Family::shared_bytes(&entry) {
-                    f.set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        bytes as i32,
-                    )
-                    .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
-                }
-                functions.insert(entry, f);
-            }
-            Ok(LoadedModule {
-                _module: module,
-                functions,
-                cost: ModuleLoad {
-                    family: family.name(),
-                    cached: false,
-                    nvrtc_ms: 0.0,
-                    load_ms: 0.0,
-                },
-            })
+    /// Loads `family` (waiting for NVRTC if it must be compiled) and says what its first use
+    /// cost.
+    pub(crate) fn load(&self, family: impl ModuleSpec) -> Result<ModuleLoad, GpuDotError> {
+        Ok(self.module(family, true)?.expect("waited for").cost.clone())
+    }
+
+    /// Makes `family` ready without waiting on NVRTC: loads it when it is prebuilt, cached or
+    /// compiled already, else starts its compilation on a background thread (once) and says
+    /// so. An NVRTC failure is the typed [`GpuDotError::Compile`] with NVRTC's log.
+    pub(crate) fn prepare(&self, family: impl ModuleSpec) -> Result<Readiness, GpuDotError> {
+        Ok(match self.module(family, false)? {
+            Some(_) => Readiness::Ready,
+            None => Readiness::Compiling,
+        })
+    }
+
+    /// The loaded module of `family`, loading it if need be; `None` when it must be compiled
+    /// and `wait` is false (its compilation then runs on a background thread).
+    fn module(
+        &self,
+        family: impl ModuleSpec,
+        wait: bool,
+    ) -> Result<Option<&LoadedModule>, GpuDotError> {
+        let i = family.slot();
+        if let Some(e) = self.rejected[i].get() {
+            return Err(e.clone());
+        }
+        if let Some(loaded) = self.modules[i].get() {
+            return Ok(Some(loaded));
+        }
+        let request = Request {
+            family: family.name(),
+            source: family.source(),
+            options: nvrtc_options(&family.arch(&self.arch)),
+            arch: family.arch(&self.arch),
         };
+        let quick = self.load_quick(family, &request);
+        let compiled = match quick {
+            Some(Ok(loaded)) => return Ok(Some(self.keep(i, loaded))),
+            // A prebuilt or cached CUBIN the driver refused: compile.
+            Some(Err(_)) | None if wait => request.compile(),
+            Some(Err(_)) | None => match request.compile_in_background() {
+                Some(outcome) => outcome,
+                None => return Ok(None),
+            },
+        };
+        let outcome = compiled.and_then(|(cubin, nvrtc_ms)| {
+            let start = Instant::now();
+            let mut loaded = self.link(family, cubin.to_vec())?;
+            loaded.cost.nvrtc_ms = nvrtc_ms;
+            loaded.cost.load_ms = start.elapsed().as_secs_f64() * 1e3;
+            Ok(loaded)
+        });
+        match outcome {
+            Ok(loaded) => Ok(Some(self.keep(i, loaded))),
+            Err(e) => {
+                if matches!(e, GpuDotError::Compile { .. }) {
+                    let _ = self.rejected[i].set(e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stores a loaded module in slot `i` (or keeps the one another thread stored first).
+    fn keep(&self, i: usize, loaded: LoadedModule) -> &LoadedModule {
+        let _ = self.modules[i].set(loaded);
+        self.modules[i].get().expect("set above")
+    }
+
+    /// Loads `family` without NVRTC: its prebuilt CUBIN, else its disk-cache entry, else a
+    /// compilation another thread has finished. `None` when there is none; an error when the
+    /// driver refused the one there was.
+    fn load_quick(
+        &self,
+        family: impl ModuleSpec,
+        request: &Request,
+    ) -> Option<Result<LoadedModule, GpuDotError>> {
+        let start = Instant::now();
         let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
-
-        let source = family.source();
-        let entry = cache::Entry::for_module(family.name(), &source, &options, &arch);
-        let start = Instant::now();
-        // An entry the driver refuses is compiled again below, and overwritten.
-        if let Some(Ok(mut loaded)) = entry.as_ref().and_then(|e| e.read()).map(link) {
-            loaded.cost.cached = true;
+        let image = prebuilt::find(request.family, &request.source, &request.arch)
+            .filter(|_| crate::device::testing::prebuilt_allowed())
+            .and_then(|image| image.cubin());
+        if let Some(cubin) = image {
+            log::debug!(
+                "the {} kernels for {}: prebuilt (NVRTC {})",
+                request.family,
+                request.arch,
+                prebuilt::NVRTC_VERSION
+            );
+            return Some(self.link(family, cubin).map(|mut loaded| {
+                loaded.cost.prebuilt = true;
+                loaded.cost.load_ms = ms(start);
+                loaded
+            }));
+        }
+        let entry = cache::Entry::for_module(
+            request.family,
+            &request.source,
+            &request.options,
+            &request.arch,
+        );
+        if let Some(cubin) = entry.as_ref().and_then(|e| e.read()) {
+            return Some(self.link(family, cubin).map(|mut loaded| {
+                loaded.cost.cached = true;
+                loaded.cost.load_ms = ms(start);
+                loaded
+            }));
+        }
+        let (cubin, nvrtc_ms) = request.finished()?.ok()?;
+        Some(self.link(family, cubin.to_vec()).map(|mut loaded| {
+            loaded.cost.nvrtc_ms = nvrtc_ms;
             loaded.cost.load_ms = ms(start);
-            return Ok(loaded);
-        }
+            loaded
+        }))
+    }
 
-        let start = Instant::now();
-        let cubin = cache::compile(family.name(), &source, &options)?;
-        COMPILATIONS.fetch_add(1, Ordering::SeqCst);
-        let nvrtc_ms = ms(start);
-        let start = Instant::now();
-        let mut loaded = link(cubin.clone())?;
-        loaded.cost.nvrtc_ms = nvrtc_ms;
-        loaded.cost.load_ms = ms(start);
-        if let Some(entry) = entry {
-            // A cache that cannot be written only means compiling again next time.
-            let _ = entry.write(&cubin);
+    /// Loads `cubin` as `family`'s module and looks up its entry points.
+    fn link(&self, family: impl ModuleSpec, cubin: Vec<u8>) -> Result<LoadedModule, GpuDotError> {
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(GpuDotError::at("loading a compiled module"))?;
+        let mut functions = HashMap::new();
+        for entry in family.entries(self.sm()) {
+            let f = module
+                .load_function(&entry)
+                .map_err(GpuDotError::at("looking up a kernel entry point"))?;
+            if let Some(bytes) = family.shared_bytes(&entry) {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+                .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
+            }
+            functions.insert(entry, f);
         }
-        Ok(loaded)
+        Ok(LoadedModule {
+            _module: module,
+            functions,
+            cost: ModuleLoad {
+                family: family.name(),
+                prebuilt: false,
+                cached: false,
+                nvrtc_ms: 0.0,
+                load_ms: 0.0,
+            },
+        })
     }
 
     /// A stream for one product, returned to the pool when the guard drops.

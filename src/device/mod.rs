@@ -2,5 +2,7 @@
 //! cache ([`cache`]) and the hooks of the fault tests ([`testing`]).
 
 pub(crate) mod cache;
+pub(crate) mod compiler;
 pub(crate) mod context;
+pub(crate) mod prebuilt;
 pub(crate) mod testing;

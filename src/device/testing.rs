@@ -11,7 +11,6 @@ use once_cell::sync::Lazy;
 
 use crate::device::cache;
 use crate::device::context;
-use crate::engine::table::Family;
 use crate::error::GpuDotError;
 
 /// How [`raise_device_fault`]'s kernel faults.
@@ -62,7 +61,9 @@ pub fn raise_device_fault_on(device: crate::Device, kind: Fault) -> Result<(), G
         .load_function(entry)
         .map_err(GpuDotError::at("looking up a fault kernel"))?;
     let stream = gpu.stream()?;
-    let mut x = crate::engine::launch::alloc::<f32>(&stream, 32)?;
+    let mut x = stream
+        .alloc_zeros::<f32>(32)
+        .map_err(GpuDotError::at("allocating a fault kernel's buffer"))?;
     let mut builder = stream.launch_builder(&func);
     builder.arg(&mut x);
     let cfg = cudarc::driver::LaunchConfig {
@@ -82,31 +83,39 @@ pub fn raise_device_fault_on(device: crate::Device, kind: Fault) -> Result<(), G
 static OVERRIDES: Lazy<Mutex<HashMap<&'static str, String>>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
-/// Makes the crate compile `source` instead of the kernel family named `family` ("naive",
-/// "tiled", "sgemm_fast", "dgemm", "sgemm_tf32x3", "sgemm_tf32" or "sgemm_wg") from the next
-/// time it compiles that family in this process;
-/// `None` restores the family's own source. Returns false for an unknown family.
-pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
-    let Some(f) = Family::ALL.iter().find(|f| f.name() == family) else {
-        return false;
-    };
+/// Replaces the source of the module named `family` (a name the engine's table checked), or
+/// restores its own with `None`.
+pub(crate) fn set_source_override(family: &'static str, source: Option<String>) {
     OVERRIDES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
     match source {
-        Some(s) => map.insert(f.name(), s),
-        None => map.remove(f.name()),
+        Some(s) => map.insert(family, s),
+        None => map.remove(family),
     };
-    true
 }
 
-/// The source that replaces `family`'s, if a test asked for one.
-pub(crate) fn source_override(family: Family) -> Option<String> {
+/// The source that replaces the module `family`'s, if a test asked for one.
+pub(crate) fn source_override(family: &str) -> Option<String> {
     if OVERRIDES_USED.load(std::sync::atomic::Ordering::Relaxed) {
         let map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(family.name()).cloned()
+        map.get(family).cloned()
     } else {
         None
     }
+}
+
+/// Whether modules may come from the prebuilt CUBINs: `false` makes every module not yet
+/// loaded come from the disk cache or NVRTC, as on a device the crate ships no CUBINs for
+/// (the tests of background compilation). `true` restores them.
+pub fn use_prebuilt_kernels(allowed: bool) {
+    NO_PREBUILT.store(!allowed, std::sync::atomic::Ordering::SeqCst);
+}
+
+static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// See [`use_prebuilt_kernels`].
+pub(crate) fn prebuilt_allowed() -> bool {
+    !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -47,7 +47,7 @@ impl<T> DeviceOperand<'_, T> {
     pub(crate) fn aligned(&self) -> bool {
         let elems = 16 / std::mem::size_of::<T>();
         let ptr = self.buf.device_ptr(self.buf.stream()).0;
-        ptr % 16 == 0 && self.ld % elems == 0
+        ptr % 16 == 0 && self.ld.is_multiple_of(elems)
     }
 }
 
@@ -831,7 +831,10 @@ pub(crate) fn launch_batched<T: Element>(
     let dtype = T::DTYPE;
     let row = TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm());
     let elems = 16 / std::mem::size_of::<T>();
-    let aligned = a.aligned() && b.aligned() && batch.a % elems == 0 && batch.b % elems == 0;
+    let aligned = a.aligned()
+        && b.aligned()
+        && batch.a.is_multiple_of(elems)
+        && batch.b.is_multiple_of(elems);
     let func = gpu.function(row.family, &row.batched_entry((a.trans, b.trans), aligned))?;
     let grid_tiles = grid_x(row.tiles(m, n))?;
     let strides = [batch.a as i64, batch.b as i64, batch.c as i64];

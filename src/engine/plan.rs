@@ -186,6 +186,22 @@ pub(crate) fn candidates(t: Target, m: usize, k: usize, n: usize) -> Vec<Plan> {
     plans
 }
 
+impl crate::device::context::Gpu {
+    /// What kernel plans for `dtype` are made for on this device.
+    pub(crate) fn target(
+        &self,
+        dtype: crate::element::Dtype,
+        precision: crate::options::Precision,
+    ) -> Target {
+        Target {
+            dtype,
+            precision: precision.for_dtype(dtype),
+            sm: self.kernel_sm(),
+            sms: self.info.multiprocessors.max(1) as usize,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

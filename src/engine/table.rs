@@ -10,6 +10,7 @@
 //! Each tiled row has a `// @launch` line in its source, next to `static_assert`s that tie the
 //! line to the code; a unit test checks the table against those lines.
 
+use crate::device::context::{ModuleSpec, MODULE_SLOTS};
 use crate::element::Dtype;
 use crate::options::{Kernel, Precision};
 
@@ -87,7 +88,7 @@ impl Family {
     /// The source NVRTC compiles: the family's file with `common.cuh` spliced in (and, for
     /// the two families of `sgemm_tc.cu`, the define that picks one).
     pub(crate) fn source(self) -> String {
-        crate::device::testing::source_override(self).unwrap_or_else(|| {
+        crate::device::testing::source_override(self.name()).unwrap_or_else(|| {
             let src = self.raw_source().replace("#include \"common.cuh\"", COMMON);
             match self {
                 Family::SgemmTf32x3 => format!("#define SGT_X3 1\n{src}"),
@@ -105,6 +106,38 @@ impl Family {
             Family::SgemmWg if arch == "sm_90" => "sm_90a".to_string(),
             _ => arch.to_string(),
         }
+    }
+
+    /// The families a product of `dtype` in `precision` with `kernel` launches on a device of
+    /// compute capability `sm` (`major·10 + minor`), the fallbacks of a failed launch aside:
+    /// what must be loaded before it runs without waiting on NVRTC.
+    pub(crate) fn serving(
+        dtype: Dtype,
+        precision: Precision,
+        kernel: Kernel,
+        sm: u32,
+    ) -> Vec<Family> {
+        let fast = Family::fast(dtype);
+        match kernel {
+            Kernel::Naive => vec![Family::Naive],
+            Kernel::Tiled16 | Kernel::Tiled32 => vec![Family::Tiled],
+            _ => match (precision.for_dtype(dtype), sm) {
+                (Precision::Fp32, _) | (_, 0..80) => vec![fast],
+                (_, 90) => vec![Family::SgemmWg, fast],
+                (Precision::Tf32x3, _) => vec![Family::SgemmTf32x3, fast],
+                (Precision::Tf32, _) => vec![Family::SgemmTf32, fast],
+            },
+        }
+    }
+
+    /// Whether the family has entry points on a device of architecture `arch` (`sm_XY`): every
+    /// family but the warpgroup one, which exists on `sm_90` alone.
+    pub(crate) fn has_code_for(self, arch: &str) -> bool {
+        let sm = arch
+            .strip_prefix("sm_")
+            .and_then(|d| d.parse::<u32>().ok())
+            .unwrap_or(0);
+        !self.entries(sm).is_empty()
     }
 
     /// Every entry point the module holds on a device of compute capability `sm`
@@ -150,6 +183,45 @@ impl Family {
             .or_else(|| WG.iter().find(|r| r.stem == entry).map(|r| r.smem))
             .filter(|&smem| smem > 48 * 1024)
     }
+}
+
+impl ModuleSpec for Family {
+    fn slot(self) -> usize {
+        self.index()
+    }
+    fn name(self) -> &'static str {
+        Family::name(self)
+    }
+    fn source(self) -> String {
+        Family::source(self)
+    }
+    fn arch(self, arch: &str) -> String {
+        Family::arch(self, arch)
+    }
+    fn entries(self, sm: u32) -> Vec<String> {
+        Family::entries(self, sm)
+    }
+    fn shared_bytes(self, entry: &str) -> Option<u32> {
+        Family::shared_bytes(entry)
+    }
+}
+
+const _: () = assert!(
+    Family::COUNT <= MODULE_SLOTS,
+    "a context holds every family"
+);
+
+/// Makes the crate compile `source` instead of the kernel family named `family` ("naive",
+/// "tiled", "sgemm_fast", "dgemm", "sgemm_tf32x3", "sgemm_tf32" or "sgemm_wg") from the next
+/// time it compiles that family in this process (prebuilt CUBINs of the family's own source
+/// no longer match it); `None` restores the family's own source. Returns false for an
+/// unknown family.
+pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
+    let Some(f) = Family::ALL.iter().find(|f| f.name() == family) else {
+        return false;
+    };
+    crate::device::testing::set_source_override(f.name(), source);
+    true
 }
 
 const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];

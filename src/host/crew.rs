@@ -279,7 +279,7 @@ fn helper_loop(shared: &'static Shared, index: usize, mut seen: u64) {
                 break;
             }
             polls = polls.wrapping_add(1);
-            if polling && polls % 256 == 0 {
+            if polling && polls.is_multiple_of(256) {
                 polling = idle_since.elapsed() < IDLE_SPIN;
             }
             if polling {

@@ -49,7 +49,7 @@ use workspace::Needs;
 pub(crate) use workspace::Workspace;
 
 pub(crate) use batch::{batch_config, batched, BatchOperand, Stack};
-pub(crate) use workspace::{give_back, retained_by, take, trim_device, Pool};
+pub(crate) use workspace::{give_back, take};
 pub use workspace::{retained_memory, trim};
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are

@@ -254,16 +254,23 @@ fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, bytes: usize) -> Result<(), G
 }
 
 /// A device's idle workspaces.
-pub(crate) type Pool = std::sync::Mutex<Vec<Workspace>>;
-
-fn idle(gpu: &Gpu) -> MutexGuard<'_, Vec<Workspace>> {
+/// The context's idle pool, which holds this module's workspaces alone.
+fn idle(gpu: &Gpu) -> MutexGuard<'_, Vec<Box<dyn std::any::Any + Send>>> {
     gpu.idle.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A pooled workspace.
+fn unbox(ws: &dyn std::any::Any) -> &Workspace {
+    ws.downcast_ref()
+        .expect("the idle pool holds workspaces alone")
 }
 
 /// An idle workspace of the device, or a new one.
 pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
     match idle(gpu).pop() {
-        Some(ws) => Ok(ws),
+        Some(ws) => Ok(*ws
+            .downcast::<Workspace>()
+            .expect("the idle pool holds workspaces alone")),
         None => Workspace::new(gpu),
     }
 }
@@ -275,13 +282,13 @@ pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
         return drop(ws);
     }
     let mut pool = idle(gpu);
-    let pinned: usize = pool.iter().map(Workspace::pinned_bytes).sum();
-    let device: usize = pool.iter().map(Workspace::device_bytes).sum();
+    let pinned: usize = pool.iter().map(|w| unbox(w.as_ref()).pinned_bytes()).sum();
+    let device: usize = pool.iter().map(|w| unbox(w.as_ref()).device_bytes()).sum();
     if pool.len() < MAX_IDLE_WORKSPACES
         && pinned + ws.pinned_bytes() <= MAX_IDLE_PINNED_BYTES
         && device + ws.device_bytes() <= gpu.info.total_memory / IDLE_DEVICE_FRACTION
     {
-        pool.push(ws);
+        pool.push(Box::new(ws));
     } else {
         drop(pool);
         drop(ws);
@@ -295,7 +302,7 @@ pub(crate) fn idle_count(gpu: &Gpu) -> usize {
 
 /// Frees the device's idle workspaces.
 pub(crate) fn trim_device(gpu: &Gpu) {
-    let drained: Vec<Workspace> = idle(gpu).drain(..).collect();
+    let drained: Vec<_> = idle(gpu).drain(..).collect();
     drop(drained);
 }
 
@@ -321,7 +328,23 @@ pub fn retained_memory() -> (usize, usize) {
 pub(crate) fn retained_by(gpu: &Gpu) -> (usize, usize) {
     let pool = idle(gpu);
     (
-        pool.iter().map(Workspace::device_bytes).sum(),
-        pool.iter().map(Workspace::pinned_bytes).sum(),
+        pool.iter().map(|w| unbox(w.as_ref()).device_bytes()).sum(),
+        pool.iter().map(|w| unbox(w.as_ref()).pinned_bytes()).sum(),
     )
+}
+
+impl crate::Device {
+    /// Frees the device and page-locked memory that idle workspaces of this device keep for
+    /// reuse (see [`trim`](crate::trim)).
+    pub fn trim(self) {
+        if let Some(gpu) = self.live() {
+            trim_device(&gpu);
+        }
+    }
+
+    /// Bytes of device memory and of page-locked host memory that idle workspaces of this
+    /// device keep for reuse.
+    pub fn retained_memory(self) -> (usize, usize) {
+        self.live().map_or((0, 0), |gpu| retained_by(&gpu))
+    }
 }

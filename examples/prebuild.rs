@@ -1,0 +1,71 @@
+//! The maintainers' tool that makes `kernels/prebuilt/`: every kernel family compiled by
+//! NVRTC for the architectures the crate ships CUBINs for, compressed with the `zstd` command
+//! (level 19), and the MANIFEST that build.rs turns into the embedded table. Needs NVRTC (no
+//! GPU, no driver) and the `zstd` command; run it whenever a kernel source changes (a unit
+//! test fails until then):
+//!
+//! ```text
+//! tools/prebuild-kernels            # fetches NVRTC 12.9 with pip, then runs this example
+//! cargo run --release --example prebuild -- kernels/prebuilt [THREADS]
+//! ```
+//!
+//! The images are made with the oldest NVRTC that the crate's newest kernels compile with and
+//! that CUDA 12 drivers load (CUBINs of CUDA 12.x run on every CUDA 12 and 13 driver).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use gpu_dot::prebuild;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = PathBuf::from(args.next().unwrap_or_else(|| "kernels/prebuilt".into()));
+    let threads: usize = args.next().and_then(|t| t.parse().ok()).unwrap_or(2);
+    let nvrtc = prebuild::nvrtc_version().expect("NVRTC answers its version");
+    println!("NVRTC {nvrtc}, {threads} threads, into {}", dir.display());
+    std::fs::create_dir_all(&dir).expect("the output folder can be made");
+
+    // Largest first, so that the threads finish together.
+    let jobs = Mutex::new(prebuild::jobs().into_iter().rev().collect::<Vec<_>>());
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let Some((family, arch)) = jobs.lock().unwrap().pop() else {
+                    return;
+                };
+                let image = prebuild::compile(family, &arch)
+                    .unwrap_or_else(|e| panic!("{family} for {arch}: {e}"));
+                let path = dir.join(image.file_name());
+                std::fs::write(&path, &image.cubin).expect("the image can be written");
+                let status = Command::new("zstd")
+                    .args(["-19", "-q", "-f", "--rm"])
+                    .arg(&path)
+                    .status()
+                    .expect("the zstd command runs");
+                assert!(status.success(), "zstd failed on {}", path.display());
+                println!(
+                    "{family} {arch}: {:.1} s, {} bytes",
+                    image.seconds,
+                    image.cubin.len()
+                );
+                done.lock().unwrap().push(image);
+            });
+        }
+    });
+
+    let mut images = done.into_inner().unwrap();
+    images.sort_by(|a, b| (a.family, &a.arch).cmp(&(b.family, &b.arch)));
+    let mut manifest = format!(
+        "# gpu-dot prebuilt kernels, made by examples/prebuild.rs; build.rs embeds each line.\n\
+         # family arch source-fnv1a cubin-bytes cubin-fnv1a file nvrtc-options\n\
+         nvrtc {nvrtc}\n"
+    );
+    for image in &images {
+        manifest += &image.manifest_line(&format!("{}.zst", image.file_name()));
+        manifest.push('\n');
+    }
+    std::fs::write(dir.join("MANIFEST"), manifest).expect("the manifest can be written");
+    println!("{} images", images.len());
+}

@@ -1,0 +1,141 @@
+//! NVRTC compilations, each made once per process whoever asks: in the foreground for a caller
+//! that waits, or on a background thread for one that computes elsewhere meanwhile (an `Auto`
+//! product goes to the CPU while its kernels compile). A compilation is keyed by the exact
+//! source, options and architecture, and needs no context, so it outlives a context rebuild;
+//! its CUBIN is written to the on-disk cache (atomically: a process that exits mid-compile
+//! leaves no entry behind) and kept for the contexts that load it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use once_cell::sync::{Lazy, OnceCell};
+
+use crate::device::cache::{self, fnv1a};
+use crate::error::GpuDotError;
+
+/// A compiled CUBIN and the milliseconds NVRTC took, or NVRTC's error.
+pub(crate) type Outcome = Result<(Arc<Vec<u8>>, f64), GpuDotError>;
+
+/// One compilation, started or finished.
+struct Job {
+    outcome: OnceCell<Outcome>,
+}
+
+static JOBS: Lazy<Mutex<HashMap<String, Arc<Job>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// NVRTC compilations made by this process so far (each module is compiled at most once).
+pub(crate) fn compilations() -> usize {
+    COMPILATIONS.load(Ordering::SeqCst)
+}
+
+/// Compilations running now, in the foreground or the background.
+pub(crate) fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::SeqCst)
+}
+
+/// What one module's compilation is.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) family: &'static str,
+    pub(crate) source: String,
+    pub(crate) options: Vec<String>,
+    pub(crate) arch: String,
+}
+
+impl Request {
+    fn key(&self) -> String {
+        format!(
+            "{} {} {:016x} {}",
+            self.family,
+            self.arch,
+            fnv1a(self.source.as_bytes()),
+            self.options.join(" ")
+        )
+    }
+
+    fn job(&self) -> (Arc<Job>, bool) {
+        let mut jobs = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fresh = false;
+        let job = jobs
+            .entry(self.key())
+            .or_insert_with(|| {
+                fresh = true;
+                Arc::new(Job {
+                    outcome: OnceCell::new(),
+                })
+            })
+            .clone();
+        (job, fresh)
+    }
+
+    /// Runs NVRTC, counts it and writes the CUBIN to the disk cache.
+    fn run(&self) -> Outcome {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        let start = Instant::now();
+        let cubin = cache::compile(self.family, &self.source, &self.options);
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        let cubin = cubin?;
+        COMPILATIONS.fetch_add(1, Ordering::SeqCst);
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        if let Some(entry) =
+            cache::Entry::for_module(self.family, &self.source, &self.options, &self.arch)
+        {
+            // A cache that cannot be written only means compiling again next time.
+            let _ = entry.write(&cubin);
+        }
+        Ok((Arc::new(cubin), ms))
+    }
+
+    /// The CUBIN, compiling it now unless another thread is (then waiting for that one).
+    pub(crate) fn compile(&self) -> Outcome {
+        let (job, _) = self.job();
+        job.outcome.get_or_init(|| self.run()).clone()
+    }
+
+    /// The CUBIN if its compilation has finished, else `None`, having started it on a
+    /// background thread if nothing compiles it yet.
+    pub(crate) fn compile_in_background(&self) -> Option<Outcome> {
+        let (job, fresh) = self.job();
+        if let Some(done) = job.outcome.get() {
+            return Some(done.clone());
+        }
+        if fresh {
+            let request = self.clone();
+            log::info!(
+                "compiling the {} kernels for {} on a background thread",
+                request.family,
+                request.arch
+            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("gpu-dot nvrtc {}", self.family))
+                .spawn(move || {
+                    let outcome = job.outcome.get_or_init(|| request.run());
+                    match outcome {
+                        Ok((_, ms)) => log::info!(
+                            "the {} kernels for {} compiled in {:.1} s",
+                            request.family,
+                            request.arch,
+                            ms / 1e3
+                        ),
+                        Err(e) => log::warn!("{e}"),
+                    }
+                });
+            if let Err(e) = spawned {
+                // No thread: the next caller that waits compiles in the foreground.
+                log::debug!("no background compilation thread: {e}");
+            }
+        }
+        None
+    }
+
+    /// The finished compilation's outcome, if any, without starting one.
+    pub(crate) fn finished(&self) -> Option<Outcome> {
+        let jobs = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.get(&self.key()).and_then(|j| j.outcome.get().cloned())
+    }
+}

@@ -1,0 +1,63 @@
+//! Paying for kernels up front: [`warm_up`] loads every kernel family that products of the
+//! given element types will launch, compiling with NVRTC what the crate ships no CUBIN for.
+
+use std::time::Instant;
+
+use crate::device::context::{self, ModuleLoad};
+use crate::element::Dtype;
+use crate::engine::table::Family;
+use crate::error::GpuDotError;
+use crate::options::DotOptions;
+use crate::route;
+
+/// What [`warm_up`] did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WarmUp {
+    /// The device warmed, by ordinal.
+    pub device: usize,
+    /// Milliseconds it took, the device's context included when this made it.
+    pub ms: f64,
+    /// The modules the products need, with what each cost on its first use (now or before).
+    pub modules: Vec<ModuleLoad>,
+}
+
+/// Makes the kernels that products of `dtypes` with `options` (their device, precision and
+/// kernel) will launch ready now, instead of on the first product: creates the device's
+/// context and loads each kernel family, from the CUBINs the crate ships for the device's
+/// architecture (milliseconds), the on-disk cache, or NVRTC (seconds to minutes on devices
+/// the crate ships no CUBINs for; a compilation already running on a background thread is
+/// waited for, not repeated). Returns what it did and how long it took.
+///
+/// ```no_run
+/// use gpu_dot::{warm_up, DotOptions, Dtype};
+///
+/// let done = warm_up(&DotOptions::default(), &[Dtype::F32, Dtype::F64])?;
+/// println!("kernels ready in {:.0} ms", done.ms);
+/// # Ok::<(), gpu_dot::GpuDotError>(())
+/// ```
+///
+/// # Errors
+/// [`GpuDotError::NoDevice`] without a usable GPU, [`GpuDotError::Compile`] with NVRTC's log
+/// when a family does not compile, and the driver's error when a module does not load.
+pub fn warm_up(options: &DotOptions, dtypes: &[Dtype]) -> Result<WarmUp, GpuDotError> {
+    let start = Instant::now();
+    let gpu = context::gpu_on(route::device_for(options, [])?)?;
+    let mut families: Vec<Family> = Vec::new();
+    for &dtype in dtypes {
+        for family in Family::serving(dtype, options.precision, options.kernel, gpu.kernel_sm()) {
+            if !families.contains(&family) {
+                families.push(family);
+            }
+        }
+    }
+    let modules = families
+        .into_iter()
+        .map(|family| gpu.load(family))
+        .collect::<Result<_, _>>()?;
+    Ok(WarmUp {
+        device: gpu.info.ordinal,
+        ms: start.elapsed().as_secs_f64() * 1e3,
+        modules,
+    })
+}
