@@ -43,9 +43,12 @@
 //!   [`DEFAULT_MIN_GPU_FLOPS_F64`]) run on the CPU through ndarray's own `dot`: below that,
 //!   copying to the GPU costs more than it saves.
 //! - Larger products run on the GPU when one is usable. The first GPU product of the process
-//!   creates a CUDA context (through the driver library, loaded at run time) and compiles the
-//!   kernels with NVRTC for the device found; compiled modules are kept for the process, and
-//!   on disk for later processes (see [Kernel cache](#kernel-cache)).
+//!   creates a CUDA context (through the driver library, loaded at run time) and loads the
+//!   kernels it needs: CUBINs the crate ships for `sm_80` (every Ampere and Ada device) and
+//!   `sm_90` (H100, H200), in milliseconds; on other devices NVRTC compiles them once, on a
+//!   background thread while `Auto` products run on the CPU ([`CpuReason::Compiling`]), and
+//!   the on-disk cache keeps them for later processes (see [Kernel cache](#kernel-cache)).
+//!   [`warm_up`] loads (or compiles) them up front.
 //! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
 //!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
 //!   product took.
@@ -115,13 +118,18 @@
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
 //! | `GPU_DOT_DEVICE` | the default CUDA device's ordinal | `0` |
 //! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
+//! | `GPU_DOT_PREBUILT` | `off` compiles every kernel with NVRTC instead of loading the shipped CUBINs | on |
 //! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
 //!
 //! # Kernel cache
 //!
-//! NVRTC compiles each kernel family to a CUBIN for the device's architecture, and the CUBIN is
-//! kept on disk, so that a later process loads it without compiling (see
-//! [`ModuleLoad::cached`]). Entries are keyed by the kernel sources ([`KERNELS_HASH`]), the
+//! The crate ships every kernel family compiled ahead of time (by NVRTC 12.9, from the same
+//! sources) for `sm_80` and `sm_90` (`kernels/prebuilt/`, zstd-compressed, about 3 MB
+//! embedded in the library), so that on those devices and their minor versions (`sm_86`,
+//! `sm_89`) nothing is compiled at run time ([`ModuleLoad::prebuilt`]). Elsewhere, or where
+//! the driver refuses a shipped CUBIN, NVRTC compiles each kernel family to a CUBIN for the
+//! device's architecture, and the CUBIN is kept on disk, so that a later process loads it
+//! without compiling (see [`ModuleLoad::cached`]). Entries are keyed by the kernel sources ([`KERNELS_HASH`]), the
 //! family, the compile options, the architecture and the driver and NVRTC versions, and carry a
 //! checksum: anything that does not match is compiled again and rewritten, and a folder that
 //! cannot be written only costs the compilation. The folder is [`ENV_CACHE_DIR`] when set
@@ -195,6 +203,7 @@ pub use device::context::{
     context_rebuilds, device_status, module_loads, nvrtc_compilations,
     nvrtc_compilations_in_flight, Device, DeviceInfo, DeviceStatus, ModuleLoad,
 };
+pub use device::testing::ENV_PREBUILT;
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;

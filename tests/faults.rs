@@ -372,7 +372,13 @@ fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
     }
     let _device = device_lock();
     expect_device();
-    run_child(&name, &[("GPU_DOT_CACHE_DIR", "off".into())]);
+    run_child(
+        &name,
+        &[
+            ("GPU_DOT_CACHE_DIR", "off".into()),
+            (gpu_dot::ENV_PREBUILT, "off".into()),
+        ],
+    );
 }
 
 both_types!(
@@ -667,7 +673,13 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
         let dir =
             std::env::temp_dir().join(format!("gpu-dot-nvrtc-{}-{}", std::process::id(), T::DTYPE));
         let _ = std::fs::remove_dir_all(&dir);
-        run_child(&name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
+        run_child(
+            &name,
+            &[
+                ("GPU_DOT_CACHE_DIR", dir.clone().into()),
+                (gpu_dot::ENV_PREBUILT, "off".into()),
+            ],
+        );
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -729,7 +741,13 @@ fn a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels() {
         expect_device();
         let dir = std::env::temp_dir().join(format!("gpu-dot-nvrtc-wg-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        run_child(name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
+        run_child(
+            name,
+            &[
+                ("GPU_DOT_CACHE_DIR", dir.clone().into()),
+                (gpu_dot::ENV_PREBUILT, "off".into()),
+            ],
+        );
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }

@@ -113,10 +113,23 @@ pub fn use_prebuilt_kernels(allowed: bool) {
 
 static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// See [`use_prebuilt_kernels`].
+/// Whether modules may come from the prebuilt CUBINs: unless [`ENV_PREBUILT`] turns them off
+/// (read once) or a test did ([`use_prebuilt_kernels`]).
 pub(crate) fn prebuilt_allowed() -> bool {
-    !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
+    static FROM_ENV: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        let value = std::env::var(ENV_PREBUILT).unwrap_or_default();
+        !matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "0" | "off" | "none" | "false" | "no"
+        )
+    });
+    *FROM_ENV && !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
 }
+
+/// The environment variable that turns the prebuilt CUBINs off (`0`, `off`, `none`, `false`
+/// or `no`): every kernel family then comes from the disk cache or NVRTC, as on a device the
+/// crate ships no CUBINs for. Read once, at the first module load.
+pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
 
 static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
