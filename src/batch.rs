@@ -290,7 +290,12 @@ macro_rules! batch_forms {
                 if check_batch_shapes(self.dim(), dims).is_err() {
                     batch_shape_error(self.dim(), dims);
                 }
-                match batch_dot(self.view(), make(), &DotOptions::default(), true) {
+                let (batch, m, k) = self.dim();
+                let empty = batch == 0 || m == 0 || k == 0 || dims.2 == 0;
+                if !empty && route::cpu_first(batch, (m, k, dims.2), A::DTYPE) {
+                    return cpu(&self.view(), &make());
+                }
+                match batch_dot(self.view(), make(), DotOptions::env_ref(), true) {
                     Ok(product) => product.c,
                     // Only a host allocation failure for the result gets here.
                     Err(_) => cpu(&self.view(), &make()),

@@ -324,17 +324,18 @@ where
 {
     type Output = Array2<A>;
 
+    #[inline]
     #[track_caller]
     fn gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<A> {
         let ((m, k), (k2, n)) = (self.dim(), rhs.dim());
+        // Below the threshold: ndarray's own product (and its own panic for bad shapes).
+        if route::cpu_first(1, (m, k, n), A::DTYPE) {
+            return self.dot(rhs);
+        }
         if route::check_shapes((m, k), (k2, n)).is_err() {
             dot_shape_error(m, k, k2, n);
         }
-        match route::dot(self, rhs, &DotOptions::default(), true) {
-            Ok(product) => product.c,
-            // Only a host allocation failure for the result gets here.
-            Err(_) => self.dot(rhs),
-        }
+        gpu_dot_2d(self, rhs)
     }
 
     fn try_gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Result<Array2<A>, GpuDotError> {
@@ -347,6 +348,22 @@ where
         opts: &DotOptions,
     ) -> Result<Product<Array2<A>>, GpuDotError> {
         route::dot(self, rhs, opts, false)
+    }
+}
+
+/// `gpu_dot` of two matrices past the threshold: out of line, so that the calls that stay on
+/// the CPU run a small function.
+#[inline(never)]
+fn gpu_dot_2d<A, S, S2>(a: &ArrayBase<S, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<A>
+where
+    A: Element,
+    S: Data<Elem = A>,
+    S2: Data<Elem = A>,
+{
+    match route::dot(a, b, DotOptions::env_ref(), true) {
+        Ok(product) => product.c,
+        // Only a host allocation failure for the result gets here.
+        Err(_) => a.dot(b),
     }
 }
 
@@ -364,21 +381,38 @@ macro_rules! vector_forms {
         {
             type Output = $out;
 
+            #[inline]
             #[track_caller]
             fn gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> $out {
-                let ($a, $b) = (self.view(), rhs.view());
-                let (a2, b2) = ($a2, $b2);
-                if a2.ncols() != b2.nrows() {
-                    let _ = self.dot(rhs);
-                    unreachable!("ndarray's dot panics for these shapes");
+                // Below the threshold: ndarray's own product (and its own panic for bad
+                // shapes); the flops are those of the product the shapes name.
+                // m·k·n is the length of the matrix (of either vector for two vectors).
+                let mkn = (self.len().max(rhs.len()), 1, 1);
+                if route::cpu_first(1, mkn, A::DTYPE) {
+                    return self.dot(rhs);
                 }
-                let opts = DotOptions::default();
-                let cpu = || self.dot(rhs);
-                match route::dot_as(&a2, &b2, &opts, true, |$c| $finish, cpu) {
-                    Ok(product) => product.c,
-                    // Only a host allocation failure for the result gets here.
-                    Err(_) => self.dot(rhs),
+                /// Past the threshold: out of line, so that the calls that stay on the CPU
+                /// run a small function.
+                #[inline(never)]
+                #[track_caller]
+                fn past<A: Element, S: Data<Elem = A>, S2: Data<Elem = A>>(
+                    this: &ArrayBase<S, $lhs>,
+                    rhs: &ArrayBase<S2, $rhs>,
+                ) -> $out {
+                    let ($a, $b) = (this.view(), rhs.view());
+                    let (a2, b2) = ($a2, $b2);
+                    if a2.ncols() != b2.nrows() {
+                        let _ = this.dot(rhs);
+                        unreachable!("ndarray's dot panics for these shapes");
+                    }
+                    let cpu = || this.dot(rhs);
+                    match route::dot_as(&a2, &b2, DotOptions::env_ref(), true, |$c| $finish, cpu) {
+                        Ok(product) => product.c,
+                        // Only a host allocation failure for the result gets here.
+                        Err(_) => this.dot(rhs),
+                    }
                 }
+                past(self, rhs)
             }
 
             fn try_gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> Result<$out, GpuDotError> {

@@ -476,9 +476,17 @@ impl DotOptions {
 
 impl Default for DotOptions {
     fn default() -> Self {
+        Self::env_ref().clone()
+    }
+}
+
+impl DotOptions {
+    /// [`DotOptions::default`] without the clone: the options of the environment, parsed once.
+    pub(crate) fn env_ref() -> &'static DotOptions {
+        static BUILTIN: Lazy<DotOptions> = Lazy::new(DotOptions::builtin);
         match &*ENV_OPTIONS {
-            Ok(opts) => opts.clone(),
-            Err(_) => Self::builtin(),
+            Ok(opts) => opts,
+            Err(_) => &BUILTIN,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
 
@@ -218,6 +219,19 @@ pub(crate) fn log_route(
     dtype: Dtype,
     decision: &Result<Decision, GpuDotError>,
 ) {
+    if let Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))) = decision {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            log::warn!(
+                "a product ran on the CPU because {e} (warned once; each later product's \
+                 route is logged at debug level)"
+            )
+        });
+    }
+    // Nothing is formatted unless a logger takes debug records.
+    if !log::log_enabled!(log::Level::Debug) {
+        return;
+    }
     let shape = if batch == 1 {
         format!("{m}×{k}×{n} {dtype}")
     } else {
@@ -225,20 +239,39 @@ pub(crate) fn log_route(
     };
     match decision {
         Ok(Decision::Done(route)) => log::debug!("{shape}: {route}"),
-        Ok(Decision::Cpu(why)) => {
-            log::debug!("{shape}: {}", Route::Cpu(why.clone()));
-            if let CpuReason::GpuUnavailable(e) = why {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| {
-                    log::warn!(
-                        "a product ran on the CPU because {e} (warned once; each later \
-                         product's route is logged at debug level)"
-                    )
-                });
-            }
-        }
+        Ok(Decision::Cpu(why)) => log::debug!("{shape}: {}", Route::Cpu(why.clone())),
         Err(e) => log::debug!("{shape}: failed: {e}"),
     }
+}
+
+/// Whether a `gpu_dot` call (default options) goes to the CPU before any GPU is tried: below
+/// the threshold, or the CPU backend. The caller then runs ndarray's own product with nothing
+/// before it but this comparison, so that such a call costs what `dot` costs: no allocation,
+/// no clone, no lock, no formatting unless debug logging is on.
+#[inline]
+pub(crate) fn cpu_first(batch: usize, (m, k, n): (usize, usize, usize), dtype: Dtype) -> bool {
+    // The environment's options as one number per element type, read with one relaxed load:
+    // 0 before the first call; `u64::MAX` for the CPU backend; else the threshold plus one
+    // (`Auto`), or 1 (the GPU backend: nothing is below).
+    static CPU_BELOW: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+    let slot = &CPU_BELOW[dtype as usize];
+    let mut below = slot.load(Ordering::Relaxed);
+    if below == 0 {
+        let opts = DotOptions::env_ref();
+        below = match opts.backend {
+            Backend::Cpu => u64::MAX,
+            Backend::Auto => opts.threshold(dtype).min(u64::MAX - 2) + 1,
+            Backend::Gpu => 1,
+        };
+        slot.store(below, Ordering::Relaxed);
+    }
+    let flops = flops(batch.saturating_mul(m), k, n);
+    let to_cpu = below == u64::MAX || flops < below - 1;
+    if to_cpu && log::log_enabled!(log::Level::Debug) {
+        let why = cpu_by_options(DotOptions::env_ref(), flops, dtype).expect("decided above");
+        log_route(batch, (m, k, n), dtype, &Ok(Decision::Cpu(why)));
+    }
+    to_cpu
 }
 
 fn decide<T: Element>(

@@ -364,21 +364,21 @@ fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
             "the crate compiled before the test"
         );
         products_succeed_on_every_family::<T>("after NVRTC errors");
+        // And the crate's own compilation: the naive family, its shipped CUBIN set aside.
+        gpu_dot::__testing::use_prebuilt_kernels(false);
+        let naive = DotOptions::builtin().kernel(Kernel::Naive);
+        let done = gpu_dot::warm_up(&naive, &[T::DTYPE]).unwrap();
+        assert!(done.modules.iter().all(|m| m.nvrtc_ms > 0.0), "{done:?}");
         assert!(
             nvrtc_compilations() > 0,
             "the kernels were not compiled in this process"
         );
+        products_succeed_on_every_family::<T>("after a compilation");
         return;
     }
     let _device = device_lock();
     expect_device();
-    run_child(
-        &name,
-        &[
-            ("GPU_DOT_CACHE_DIR", "off".into()),
-            (gpu_dot::ENV_PREBUILT, "off".into()),
-        ],
-    );
+    run_child(&name, &[("GPU_DOT_CACHE_DIR", "off".into())]);
 }
 
 both_types!(
@@ -488,6 +488,17 @@ fn a_dimension_above_i32_max_is_too_large_then_products_succeed<T: TestElem>() {
 
 /// Products of `T` on the GPU with each kernel family (naive, tiled, register-blocked),
 /// checked against the reference.
+/// The file names in the kernel cache folder `dir` (none when it was never made).
+fn cache_names(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn products_succeed_on_every_family<T: TestElem>(when: &str) {
     let (a, b) = (random::<T>(257, 300), random::<T>(300, 129));
     for kernel in [Kernel::Naive, Kernel::Tiled32, Kernel::Reg128, Kernel::Auto] {
@@ -673,13 +684,7 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
         let dir =
             std::env::temp_dir().join(format!("gpu-dot-nvrtc-{}-{}", std::process::id(), T::DTYPE));
         let _ = std::fs::remove_dir_all(&dir);
-        run_child(
-            &name,
-            &[
-                ("GPU_DOT_CACHE_DIR", dir.clone().into()),
-                (gpu_dot::ENV_PREBUILT, "off".into()),
-            ],
-        );
+        run_child(&name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -721,12 +726,17 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
         assert!(p.route.is_gpu());
         assert_close(&p.c, &a, &b, "another family after a rejection");
     }
-    // Two families were cached (naive and `T`'s register-blocked family), the rejected one not.
+    // The other families came from the shipped CUBINs or were compiled and cached; the
+    // rejected one left nothing in the cache.
     let dir = gpu_dot::kernel_cache_dir().expect("the cache is on");
-    let entries = std::fs::read_dir(&dir)
-        .map(|d| d.filter_map(Result::ok).count())
-        .unwrap_or(0);
-    assert_eq!(entries, 2, "cache entries in {}", dir.display());
+    let names = cache_names(&dir);
+    assert!(!names.iter().any(|n| n.starts_with("tiled")), "{names:?}");
+    for load in gpu_dot::module_loads() {
+        assert!(
+            load.prebuilt || names.iter().any(|n| n.starts_with(load.family)),
+            "{load:?} neither shipped nor cached: {names:?}"
+        );
+    }
 }
 
 /// NVRTC rejecting the warpgroup family (kernels/sgemm_wg.cu, through the test-only source
@@ -741,13 +751,7 @@ fn a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels() {
         expect_device();
         let dir = std::env::temp_dir().join(format!("gpu-dot-nvrtc-wg-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        run_child(
-            name,
-            &[
-                ("GPU_DOT_CACHE_DIR", dir.clone().into()),
-                (gpu_dot::ENV_PREBUILT, "off".into()),
-            ],
-        );
+        run_child(name, &[("GPU_DOT_CACHE_DIR", dir.clone().into())]);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -779,21 +783,23 @@ fn a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels() {
         }
     }
     // The mma.sync families ran (on an sm_90 device only the fallback asks for their big
-    // tile) and were cached; the rejected family left nothing.
+    // tile), from the shipped CUBINs or compiled and cached; the rejected family left nothing
+    // in the cache and was never loaded.
     let dir = gpu_dot::kernel_cache_dir().expect("the cache is on");
-    let names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("the cache folder")
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    for family in ["sgemm_tf32x3-", "sgemm_tf32-"] {
+    let names = cache_names(&dir);
+    let loads = gpu_dot::module_loads();
+    for family in ["sgemm_tf32x3", "sgemm_tf32"] {
+        let load = loads.iter().find(|l| l.family == family);
         assert!(
-            names.iter().any(|n| n.starts_with(family)),
-            "{family} in {names:?}"
+            load.is_some_and(
+                |l| l.prebuilt || names.iter().any(|n| n.starts_with(&format!("{family}-")))
+            ),
+            "{family}: {load:?}, cache {names:?}"
         );
     }
     assert!(
         !names.iter().any(|n| n.starts_with("sgemm_wg")),
         "{names:?}"
     );
+    assert!(!loads.iter().any(|l| l.family == "sgemm_wg"), "{loads:?}");
 }

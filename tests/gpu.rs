@@ -315,9 +315,13 @@ fn each_family_is_compiled_once_per_process<T: TestElem>() {
     );
 }
 
-/// The child's checks: with an empty cache, each of the three families the kernels of `T`
-/// come from (naive, tiled, and `T`'s register-blocked family) is compiled exactly once,
-/// however many products use it.
+/// The kernels of the two families that compile in well under a second.
+const SIMPLE_KERNELS: [Kernel; 3] = [Kernel::Naive, Kernel::Tiled16, Kernel::Tiled32];
+
+/// The child's checks: with an empty cache and the shipped CUBINs off, each of the two
+/// families the simple kernels come from (naive, and tiled for both tile sizes) is compiled
+/// exactly once, however many products use it. (The register-blocked families compile the
+/// same way, for tens of seconds each on a cold machine.)
 fn count_compilations<T: TestElem>() {
     expect_device();
     assert_eq!(
@@ -327,13 +331,13 @@ fn count_compilations<T: TestElem>() {
     );
     let a = Arc::new(random::<T>(64, 48));
     let b = random::<T>(48, 80);
-    for kernel in KERNELS {
+    for kernel in SIMPLE_KERNELS {
         a.gpu_dot_with(&b, &on(kernel)).unwrap();
     }
     let after_first = nvrtc_compilations();
-    assert_eq!(after_first, 3, "three families, each compiled once");
+    assert_eq!(after_first, 2, "two families, each compiled once");
     for _ in 0..5 {
-        for kernel in KERNELS {
+        for kernel in SIMPLE_KERNELS {
             let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
             assert_close(&c, &*a, &b, "cached module");
         }
@@ -344,9 +348,10 @@ fn count_compilations<T: TestElem>() {
         "a cached family was compiled again"
     );
     let loads = module_loads();
-    assert_eq!(loads.len(), 3);
+    assert_eq!(loads.len(), 2);
     for l in loads {
         assert!(!l.cached, "{} came from an empty cache", l.family);
+        assert!(!l.prebuilt, "{} came from a shipped CUBIN", l.family);
         println!(
             "first use of {}: NVRTC {:.1} ms, load {:.1} ms",
             l.family, l.nvrtc_ms, l.load_ms
