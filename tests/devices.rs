@@ -4,16 +4,16 @@
 //! The tests without `ignore` run anywhere (on a machine without a GPU they check the
 //! answers a missing device gets). Those ignored with "needs a CUDA GPU" run on one device
 //! (`cargo test --test devices -- --include-ignored`); those whose names start with
-//! `two_devices_` are ignored with "needs two CUDA GPUs" and run on a machine with at least
-//! two (`-- --ignored two_devices_`); a machine with one GPU skips them with
-//! `--skip two_devices_`.
+//! `two_devices_` need two CUDA GPUs: they are built with the `two-gpus` feature alone
+//! (`cargo test --features two-gpus --test devices -- --include-ignored two_devices_`), so that
+//! the README's test command passes on a machine with one GPU; with the feature and fewer than
+//! two devices they fail, naming what they need.
 
 mod common;
 
 use common::{check, random, reference};
 use gpu_dot::{
-    Backend, CpuReason, Device, DeviceStatus, DotOptions, GpuDot, GpuDotError, GpuMatrix, Kernel,
-    Route,
+    Backend, CpuReason, Device, DeviceStatus, DotOptions, GpuDot, GpuDotError, GpuMatrix, Route,
 };
 
 fn gpu() -> DotOptions {
@@ -142,6 +142,7 @@ fn products_and_matrices_run_on_the_device_the_options_name() {
 
 /// Two devices: each computes products of its own, matrices stay where they were made, a
 /// product mixing devices is a typed error, and `to_device` moves a matrix.
+#[cfg(feature = "two-gpus")]
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn two_devices_keep_their_own_products_and_matrices() {
@@ -151,7 +152,11 @@ fn two_devices_keep_their_own_products_and_matrices() {
     let (a, b) = (random::<f32>(333, 517), random(517, 261));
     let r = reference(&a, &b);
     for ordinal in [0, 1] {
-        for kernel in [Kernel::Auto, Kernel::Reg64, Kernel::Tiled32] {
+        for kernel in [
+            gpu_dot::Kernel::Auto,
+            gpu_dot::Kernel::Reg64,
+            gpu_dot::Kernel::Tiled32,
+        ] {
             let p = a
                 .gpu_dot_with(&b, &gpu().device(ordinal).kernel(kernel))
                 .unwrap_or_else(|e| panic!("device {ordinal} {kernel}: {e}"));
@@ -203,6 +208,7 @@ fn two_devices_keep_their_own_products_and_matrices() {
 /// poison every CUDA call of the process on every device, reset or not; there every call on
 /// the other device must end in a typed error, never a wrong number or a hang, and `Auto`
 /// answers on the CPU. Runs in a child process, since the fault may outlive the test.
+#[cfg(feature = "two-gpus")]
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn two_devices_a_fault_on_one_leaves_the_other_alone() {
