@@ -328,12 +328,12 @@ where
     #[track_caller]
     fn gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Array2<A> {
         let ((m, k), (k2, n)) = (self.dim(), rhs.dim());
-        // Below the threshold: ndarray's own product (and its own panic for bad shapes).
-        if route::cpu_first(1, (m, k, n), A::DTYPE) {
-            return self.dot(rhs);
-        }
         if route::check_shapes((m, k), (k2, n)).is_err() {
             dot_shape_error(m, k, k2, n);
+        }
+        // Below the threshold: ndarray's own product, with nothing before it but a comparison.
+        if route::cpu_first(1, (m, k, n), A::DTYPE) {
+            return self.dot(rhs);
         }
         gpu_dot_2d(self, rhs)
     }

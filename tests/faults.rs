@@ -363,8 +363,8 @@ fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
             0,
             "the crate compiled before the test"
         );
-        products_succeed_on_every_family::<T>("after NVRTC errors");
-        // And the crate's own compilation: the naive family, its shipped CUBIN set aside.
+        // The crate's own compilation (the naive family, its shipped CUBIN set aside), then
+        // products on every family.
         gpu_dot::__testing::use_prebuilt_kernels(false);
         let naive = DotOptions::builtin().kernel(Kernel::Naive);
         let done = gpu_dot::warm_up(&naive, &[T::DTYPE]).unwrap();
@@ -373,7 +373,8 @@ fn nvrtc_rejections_leave_later_compilations_working<T: TestElem>() {
             nvrtc_compilations() > 0,
             "the kernels were not compiled in this process"
         );
-        products_succeed_on_every_family::<T>("after a compilation");
+        gpu_dot::__testing::use_prebuilt_kernels(true);
+        products_succeed_on_every_family::<T>("after NVRTC errors and a compilation");
         return;
     }
     let _device = device_lock();
