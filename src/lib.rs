@@ -193,8 +193,44 @@ mod route;
 mod split;
 mod warm;
 
-/// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses).
+/// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses,
+/// chosen by the `ndarray-0-15`, `ndarray-0-16` or `ndarray-0-17` feature).
+#[cfg(feature = "ndarray-0-17")]
 pub use ndarray;
+/// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses,
+/// chosen by the `ndarray-0-15`, `ndarray-0-16` or `ndarray-0-17` feature).
+#[cfg(all(
+    feature = "ndarray-0-15",
+    not(any(feature = "ndarray-0-16", feature = "ndarray-0-17"))
+))]
+pub extern crate ndarray015 as ndarray;
+/// The ndarray this build of gpu-dot works on (0.15, 0.16 or 0.17: the one the project uses,
+/// chosen by the `ndarray-0-15`, `ndarray-0-16` or `ndarray-0-17` feature).
+#[cfg(all(feature = "ndarray-0-16", not(feature = "ndarray-0-17")))]
+pub extern crate ndarray016 as ndarray;
+
+#[cfg(not(any(
+    feature = "ndarray-0-15",
+    feature = "ndarray-0-16",
+    feature = "ndarray-0-17"
+)))]
+compile_error!(
+    "gpu-dot needs the feature of the project's ndarray version, for ndarray 0.16: \
+     gpu-dot = { version = \"0.1\", default-features = false, features = [\"ndarray-0-16\", \
+     \"cuda-12080\"] } (ndarray-0-15, ndarray-0-16 or ndarray-0-17; 0.17 is the default)"
+);
+
+#[cfg(any(
+    all(feature = "ndarray-0-15", feature = "ndarray-0-16"),
+    all(feature = "ndarray-0-15", feature = "ndarray-0-17"),
+    all(feature = "ndarray-0-16", feature = "ndarray-0-17"),
+))]
+compile_error!(
+    "gpu-dot works on one ndarray version at a time, and two ndarray features are on (the \
+     default ndarray-0-17 among them?): a project on ndarray 0.16 turns the defaults off, \
+     gpu-dot = { version = \"0.1\", default-features = false, features = [\"ndarray-0-16\", \
+     \"cuda-12080\"] } (ndarray-0-15 for 0.15)"
+);
 
 use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
