@@ -5,8 +5,10 @@
 //! test fails until then):
 //!
 //! ```text
-//! tools/prebuild-kernels            # fetches NVRTC 12.9 with pip, then runs this example
-//! cargo run --release --example prebuild -- kernels/prebuilt [THREADS]
+//! pip download --no-deps -d /tmp/nvrtc nvidia-cuda-nvrtc-cu12==12.9.86
+//! (cd /tmp/nvrtc && unzip -q -o *.whl)
+//! LD_LIBRARY_PATH=/tmp/nvrtc/nvidia/cuda_nvrtc/lib \
+//!     cargo run --release --example prebuild -- kernels/prebuilt [THREADS]
 //! ```
 //!
 //! The images are made with the oldest NVRTC that the crate's newest kernels compile with and
