@@ -248,30 +248,49 @@ pub(crate) fn log_route(
 /// the threshold, or the CPU backend. The caller then runs ndarray's own product with nothing
 /// before it but this comparison, so that such a call costs what `dot` costs: no allocation,
 /// no clone, no lock, no formatting unless debug logging is on.
-#[inline]
+#[inline(always)]
 pub(crate) fn cpu_first(batch: usize, (m, k, n): (usize, usize, usize), dtype: Dtype) -> bool {
     // The environment's options as one number per element type, read with one relaxed load:
     // 0 before the first call; `u64::MAX` for the CPU backend; else the threshold plus one
     // (`Auto`), or 1 (the GPU backend: nothing is below).
     static CPU_BELOW: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-    let slot = &CPU_BELOW[dtype as usize];
-    let mut below = slot.load(Ordering::Relaxed);
+    let mut below = CPU_BELOW[dtype as usize].load(Ordering::Relaxed);
     if below == 0 {
-        let opts = DotOptions::env_ref();
-        below = match opts.backend {
-            Backend::Cpu => u64::MAX,
-            Backend::Auto => opts.threshold(dtype).min(u64::MAX - 2) + 1,
-            Backend::Gpu => 1,
-        };
-        slot.store(below, Ordering::Relaxed);
+        below = cpu_below(dtype, &CPU_BELOW[dtype as usize]);
     }
-    let flops = flops(batch.saturating_mul(m), k, n);
+    // `flops` without 128-bit arithmetic: 2·m·k·n, saturating at `u64::MAX` as it does.
+    let flops = 2u64
+        .saturating_mul(batch.saturating_mul(m) as u64)
+        .saturating_mul(k as u64)
+        .saturating_mul(n as u64);
     let to_cpu = below == u64::MAX || flops < below - 1;
     if to_cpu && log::log_enabled!(log::Level::Debug) {
-        let why = cpu_by_options(DotOptions::env_ref(), flops, dtype).expect("decided above");
-        log_route(batch, (m, k, n), dtype, &Ok(Decision::Cpu(why)));
+        log_cpu_first(batch, (m, k, n), dtype, flops);
     }
     to_cpu
+}
+
+/// The first [`cpu_first`] of an element type: its threshold from the environment's
+/// options, stored in `slot`.
+#[cold]
+#[inline(never)]
+fn cpu_below(dtype: Dtype, slot: &AtomicU64) -> u64 {
+    let opts = DotOptions::env_ref();
+    let below = match opts.backend {
+        Backend::Cpu => u64::MAX,
+        Backend::Auto => opts.threshold(dtype).min(u64::MAX - 2) + 1,
+        Backend::Gpu => 1,
+    };
+    slot.store(below, Ordering::Relaxed);
+    below
+}
+
+/// The debug record of a product [`cpu_first`] sent to the CPU.
+#[cold]
+#[inline(never)]
+fn log_cpu_first(batch: usize, mkn: (usize, usize, usize), dtype: Dtype, flops: u64) {
+    let why = cpu_by_options(DotOptions::env_ref(), flops, dtype).expect("decided by the caller");
+    log_route(batch, mkn, dtype, &Ok(Decision::Cpu(why)));
 }
 
 fn decide<T: Element>(
