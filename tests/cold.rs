@@ -130,3 +130,59 @@ fn a_background_nvrtc_failure_leaves_auto_on_the_cpu_and_is_the_typed_error_for_
         "a failed product loses nothing"
     );
 }
+
+/// A process that exits while NVRTC compiles on a background thread exits cleanly (status 0,
+/// no crash at exit), and leaves the kernel cache usable: a later process with the same cache
+/// folder computes right on the GPU. Each process is a child of this test.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_process_that_exits_while_compiling_exits_cleanly() {
+    const CHILD: &str = "GPU_DOT_TEST_EXIT_CHILD";
+    const NAME: &str = "a_process_that_exits_while_compiling_exits_cleanly";
+    match std::env::var(CHILD).as_deref() {
+        Ok("leave") => {
+            let (a, b) = (random::<f64>(200, 200), random::<f64>(200, 200));
+            let p = a
+                .gpu_dot_with(&b, &DotOptions::builtin().min_gpu_flops(0))
+                .unwrap();
+            assert!(
+                matches!(
+                    p.route,
+                    Route::Cpu(CpuReason::Compiling { kernels: "dgemm" })
+                ),
+                "{}",
+                p.route
+            );
+            assert!(gpu_dot::nvrtc_compilations_in_flight() >= 1);
+            // The test returns and the process exits with NVRTC still running.
+            return;
+        }
+        Ok("after") => {
+            let (a, b) = (random::<f64>(200, 200), random::<f64>(200, 200));
+            let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
+            assert!(p.route.is_gpu(), "{}", p.route);
+            assert_close(&p.c, &a, &b, "after a process left mid-compilation");
+            return;
+        }
+        _ => {}
+    }
+    let dir = std::env::temp_dir().join(format!("gpu-dot-exit-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for stage in ["leave", "after"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--include-ignored"])
+            .env(CHILD, stage)
+            .env(gpu_dot::ENV_PREBUILT, "off")
+            .env(gpu_dot::ENV_CACHE_DIR, &dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the {stage} child failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
