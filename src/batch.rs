@@ -154,11 +154,11 @@ fn decide<T: Element>(
         return Ok(Decision::Cpu(why));
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
-    if fall_back {
+    if opts.backend == Backend::Auto {
         let gpu = route::device_for(opts, []).and_then(context::gpu_on);
         if let Some(why) = gpu
             .ok()
-            .and_then(|gpu| route::compiling(&gpu, T::DTYPE, opts))
+            .and_then(|gpu| route::compiling(&gpu, T::DTYPE, opts, true))
         {
             return Ok(Decision::Cpu(why));
         }

@@ -186,8 +186,8 @@ mod matrix;
 mod options;
 mod pipeline;
 #[doc(hidden)]
-#[doc(hidden)]
 pub mod prebuild;
+#[doc(hidden)]
 pub mod profile;
 mod route;
 mod split;

@@ -357,8 +357,8 @@ fn decide<T: Element>(
         Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
         Err(e) => return Err(e),
     };
-    if fall_back {
-        if let Some(why) = compiling(&gpu, T::DTYPE, opts) {
+    if opts.backend == Backend::Auto {
+        if let Some(why) = compiling(&gpu, T::DTYPE, opts, false) {
             return Ok(Decision::Cpu(why));
         }
     }
@@ -372,18 +372,32 @@ fn decide<T: Element>(
     }
 }
 
-/// Why a host product of `dtype` that may fall back to the CPU goes there on `gpu`: a kernel
-/// family it needs is still being compiled (its compilation, on a background thread, starts
-/// here), or NVRTC failed on it. `None` when every family it needs is loaded.
-pub(crate) fn compiling(gpu: &Gpu, dtype: Dtype, opts: &DotOptions) -> Option<CpuReason> {
+/// Why an `Auto` host product of `dtype` (a batch when `batched`) goes to the CPU on `gpu`: a
+/// kernel family it needs is still being compiled (its compilation, on a background thread,
+/// starts here), or NVRTC failed on it. `None` when every family it needs is loaded.
+pub(crate) fn compiling(
+    gpu: &Gpu,
+    dtype: Dtype,
+    opts: &DotOptions,
+    batched: bool,
+) -> Option<CpuReason> {
+    let sm = gpu.kernel_sm();
+    let mut families = Family::serving(dtype, opts.precision, opts.kernel, sm, batched);
     let mut why = None;
     // Every family is prepared, so that all of them compile at once.
-    for family in Family::serving(dtype, opts.precision, opts.kernel, gpu.kernel_sm()) {
+    let mut i = 0;
+    while let Some(&family) = families.get(i) {
+        i += 1;
         let reason = match gpu.prepare(family) {
             Ok(Readiness::Ready) => continue,
             Ok(Readiness::Compiling) => CpuReason::Compiling {
                 kernels: family.name(),
             },
+            // A family with a stand-in (the warpgroup kernels) only moves the product to it.
+            Err(GpuDotError::Compile { .. }) if family.stand_in(opts.precision).is_some() => {
+                families.extend(family.stand_in(opts.precision));
+                continue;
+            }
             Err(e) => CpuReason::GpuUnavailable(e),
         };
         why.get_or_insert(reason);

@@ -22,8 +22,8 @@ pub struct WarmUp {
     pub modules: Vec<ModuleLoad>,
 }
 
-/// Makes the kernels that products of `dtypes` with `options` (their device, precision and
-/// kernel) will launch ready now, instead of on the first product: creates the device's
+/// Makes the kernels that products and batches of `dtypes` with `options` (their device,
+/// precision and kernel) will launch ready now, instead of on the first product: creates the device's
 /// context and loads each kernel family, from the CUBINs the crate ships for the device's
 /// architecture (milliseconds), the on-disk cache, or NVRTC (seconds to minutes on devices
 /// the crate ships no CUBINs for; a compilation already running on a background thread is
@@ -43,18 +43,33 @@ pub struct WarmUp {
 pub fn warm_up(options: &DotOptions, dtypes: &[Dtype]) -> Result<WarmUp, GpuDotError> {
     let start = Instant::now();
     let gpu = context::gpu_on(route::device_for(options, [])?)?;
+    let sm = gpu.kernel_sm();
     let mut families: Vec<Family> = Vec::new();
     for &dtype in dtypes {
-        for family in Family::serving(dtype, options.precision, options.kernel, gpu.kernel_sm()) {
-            if !families.contains(&family) {
-                families.push(family);
+        for batched in [false, true] {
+            for family in Family::serving(dtype, options.precision, options.kernel, sm, batched) {
+                if !families.contains(&family) {
+                    families.push(family);
+                }
             }
         }
     }
-    let modules = families
-        .into_iter()
-        .map(|family| gpu.load(family))
-        .collect::<Result<_, _>>()?;
+    let mut modules: Vec<ModuleLoad> = Vec::new();
+    let mut i = 0;
+    while let Some(&family) = families.get(i) {
+        i += 1;
+        match gpu.load(family) {
+            Ok(load) => modules.push(load),
+            // A family with a stand-in (the warpgroup kernels): its products run the stand-in.
+            Err(GpuDotError::Compile { .. }) if family.stand_in(options.precision).is_some() => {
+                let stand_in = family.stand_in(options.precision);
+                if let Some(f) = stand_in.filter(|f| !families.contains(f)) {
+                    families.push(f);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(WarmUp {
         device: gpu.info.ordinal,
         ms: start.elapsed().as_secs_f64() * 1e3,

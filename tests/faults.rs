@@ -487,8 +487,6 @@ fn a_dimension_above_i32_max_is_too_large_then_products_succeed<T: TestElem>() {
     products_succeed_on_every_family::<T>("after TooLarge");
 }
 
-/// Products of `T` on the GPU with each kernel family (naive, tiled, register-blocked),
-/// checked against the reference.
 /// The file names in the kernel cache folder `dir` (none when it was never made).
 fn cache_names(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -500,6 +498,8 @@ fn cache_names(dir: &std::path::Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Products of `T` on the GPU with each kernel family (naive, tiled, register-blocked),
+/// checked against the reference.
 fn products_succeed_on_every_family<T: TestElem>(when: &str) {
     let (a, b) = (random::<T>(257, 300), random::<T>(300, 129));
     for kernel in [Kernel::Naive, Kernel::Tiled32, Kernel::Reg128, Kernel::Auto] {

@@ -73,9 +73,9 @@ impl Request {
         (job, fresh)
     }
 
-    /// Runs NVRTC, counts it and writes the CUBIN to the disk cache.
+    /// Runs NVRTC, counts it and writes the CUBIN to the disk cache. The caller counted it in
+    /// flight.
     fn run(&self) -> Outcome {
-        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
         let cubin = cache::compile(self.family, &self.source, &self.options);
         IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
@@ -94,7 +94,12 @@ impl Request {
     /// The CUBIN, compiling it now unless another thread is (then waiting for that one).
     pub(crate) fn compile(&self) -> Outcome {
         let (job, _) = self.job();
-        job.outcome.get_or_init(|| self.run()).clone()
+        job.outcome
+            .get_or_init(|| {
+                IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+                self.run()
+            })
+            .clone()
     }
 
     /// The CUBIN if its compilation has finished, else `None`, having started it on a
@@ -105,6 +110,8 @@ impl Request {
             return Some(done.clone());
         }
         if fresh {
+            // Counted before the thread starts, so that a caller sees it at once.
+            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
             let request = self.clone();
             log::info!(
                 "compiling the {} kernels for {} on a background thread",
@@ -114,7 +121,15 @@ impl Request {
             let spawned = std::thread::Builder::new()
                 .name(format!("gpu-dot nvrtc {}", self.family))
                 .spawn(move || {
-                    let outcome = job.outcome.get_or_init(|| request.run());
+                    let mut ran = false;
+                    let outcome = job.outcome.get_or_init(|| {
+                        ran = true;
+                        request.run()
+                    });
+                    if !ran {
+                        // A waiting caller compiled it first (and counted its own run).
+                        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+                    }
                     match outcome {
                         Ok((_, ms)) => log::info!(
                             "the {} kernels for {} compiled in {:.1} s",
@@ -126,8 +141,13 @@ impl Request {
                     }
                 });
             if let Err(e) = spawned {
-                // No thread: the next caller that waits compiles in the foreground.
+                // No thread: forget the job, so that the next caller starts it again (or, when
+                // it waits, compiles in the foreground).
+                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
                 log::debug!("no background compilation thread: {e}");
+                JOBS.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&self.key());
             }
         }
         None

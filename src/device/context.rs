@@ -614,6 +614,8 @@ pub(crate) struct Gpu {
     /// A family NVRTC rejected: kept, so that later products fall back at once instead of
     /// compiling again.
     rejected: [OnceCell<GpuDotError>; MODULE_SLOTS],
+    /// A family whose prebuilt CUBIN the driver refused on this context.
+    prebuilt_refused: [AtomicBool; MODULE_SLOTS],
     streams: Mutex<Vec<Arc<CudaStream>>>,
     /// Idle workspaces kept for reuse (the pipeline's, which alone knows their type); freed
     /// with the context.
@@ -780,6 +782,7 @@ impl Gpu {
             info,
             modules: Default::default(),
             rejected: Default::default(),
+            prebuilt_refused: Default::default(),
             streams: Mutex::new(Vec::new()),
             idle: Default::default(),
             high_water: HighWater::default(),
@@ -897,21 +900,34 @@ impl Gpu {
     ) -> Option<Result<LoadedModule, GpuDotError>> {
         let start = Instant::now();
         let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
+        let refused = &self.prebuilt_refused[family.slot()];
         let image = prebuilt::find(request.family, &request.source, &request.arch)
             .filter(|_| crate::device::testing::prebuilt_allowed())
+            .filter(|_| !refused.load(Ordering::Relaxed))
             .and_then(|image| image.cubin());
         if let Some(cubin) = image {
-            log::debug!(
-                "the {} kernels for {}: prebuilt (NVRTC {})",
-                request.family,
-                request.arch,
-                prebuilt::NVRTC_VERSION
-            );
-            return Some(self.link(family, cubin).map(|mut loaded| {
-                loaded.cost.prebuilt = true;
-                loaded.cost.load_ms = ms(start);
-                loaded
-            }));
+            match self.link(family, cubin) {
+                Ok(mut loaded) => {
+                    log::debug!(
+                        "the {} kernels for {}: prebuilt (NVRTC {})",
+                        request.family,
+                        request.arch,
+                        prebuilt::NVRTC_VERSION
+                    );
+                    loaded.cost.prebuilt = true;
+                    loaded.cost.load_ms = ms(start);
+                    return Some(Ok(loaded));
+                }
+                // The driver refuses the shipped CUBIN (an older driver, say): never offered
+                // again on this context; the disk cache or NVRTC serve instead.
+                Err(e) => {
+                    log::info!(
+                        "the driver refused the prebuilt {} kernels ({e}); compiling them",
+                        request.family
+                    );
+                    refused.store(true, Ordering::Relaxed);
+                }
+            }
         }
         let entry = cache::Entry::for_module(
             request.family,

@@ -108,25 +108,46 @@ impl Family {
         }
     }
 
-    /// The families a product of `dtype` in `precision` with `kernel` launches on a device of
-    /// compute capability `sm` (`major·10 + minor`), the fallbacks of a failed launch aside:
-    /// what must be loaded before it runs without waiting on NVRTC.
+    /// The families a product of `dtype` in `precision` with `kernel` (a batch when `batched`)
+    /// launches on a device of compute capability `sm` (`major·10 + minor`), the fallbacks of
+    /// a failed launch aside: what must be loaded before it runs without waiting on NVRTC.
     pub(crate) fn serving(
         dtype: Dtype,
         precision: Precision,
         kernel: Kernel,
         sm: u32,
+        batched: bool,
     ) -> Vec<Family> {
         let fast = Family::fast(dtype);
         match kernel {
             Kernel::Naive => vec![Family::Naive],
             Kernel::Tiled16 | Kernel::Tiled32 => vec![Family::Tiled],
-            _ => match (precision.for_dtype(dtype), sm) {
-                (Precision::Fp32, _) | (_, 0..80) => vec![fast],
-                (_, 90) => vec![Family::SgemmWg, fast],
-                (Precision::Tf32x3, _) => vec![Family::SgemmTf32x3, fast],
-                (Precision::Tf32, _) => vec![Family::SgemmTf32, fast],
+            _ => match Family::tensor_cores(precision.for_dtype(dtype)) {
+                None => vec![fast],
+                Some(_) if sm < 80 => vec![fast],
+                // Batches run the mma.sync tiles on sm_90 too.
+                Some(_) if sm == 90 && !batched => vec![Family::SgemmWg, fast],
+                Some(mma) => vec![mma, fast],
             },
+        }
+    }
+
+    /// The mma.sync family of a tensor-core precision, `None` for FP32.
+    fn tensor_cores(precision: Precision) -> Option<Family> {
+        match precision {
+            Precision::Tf32x3 => Some(Family::SgemmTf32x3),
+            Precision::Tf32 => Some(Family::SgemmTf32),
+            _ => None,
+        }
+    }
+
+    /// The family whose kernels run a product in `precision` when this one does not compile:
+    /// the mma.sync kernels in place of the warpgroup ones (their products fall back so);
+    /// `None` for every other family.
+    pub(crate) fn stand_in(self, precision: Precision) -> Option<Family> {
+        match self {
+            Family::SgemmWg => Family::tensor_cores(precision),
+            _ => None,
         }
     }
 
@@ -707,6 +728,49 @@ impl Aux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_families_a_product_needs() {
+        use Family::*;
+        let f = |dtype, precision, kernel, sm, batched| {
+            Family::serving(dtype, precision, kernel, sm, batched)
+        };
+        assert_eq!(
+            f(Dtype::F32, Precision::Fp32, Kernel::Auto, 90, false),
+            [Sgemm]
+        );
+        assert_eq!(
+            f(Dtype::F64, Precision::Tf32x3, Kernel::Auto, 90, false),
+            [Dgemm]
+        );
+        assert_eq!(
+            f(Dtype::F32, Precision::Tf32x3, Kernel::Auto, 90, false),
+            [SgemmWg, Sgemm]
+        );
+        assert_eq!(
+            f(Dtype::F32, Precision::Tf32x3, Kernel::Reg64, 90, true),
+            [SgemmTf32x3, Sgemm]
+        );
+        assert_eq!(
+            f(Dtype::F32, Precision::Tf32, Kernel::Auto, 86, false),
+            [SgemmTf32, Sgemm]
+        );
+        assert_eq!(
+            f(Dtype::F32, Precision::Tf32, Kernel::Auto, 75, false),
+            [Sgemm]
+        );
+        assert_eq!(
+            f(Dtype::F32, Precision::Tf32, Kernel::Naive, 90, false),
+            [Naive]
+        );
+        assert_eq!(
+            f(Dtype::F64, Precision::Fp32, Kernel::Tiled32, 90, true),
+            [Tiled]
+        );
+        assert_eq!(SgemmWg.stand_in(Precision::Tf32), Some(SgemmTf32));
+        assert_eq!(SgemmWg.stand_in(Precision::Tf32x3), Some(SgemmTf32x3));
+        assert_eq!(Sgemm.stand_in(Precision::Tf32x3), None);
+    }
 
     /// The `key=value` fields of each `// @launch STEM ...` line of a source.
     fn launch_lines(src: &str) -> Vec<(String, Vec<(String, String)>)> {

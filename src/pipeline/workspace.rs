@@ -253,8 +253,8 @@ fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, bytes: usize) -> Result<(), G
     Ok(())
 }
 
-/// A device's idle workspaces.
-/// The context's idle pool, which holds this module's workspaces alone.
+/// A device's idle workspaces: the context's idle pool, which holds this module's workspaces
+/// alone.
 fn idle(gpu: &Gpu) -> MutexGuard<'_, Vec<Box<dyn std::any::Any + Send>>> {
     gpu.idle.lock().unwrap_or_else(|p| p.into_inner())
 }
