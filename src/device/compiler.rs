@@ -159,3 +159,60 @@ impl Request {
         jobs.get(&self.key()).and_then(|j| j.outcome.get().cloned())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::cache::nvrtc_options;
+
+    /// Runs where NVRTC is on the library path (no GPU or driver needed):
+    /// `cargo test --lib compiler -- --ignored`.
+    #[test]
+    #[ignore = "needs NVRTC (libnvrtc on the library path)"]
+    fn one_compilation_serves_a_background_start_and_a_waiting_caller() {
+        // No disk cache: its key asks the driver for its version.
+        std::env::set_var(crate::device::cache::ENV_CACHE_DIR, "off");
+        let request = Request {
+            family: "compiler_test",
+            source: r#"extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }"#
+                .to_string(),
+            options: nvrtc_options("sm_80"),
+            arch: "sm_80".to_string(),
+        };
+        let before = compilations();
+        assert!(request.finished().is_none());
+        assert!(
+            request.compile_in_background().is_none(),
+            "started, not done"
+        );
+        // The waiting caller gets the background thread's compilation, not a second one.
+        let (cubin, ms) = request.compile().expect("a CUBIN");
+        assert_eq!(&cubin[..4], b"\x7fELF");
+        assert!(ms > 0.0);
+        assert!(request.finished().is_some());
+        assert!(request.compile_in_background().is_some());
+        let again = request.compile().expect("the same CUBIN");
+        assert!(Arc::ptr_eq(&cubin, &again.0));
+        assert_eq!(compilations(), before + 1);
+
+        let broken = Request {
+            family: "compiler_test_broken",
+            source: "this is not CUDA".to_string(),
+            ..request.clone()
+        };
+        assert!(broken.compile_in_background().is_none());
+        match broken.compile() {
+            Err(GpuDotError::Compile { kernel, log }) => {
+                assert_eq!(kernel, "compiler_test_broken");
+                assert!(!log.is_empty());
+            }
+            other => panic!("expected the Compile error, got {other:?}"),
+        }
+        // The background thread finishes (and uncounts itself) once the outcome is set.
+        let start = std::time::Instant::now();
+        while in_flight() > 0 && start.elapsed().as_secs() < 60 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(in_flight(), 0);
+    }
+}
