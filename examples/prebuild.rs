@@ -12,7 +12,8 @@
 //! ```
 //!
 //! The images are made with the oldest NVRTC that the crate's newest kernels compile with and
-//! that CUDA 12 drivers load (CUBINs of CUDA 12.x run on every CUDA 12 and 13 driver).
+//! that CUDA 12 drivers load (CUDA's compatibility rules let CUBINs of CUDA 12.x load on CUDA
+//! 12 and 13 drivers; one a driver refuses is compiled at run time instead).
 
 use std::path::PathBuf;
 use std::process::Command;
