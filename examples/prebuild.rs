@@ -11,9 +11,9 @@
 //!     cargo run --release --example prebuild -- kernels/prebuilt [THREADS]
 //! ```
 //!
-//! The images are made with the oldest NVRTC that the crate's newest kernels compile with and
-//! that CUDA 12 drivers load (CUDA's compatibility rules let CUBINs of CUDA 12.x load on CUDA
-//! 12 and 13 drivers; one a driver refuses is compiled at run time instead).
+//! The images are made with NVRTC 12.9, the last of CUDA 12, rather than a CUDA 13 NVRTC:
+//! CUDA's compatibility rules let CUBINs of CUDA 12.x load on CUDA 12 and 13 drivers (one a
+//! driver refuses is compiled at run time instead).
 
 use std::path::PathBuf;
 use std::process::Command;
