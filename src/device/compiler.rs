@@ -153,8 +153,11 @@ impl Request {
         None
     }
 
-    /// The finished compilation's outcome, if any, without starting one.
-    pub(crate) fn finished(&self) -> Option<Outcome> {
+    /// The finished compilation's outcome, if any, without starting one (for the tests: a
+    /// context takes a finished one through [`Request::compile`] or
+    /// [`Request::compile_in_background`]).
+    #[cfg(test)]
+    fn finished(&self) -> Option<Outcome> {
         let jobs = JOBS.lock().unwrap_or_else(|p| p.into_inner());
         jobs.get(&self.key()).and_then(|j| j.outcome.get().cloned())
     }

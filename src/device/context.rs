@@ -850,16 +850,18 @@ impl Gpu {
         if let Some(loaded) = self.modules[i].get() {
             return Ok(Some(loaded));
         }
+        let arch = family.arch(&self.arch);
         let request = Request {
             family: family.name(),
             source: family.source(),
-            options: nvrtc_options(&family.arch(&self.arch)),
-            arch: family.arch(&self.arch),
+            options: nvrtc_options(&arch),
+            arch,
         };
         let quick = self.load_quick(family, &request);
         let compiled = match quick {
             Some(Ok(loaded)) => return Ok(Some(self.keep(i, loaded))),
-            // A prebuilt or cached CUBIN the driver refused: compile.
+            // A cached CUBIN the driver refused, or none: the compile queue's CUBIN, compiled
+            // now, or already by another thread (finished, or waited for).
             Some(Err(_)) | None if wait => request.compile(),
             Some(Err(_)) | None => match request.compile_in_background() {
                 Some(outcome) => outcome,
@@ -890,9 +892,9 @@ impl Gpu {
         self.modules[i].get().expect("set above")
     }
 
-    /// Loads `family` without NVRTC: its prebuilt CUBIN, else its disk-cache entry, else a
-    /// compilation another thread has finished. `None` when there is none; an error when the
-    /// driver refused the one there was.
+    /// Loads `family` without NVRTC: its prebuilt CUBIN, else its disk-cache entry. `None` when
+    /// there is none (a finished compilation is the compile queue's to give); an error when the
+    /// driver refused the cached one.
     fn load_quick(
         &self,
         family: impl ModuleSpec,
@@ -942,12 +944,7 @@ impl Gpu {
                 loaded
             }));
         }
-        let (cubin, nvrtc_ms) = request.finished()?.ok()?;
-        Some(self.link(family, cubin.to_vec()).map(|mut loaded| {
-            loaded.cost.nvrtc_ms = nvrtc_ms;
-            loaded.cost.load_ms = ms(start);
-            loaded
-        }))
+        None
     }
 
     /// Loads `cubin` as `family`'s module and looks up its entry points.
