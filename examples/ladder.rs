@@ -4,7 +4,8 @@
 //! to about twice f64 precision for f64 products).
 //!
 //!     cargo run --release --features cublas --example ladder -- \
-//!         [--quick] [--dtype f32|f64|both] [--json PATH] [--plot PATH.svg]
+//!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
+//!         [--plot PATH.svg]
 //!
 //! Prints the table the crate's history is told in (GFLOP/s per kernel at 1024³ and 4096³,
 //! speed-up over naive, fraction of cuBLAS), then the whole suite, and writes one JSON record
@@ -149,6 +150,37 @@ where
             );
             records.push(r);
         }
+        // Ozaki scheme II on the INT8 tensor cores (compute capability 9.0): the automatic
+        // count of moduli, and (f64) one fewer and one more.
+        if device_sm() == Some(90) {
+            let auto = gpu_dot::__testing::ozaki_auto_moduli(A::DTYPE, k);
+            let counts: Vec<usize> = match A::DTYPE {
+                Dtype::F64 => vec![auto - 1, auto, auto + 1],
+                _ => vec![auto],
+            };
+            for moduli in counts.into_iter().filter(|&n| (2..=18).contains(&n)) {
+                let precision = Precision::Ozaki {
+                    moduli: moduli as u8,
+                };
+                problem.set_precision(precision);
+                let label = if moduli == auto {
+                    format!("auto ozaki-{moduli}")
+                } else {
+                    format!("ozaki-{moduli}")
+                };
+                let mut r = measure(
+                    &mut problem,
+                    &reference,
+                    &label,
+                    (m, k, n),
+                    &mut |p| p.run(Kernel::Auto).expect("kernel runs"),
+                    &mut |p, reps| p.time(Kernel::Auto, 1, reps).expect("kernel timing"),
+                );
+                r.precision = precision;
+                records.push(r);
+            }
+            problem.set_precision(Precision::Fp32);
+        }
         if A::DTYPE == Dtype::F32 {
             // The tensor-core precisions under `auto`, and cuBLAS with TF32.
             for precision in [Precision::Tf32x3, Precision::Tf32] {
@@ -171,7 +203,7 @@ where
         }
         for r in records.iter().filter(|r| r.dims == (m, k, n)) {
             println!(
-                "{} {m:>5}×{k:>5}×{n:>5} {:<8} {:10.3} ms {:9.1} GFLOP/s  rel err {:.2e}",
+                "{} {m:>5}×{k:>5}×{n:>5} {:<14} {:10.3} ms {:9.1} GFLOP/s  rel err {:.2e}",
                 A::DTYPE,
                 r.name,
                 r.ms,
@@ -378,6 +410,7 @@ fn precision_report(suite: &[(usize, usize, usize)], find: &Find<'_, '_>) {
 
 fn main() {
     let (mut json_path, mut plot_path, mut quick) = (None, None, false);
+    let (mut sizes, mut auto_only): (Option<Vec<usize>>, bool) = (None, false);
     let mut dtypes = vec![Dtype::F32, Dtype::F64];
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -385,6 +418,15 @@ fn main() {
             "--json" => json_path = Some(args.next().expect("--json takes a path")),
             "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
             "--quick" => quick = true,
+            "--auto-only" => auto_only = true,
+            "--sizes" => {
+                let list = args.next().expect("--sizes takes a list like 4096,8192");
+                sizes = Some(
+                    list.split(',')
+                        .map(|x| x.trim().parse().expect("--sizes: whole numbers"))
+                        .collect(),
+                );
+            }
             "--dtype" => {
                 dtypes = match args.next().expect("--dtype takes f32, f64 or both").as_str() {
                     "f32" => vec![Dtype::F32],
@@ -394,7 +436,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick] [--dtype f32|f64|both] [--json PATH] [--plot PATH]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH]"
             ),
         }
     }
@@ -409,7 +451,9 @@ fn main() {
     if !cfg!(feature = "cublas") {
         println!("built without --features cublas: no cuBLAS reference column");
     }
-    let suite: Vec<_> = if quick {
+    let suite: Vec<_> = if let Some(sizes) = &sizes {
+        sizes.iter().map(|&x| (x, x, x)).collect()
+    } else if quick {
         vec![(1024, 1024, 1024), (4096, 4096, 4096)]
     } else {
         SUITE.to_vec()
@@ -418,7 +462,12 @@ fn main() {
 
     let mut records: Vec<Record> = Vec::new();
     for &dtype in &dtypes {
+        let only_auto = [Kernel::Auto];
         let (kernels, got) = match dtype {
+            _ if auto_only && dtype == Dtype::F32 => {
+                (&only_auto[..], run_suite::<f32>(&suite, &only_auto))
+            }
+            _ if auto_only => (&only_auto[..], run_suite::<f64>(&suite, &only_auto)),
             Dtype::F32 => (&KERNELS[..], run_suite::<f32>(&suite, &KERNELS)),
             _ => (&f64_kernels[..], run_suite::<f64>(&suite, &f64_kernels)),
         };
@@ -441,7 +490,7 @@ fn main() {
                 let mut record = serde_json::json!({
                     "dtype": r.dtype.name(),
                     "kernel": r.name.split(' ').next(),
-                    "precision": r.precision.name(),
+                    "precision": r.precision.to_string(),
                     "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
                     "ms": r.ms,
                     "gflops": r.gflops,
@@ -547,4 +596,14 @@ where
         .background_style(WHITE.mix(0.8))
         .draw()?;
     Ok(())
+}
+
+/// The compute capability (`major·10 + minor`) of device 0, if there is one.
+fn device_sm() -> Option<u32> {
+    match device_status() {
+        DeviceStatus::Ready(d) => {
+            Some((d.compute_capability.0 * 10 + d.compute_capability.1) as u32)
+        }
+        DeviceStatus::Unavailable(_) => None,
+    }
 }

@@ -8,7 +8,7 @@
 //! pip download --no-deps -d /tmp/nvrtc nvidia-cuda-nvrtc-cu12==12.9.86
 //! (cd /tmp/nvrtc && unzip -q -o *.whl)
 //! LD_LIBRARY_PATH=/tmp/nvrtc/nvidia/cuda_nvrtc/lib \
-//!     cargo run --release --example prebuild -- kernels/prebuilt [THREADS]
+//!     cargo run --release --example prebuild -- kernels/prebuilt [THREADS] [FAMILY]
 //! ```
 //!
 //! The images are made with NVRTC 12.9, the last of CUDA 12, rather than a CUDA 13 NVRTC:
@@ -25,12 +25,29 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "kernels/prebuilt".into()));
     let threads: usize = args.next().and_then(|t| t.parse().ok()).unwrap_or(2);
+    // Optionally one family: its images are remade and the manifest keeps the others' lines.
+    let only = args.next();
     let nvrtc = prebuild::nvrtc_version().expect("NVRTC answers its version");
     println!("NVRTC {nvrtc}, {threads} threads, into {}", dir.display());
     std::fs::create_dir_all(&dir).expect("the output folder can be made");
 
     // Largest first, so that the threads finish together.
-    let jobs = Mutex::new(prebuild::jobs().into_iter().rev().collect::<Vec<_>>());
+    let all = prebuild::jobs();
+    let kept: Vec<String> = match &only {
+        Some(family) => std::fs::read_to_string(dir.join("MANIFEST"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("nvrtc "))
+            .filter(|l| l.split(' ').next() != Some(family.as_str()))
+            .map(str::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
+    let chosen = all
+        .into_iter()
+        .filter(|(f, _)| only.as_deref().is_none_or(|o| o == *f))
+        .rev();
+    let jobs = Mutex::new(chosen.collect::<Vec<_>>());
     let done = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -65,8 +82,14 @@ fn main() {
          # family arch source-fnv1a cubin-bytes cubin-fnv1a file nvrtc-options\n\
          nvrtc {nvrtc}\n"
     );
-    for image in &images {
-        manifest += &image.manifest_line(&format!("{}.zst", image.file_name()));
+    let mut lines: Vec<String> = images
+        .iter()
+        .map(|image| image.manifest_line(&format!("{}.zst", image.file_name())))
+        .chain(kept)
+        .collect();
+    lines.sort();
+    for line in lines {
+        manifest += &line;
         manifest.push('\n');
     }
     std::fs::write(dir.join("MANIFEST"), manifest).expect("the manifest can be written");

@@ -575,6 +575,13 @@ pub mod __testing {
         use_prebuilt_kernels, Fault,
     };
     pub use crate::engine::table::override_kernel_source;
+
+    /// Ozaki scheme II on the CPU, exactly as the kernels compute it (the tests' oracle):
+    /// `reference(a, b, (m, k, n), moduli)` with row-major `a` (m × k) and `b` (k × n).
+    pub use crate::engine::ozaki::reference as ozaki_reference;
+
+    /// The moduli an automatic Ozaki product of this element type and inner dimension uses.
+    pub use crate::engine::ozaki::auto_moduli as ozaki_auto_moduli;
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

@@ -190,7 +190,9 @@ impl FromStr for Kernel {
     }
 }
 
-/// How an `f32` product's multiplications run on the GPU. `f64` products are always FP64.
+/// How a product's multiplications run on the GPU. `f64` products run in FP64 (reported as
+/// `Fp32`, the native precision) or, asked for, by [`Precision::Ozaki`]; `f32` products take
+/// every precision.
 ///
 /// Only the register-blocked kernels (`Kernel::Auto`, `Reg64`, `Reg128`) on devices with
 /// TF32 tensor cores (compute capability 8.0 and newer) have tensor-core forms; elsewhere a
@@ -212,34 +214,68 @@ pub enum Precision {
     /// One tensor-core product of the factors rounded to TF32 (10 mantissa bits, a relative
     /// error near 2⁻¹¹ per factor): fastest, least accurate. Never chosen unless asked for.
     Tf32,
+    /// Ozaki scheme II on the INT8 tensor cores (compute capability 9.0; `f64` and `f32`):
+    /// each row of op(A) and column of op(B) scaled by a power of two and rounded to an
+    /// integer of `bits` bits, the integer product recovered exactly from its residues modulo
+    /// `moduli` small coprime moduli (one exact INT8 GEMM each) by the Chinese remainder
+    /// theorem, and scaled back with one rounding. The accuracy knob is `moduli`: with `n`
+    /// of them and inner dimension `k`, each element keeps about `(8n − 3 − log₂k) / 2` bits
+    /// below the largest magnitude of its row (or column), so an element far smaller than
+    /// its row's largest loses bits (BENCHMARKS.md has the study). `moduli: 0` chooses the
+    /// fewest that keep 50 bits (`f64`) or 25 (`f32`), at most 18; 2 to 18 asks for that
+    /// many. The route report names the count that ran. Inf and NaN give the native
+    /// product's pattern. Elsewhere (another device, `k` above 65 536, a workspace that does
+    /// not fit, a matrix–vector product) the native kernels run and the report says so.
+    Ozaki {
+        /// How many moduli (0: automatic).
+        moduli: u8,
+    },
 }
 
 impl Precision {
-    /// Every precision.
+    /// The precisions of the CUDA-core and TF32 kernels.
     pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32x3, Precision::Tf32];
 
-    /// What a product of `dtype` asked for in this precision computes in: `f64` is always
-    /// FP64 (reported as `Fp32`, the native precision).
+    /// Ozaki scheme II with the moduli chosen automatically.
+    pub const OZAKI: Precision = Precision::Ozaki { moduli: 0 };
+
+    /// What a product of `dtype` asked for in this precision computes in: `f64` is FP64
+    /// (reported as `Fp32`, the native precision) unless Ozaki is asked for.
     pub(crate) fn for_dtype(self, dtype: crate::element::Dtype) -> Precision {
-        match dtype {
-            crate::element::Dtype::F32 => self,
-            crate::element::Dtype::F64 => Precision::Fp32,
+        match (dtype, self) {
+            (crate::element::Dtype::F32, p) => p,
+            (crate::element::Dtype::F64, p @ Precision::Ozaki { .. }) => p,
+            (crate::element::Dtype::F64, _) => Precision::Fp32,
         }
     }
 
-    /// Its name in options, reports and result files: `fp32`, `tf32x3`, `tf32`.
+    /// Whether a product asked for in this precision that ran in `ran` got what it asked
+    /// for (an automatic Ozaki request is served by any count of moduli).
+    pub(crate) fn served_by(self, ran: Precision) -> bool {
+        match (self, ran) {
+            (Precision::Ozaki { moduli: 0 }, Precision::Ozaki { .. }) => true,
+            (asked, ran) => asked == ran,
+        }
+    }
+
+    /// Its name in options, reports and result files: `fp32`, `tf32x3`, `tf32`, `ozaki`
+    /// (the count of moduli is in its `Display` form, `ozaki-15`).
     pub fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Tf32x3 => "tf32x3",
             Precision::Tf32 => "tf32",
+            Precision::Ozaki { .. } => "ozaki",
         }
     }
 }
 
 impl fmt::Display for Precision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Precision::Ozaki { moduli } if *moduli > 0 => write!(f, "ozaki-{moduli}"),
+            p => f.write_str(p.name()),
+        }
     }
 }
 
@@ -250,7 +286,16 @@ impl FromStr for Precision {
             "fp32" | "" => Ok(Precision::Fp32),
             "tf32x3" | "3xtf32" => Ok(Precision::Tf32x3),
             "tf32" => Ok(Precision::Tf32),
-            _ => Err(()),
+            "ozaki" => Ok(Precision::OZAKI),
+            other => match other.strip_prefix("ozaki-").map(str::parse::<u8>) {
+                Some(Ok(n))
+                    if (crate::engine::ozaki::MIN_MODULI..=crate::engine::ozaki::MAX_MODULI)
+                        .contains(&(n as usize)) =>
+                {
+                    Ok(Precision::Ozaki { moduli: n })
+                }
+                _ => Err(()),
+            },
         }
     }
 }

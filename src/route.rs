@@ -122,12 +122,19 @@ impl fmt::Display for Route {
                 if *precision != Precision::Fp32 {
                     write!(f, "{precision}, ")?;
                 }
-                if let Some(asked) = precision_unavailable {
-                    write!(
+                match precision_unavailable {
+                    Some(asked @ Precision::Ozaki { .. }) => write!(
+                        f,
+                        "native ({asked} needs compute capability 9.0, a register-blocked \
+                         kernel, a matrix-matrix product with k ≤ 65 536 and room for its \
+                         workspace), "
+                    )?,
+                    Some(asked) => write!(
                         f,
                         "fp32 ({asked} needs TF32 tensor cores, compute capability 8.0, and a \
                          register-blocked kernel), "
-                    )?;
+                    )?,
+                    None => {}
                 }
                 if *batch != 1 {
                     write!(f, "a batch of {batch}, ")?;
@@ -552,7 +559,7 @@ pub(crate) fn gpu_route<T: Element>(
         batch,
         devices,
         precision,
-        precision_unavailable: (done.ran.is_some() && precision != asked).then_some(asked),
+        precision_unavailable: (done.ran.is_some() && !asked.served_by(precision)).then_some(asked),
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

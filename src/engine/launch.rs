@@ -11,6 +11,7 @@ use cudarc::driver::{
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
+use crate::engine::ozaki::OzError;
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Family, Gemv, SimpleRow, TileConfig, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -259,8 +260,18 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
         self.precision
     }
 
-    fn dims(&self) -> (usize, usize, usize) {
+    pub(crate) fn dims(&self) -> (usize, usize, usize) {
         (self.m as usize, self.k as usize, self.n as usize)
+    }
+
+    /// The operands' buffers.
+    pub(crate) fn bufs(&self) -> (&'v CudaView<'a, T>, &'v CudaView<'a, T>) {
+        (&self.a.buf, &self.b.buf)
+    }
+
+    /// C's leading dimension.
+    pub(crate) fn ldc(&self) -> i64 {
+        self.ldc
     }
 
     pub(crate) fn trans(&self) -> (bool, bool) {
@@ -396,6 +407,15 @@ pub(crate) fn launch_plan<T: Element>(
         }
         Plan::Tile { config, splits } => {
             let precision = args.precision.for_dtype(dtype);
+            if let Precision::Ozaki { moduli } = precision {
+                match crate::engine::ozaki::launch(gpu, stream, moduli, args, c, split_ws) {
+                    // Not here (device, k, workspace or NVRTC): the native kernels below run
+                    // it, and the route report names the precision that could not run.
+                    Err(OzError::Unavailable) => {}
+                    Err(OzError::Gpu(e)) => return Err(e),
+                    Ok(ran) => return Ok(ran),
+                }
+            }
             if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
                 match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
                     // Without room for the panels or the split partials (the mma.sync
@@ -829,6 +849,21 @@ pub(crate) fn launch_batched<T: Element>(
         return Ok((None, Precision::Fp32));
     }
     let dtype = T::DTYPE;
+    if let Precision::Ozaki { .. } = precision.for_dtype(dtype) {
+        // One product after another, sharing one workspace; an item the Ozaki kernels cannot
+        // run (and so every item: they share shape and device) runs natively.
+        let mut ws = None;
+        let mut ran = None;
+        for z in 0..batch.items {
+            let (a, b) = item(z);
+            let mut c = c.slice_mut(z * batch.c..);
+            let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
+            let plan = Plan::Tile { config, splits: 1 };
+            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws)?);
+        }
+        let ran = ran.expect("at least one item");
+        return Ok((Some(Plan::Tile { config, splits: 1 }), ran));
+    }
     let row = TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm());
     let elems = 16 / std::mem::size_of::<T>();
     let aligned = a.aligned()
@@ -966,7 +1001,7 @@ fn aux(gpu: &Gpu, aux: Aux, dtype: crate::element::Dtype) -> Result<CudaFunction
     gpu.function(Family::fast(dtype), aux.entry(dtype))
 }
 
-fn grid_x(blocks: usize) -> Result<u32, GpuDotError> {
+pub(crate) fn grid_x(blocks: usize) -> Result<u32, GpuDotError> {
     u32::try_from(blocks)
         .ok()
         .filter(|&b| b <= i32::MAX as u32)

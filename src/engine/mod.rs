@@ -2,6 +2,7 @@
 //! ([`plan`]) and the autotuner ([`tuner`]), over every element type.
 
 pub(crate) mod launch;
+pub(crate) mod ozaki;
 pub(crate) mod plan;
 pub(crate) mod table;
 pub(crate) mod tuner;

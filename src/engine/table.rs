@@ -36,10 +36,14 @@ pub(crate) enum Family {
     /// SGEMM on Hopper's warpgroup tensor-core instructions (sm_90a), 3xTF32 and TF32, from
     /// K-major panels that its pack kernel makes first ([`WG`]).
     SgemmWg,
+    /// Products on the INT8 tensor cores by Ozaki scheme II (sm_90a): scaling, residue
+    /// panels, the INT8 GEMM of every modulus and the reconstruction
+    /// ([`crate::engine::ozaki`]).
+    Ozaki,
 }
 
 impl Family {
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
     pub(crate) const ALL: [Family; Family::COUNT] = [
         Family::Naive,
         Family::Tiled,
@@ -48,6 +52,7 @@ impl Family {
         Family::SgemmTf32x3,
         Family::SgemmTf32,
         Family::SgemmWg,
+        Family::Ozaki,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -63,6 +68,7 @@ impl Family {
             Family::SgemmTf32x3 => "sgemm_tf32x3",
             Family::SgemmTf32 => "sgemm_tf32",
             Family::SgemmWg => "sgemm_wg",
+            Family::Ozaki => "ozaki",
         }
     }
 
@@ -82,6 +88,7 @@ impl Family {
             Family::Dgemm => include_str!("../../kernels/dgemm.cu"),
             Family::SgemmTf32x3 | Family::SgemmTf32 => include_str!("../../kernels/sgemm_tc.cu"),
             Family::SgemmWg => include_str!("../../kernels/sgemm_wg.cu"),
+            Family::Ozaki => include_str!("../../kernels/ozaki.cu"),
         }
     }
 
@@ -103,7 +110,7 @@ impl Family {
     /// instructions exist only there).
     pub(crate) fn arch(self, arch: &str) -> String {
         match self {
-            Family::SgemmWg if arch == "sm_90" => "sm_90a".to_string(),
+            Family::SgemmWg | Family::Ozaki if arch == "sm_90" => "sm_90a".to_string(),
             _ => arch.to_string(),
         }
     }
@@ -119,6 +126,12 @@ impl Family {
         batched: bool,
     ) -> Vec<Family> {
         let fast = Family::fast(dtype);
+        if let Precision::Ozaki { .. } = precision {
+            if sm == 90 && !matches!(kernel, Kernel::Naive | Kernel::Tiled16 | Kernel::Tiled32) {
+                // The native kernels run what the Ozaki kernels cannot (GEMVs among them).
+                return vec![Family::Ozaki, fast];
+            }
+        }
         match kernel {
             Kernel::Naive => vec![Family::Naive],
             Kernel::Tiled16 | Kernel::Tiled32 => vec![Family::Tiled],
@@ -165,6 +178,9 @@ impl Family {
     /// (`major·10 + minor`).
     pub(crate) fn entries(self, sm: u32) -> Vec<String> {
         let mut e = Vec::new();
+        if self == Family::Ozaki && sm == 90 {
+            e.extend(OZAKI_ENTRIES.iter().map(|s| s.to_string()));
+        }
         if self == Family::SgemmWg && WG.iter().any(|r| r.sm == sm) {
             e.push(WgRow::PACK.to_string());
             e.extend(WG.iter().filter(|r| r.sm == sm).map(|r| r.stem.to_string()));
@@ -202,6 +218,7 @@ impl Family {
             })
             .map(|r| r.smem)
             .or_else(|| WG.iter().find(|r| r.stem == entry).map(|r| r.smem))
+            .or_else(|| (entry == OZAKI_GEMM.0).then_some(OZAKI_GEMM.1))
             .filter(|&smem| smem > 48 * 1024)
     }
 }
@@ -233,7 +250,7 @@ const _: () = assert!(
 );
 
 /// Makes the crate compile `source` instead of the kernel family named `family` ("naive",
-/// "tiled", "sgemm_fast", "dgemm", "sgemm_tf32x3", "sgemm_tf32" or "sgemm_wg") from the next
+/// "tiled", "sgemm_fast", "dgemm", "sgemm_tf32x3", "sgemm_tf32", "sgemm_wg" or "ozaki") from the next
 /// time it compiles that family in this process (prebuilt CUBINs of the family's own source
 /// no longer match it); `None` restores the family's own source. Returns false for an
 /// unknown family.
@@ -244,6 +261,20 @@ pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
     crate::device::testing::set_source_override(f.name(), source);
     true
 }
+
+/// The Ozaki family's entry points (kernels/ozaki.cu).
+const OZAKI_ENTRIES: [&str; 7] = [
+    "ozaki_scale_d",
+    "ozaki_scale_s",
+    "ozaki_split_d",
+    "ozaki_split_s",
+    "ozaki_gemm",
+    "ozaki_rebuild_d",
+    "ozaki_rebuild_s",
+];
+
+/// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
+pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 197_632);
 
 const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
 
@@ -802,6 +833,11 @@ mod tests {
                     WG.iter()
                         .filter(|_| family == Family::SgemmWg)
                         .map(|r| (r.stem, r.tile, r.threads, r.smem, r.bk, r.sm)),
+                )
+                .chain(
+                    [(OZAKI_GEMM.0, (128, 256), 256, OZAKI_GEMM.1, 128, 90)]
+                        .into_iter()
+                        .filter(|_| family == Family::Ozaki),
                 )
                 .collect();
             let lines: Vec<_> = launch_lines(family.raw_source())

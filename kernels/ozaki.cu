@@ -1,0 +1,545 @@
+// ozaki.cu -- f64 and f32 products on Hopper's INT8 tensor cores (Ozaki scheme II, sm_90a):
+// exact integer products of scaled operands, modulo a set of small coprime moduli, rebuilt by
+// the Chinese remainder theorem.
+//
+// Compiled by NVRTC with `--gpu-architecture=sm_90a --std=c++17`; includes nothing but
+// "common.cuh" (spliced in by the crate). Everything lives in namespace `oz` or carries an
+// `ozaki_` prefix.
+//
+// THE SCHEME. For C = op(A) (M x K) * op(B) (K x N), with X = op(A) and Y = op(B)^T (N x K):
+//   1. ozaki_scale_*: per row i of X a power of two 2^s_i, per row j of Y 2^t_j, such that the
+//      row's largest magnitude times it lies in [2^(bits-1), 2^bits) (bits_a for X, bits_b
+//      for Y; a zero row gets 0; a row holding Inf or NaN gets FLAG).
+//   2. ozaki_split_*: X' = rint(X * 2^s) and Y' = rint(Y * 2^t), integers of magnitude at most
+//      2^bits, written as their balanced residues (in [-m/2, m/2)) modulo each modulus m_l into
+//      K-major int8 panels P[l][Rp][Kp] (zero padding; FLAG rows are zero).
+//   3. ozaki_gemm: for every modulus l (blockIdx.z), the exact int32 product of the residue
+//      panels (|sum| <= K * 2^14 <= 2^30 for K <= 65536), reduced modulo m_l into the byte
+//      matrix R[l][M][N] (row-major, residues in [0, m_l)).
+//   4. ozaki_rebuild_*: C'_ij = the integer congruent to sum_l R[l]_ij * W_l modulo
+//      M = prod m_l that lies in (-M/2, M/2), which is X'Y'^T exactly because the host chose
+//      bits_a + bits_b with K * 2^(bits_a + bits_b) <= M / 4; then C_ij = C'_ij * 2^-(s_i + t_j),
+//      rounded once (to nearest, ties to even) to the output type. An output whose row of X or
+//      row of Y is FLAG is the plain dot product of the inputs instead (so Inf and NaN give
+//      the pattern of the native product).
+//
+// ACCURACY. The only errors are the rounding of X' and Y' to integers (at most 2^-(bits+1)
+// of the row's largest magnitude per element) and the final rounding; more moduli, more bits.
+// A result in the subnormal range may be rounded twice (the integer rounding, then ldexp).
+//
+// ---------------------------------------------------------------------------------------------
+// LAUNCH TABLE  (block = blockDim, smem = dynamic shared memory bytes)
+// ---------------------------------------------------------------------------------------------
+// @launch ozaki_gemm tile=128x256 block=256 smem=197632 bk=128 minsm=90
+//
+// ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, int* E): element
+//      (r, k) of the R x K operand at X[r*sr + k*sk]; block (32, 8), grid (ceil(R/32)); writes
+//      E[r] for r < R.
+// ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* E, signed char* P,
+//      int Rp, int Kp, Consts c): block (32, 8), grid (Kp/32, any y <= Rp/32: the kernel
+//      loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
+//      multiple of 32, Kp of 128).
+// ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
+//      int Kp, unsigned char* R, Consts c): PA, PB the panels of step 2 for X (Mp x Kp) and
+//      Y (Np x Kp) (Mp a multiple of 128, Np of 256, Kp of 128, 16-byte aligned); grid
+//      (ceil(M/128) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
+//      the dynamic shared memory limit to the table's smem first.
+// ozaki_rebuild_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
+//      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
+//      i64 bsk, Consts c): C (M x N at ldc) from step 3; X's element (i, k) at
+//      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
+//      any grid (grid-stride loop over M*N).
+// ---------------------------------------------------------------------------------------------
+//
+// DESIGN of ozaki_gemm: the TF32 warpgroup GEMM of sgemm_wg.cu with bytes for floats. Block
+// tile 128 x 256, two warpgroups (rows 0-63 and 64-127), each issuing wgmma.m64n256k32 (s8
+// inputs, s32 accumulators) with both operands in shared memory; a 128-wide K tile is 128
+// bytes a row, in the 128-byte swizzle, four k32 steps of 32 bytes; 4 stages of cp.async.
+#include "common.cuh"
+
+#define OZ_DEV __device__ __forceinline__
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+namespace oz {
+
+constexpr int MAX_MODULI = 18, LIMBS = 5;
+constexpr int BM = 128, BN = 256, BK = 128, NT = 256;  // BK: int8 elements = bytes
+constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
+constexpr int STAGE = PANEL_A + PANEL_B;
+constexpr int STAGES = 4;
+constexpr int SMEM_BYTES = STAGES * STAGE + 1024;  // + alignment slack
+static_assert(SMEM_BYTES == 197632, "keep the @launch line in sync");
+constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
+
+// The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
+// whose #[repr(C)] twin must match this layout: 688 bytes).
+struct Consts {
+    int count;   // moduli in use, 2 .. MAX_MODULI
+    int unused;
+    unsigned moduli[MAX_MODULI];               // pairwise coprime, 173 .. 256
+    unsigned pow31[MAX_MODULI];                // 2^31 mod m
+    unsigned long long magic[MAX_MODULI];      // ceil(2^40 / m)
+    unsigned w[MAX_MODULI][LIMBS];             // W_l = (M/m_l) * ((M/m_l)^-1 mod m_l), 32-bit limbs
+    unsigned big_m[LIMBS];                     // M, 32-bit limbs
+    unsigned unused2;
+    double inv_m;                              // 1 / M, rounded
+};
+static_assert(sizeof(Consts) == 688, "the host's layout");
+
+// x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
+// (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
+// largest fraction (m-1)/m of x/m for m <= 255; m = 256 has magic = 2^32 exactly).
+OZ_DEV unsigned umod(unsigned x, unsigned m, unsigned long long magic) {
+    const unsigned q = (unsigned)(((unsigned long long)x * magic) >> 40);
+    return x - q * m;
+}
+
+OZ_DEV bool finite(double v) {
+    return (__double_as_longlong(v) & 0x7ff0000000000000ll) != 0x7ff0000000000000ll;
+}
+
+// The shift of a row whose largest magnitude is mx: mx * 2^s in [2^(bits-1), 2^bits).
+OZ_DEV int shift_for(double mx, int bad, int bits) {
+    if (bad) return FLAG;
+    if (mx == 0.0) return 0;
+    return bits - 1 - ilogb(mx);
+}
+
+template <typename T>
+OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bits,
+                  int* __restrict__ E) {
+    __shared__ double part[8][33];
+    __shared__ int bad_part[8][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int r0 = blockIdx.x * 32;
+    if (sk != 1 && sr == 1) {
+        // Rows along the contiguous index: thread column tx is row r0 + tx.
+        const int r = r0 + tx;
+        double mx = 0.0;
+        int bad = 0;
+        if (r < R)
+            for (int k = ty; k < K; k += 8) {
+                const double v = (double)X[(i64)r * sr + (i64)k * sk];
+                bad |= !finite(v);
+                mx = fmax(mx, fabs(v));
+            }
+        part[ty][tx] = mx;
+        bad_part[ty][tx] = bad;
+        __syncthreads();
+        if (ty == 0 && r < R) {
+#pragma unroll
+            for (int i = 1; i < 8; ++i) {
+                mx = fmax(mx, part[i][tx]);
+                bad |= bad_part[i][tx];
+            }
+            E[r] = shift_for(mx, bad, bits);
+        }
+    } else {
+        // K along the contiguous index (or neither): a warp per row.
+#pragma unroll 1
+        for (int i = 0; i < 4; ++i) {
+            const int r = r0 + ty + 8 * i;
+            double mx = 0.0;
+            int bad = 0;
+            if (r < R)
+                for (int k = tx; k < K; k += 32) {
+                    const double v = (double)X[(i64)r * sr + (i64)k * sk];
+                    bad |= !finite(v);
+                    mx = fmax(mx, fabs(v));
+                }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+            }
+            if (tx == 0 && r < R) E[r] = shift_for(mx, bad, bits);
+        }
+    }
+}
+
+// Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 32 shared tile so that
+// both the read (along whichever stride is 1) and the write (along k) are coalesced.
+template <typename T>
+OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* __restrict__ E,
+                  signed char* __restrict__ P, int Rp, int Kp, const Consts& c) {
+    __shared__ double tile[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int k0 = blockIdx.x * 32;
+    const bool along_r = sk != 1 && sr == 1;
+    const i64 layer = (i64)Rp * Kp;
+    for (int r0 = blockIdx.y * 32; r0 < Rp; r0 += gridDim.y * 32) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int a = ty + 8 * i;  // the strided index
+            const int r = along_r ? tx : a, k = along_r ? a : tx;
+            double v = 0.0;
+            if (r0 + r < R && k0 + k < K) v = (double)X[(i64)(r0 + r) * sr + (i64)(k0 + k) * sk];
+            tile[r][k] = v;
+        }
+        __syncthreads();
+#pragma unroll 1
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + 8 * i, row = r0 + r;
+            const int s = row < R ? E[row] : 0;
+            double v = s == FLAG ? 0.0 : rint(ldexp(tile[r][tx], s));
+            const bool neg = v < 0.0;
+            v = fabs(v);  // an integer <= 2^61
+            const double hd = floor(v * 0x1p-31);
+            const unsigned hi = (unsigned)hd, lo = (unsigned)(v - hd * 0x1p31);
+            signed char* p = P + (i64)row * Kp + k0 + tx;
+#pragma unroll
+            for (int l = 0; l < MAX_MODULI; ++l) {
+                if (l < c.count) {
+                    const unsigned m = c.moduli[l];
+                    const unsigned long long mg = c.magic[l];
+                    unsigned x = umod(umod(hi, m, mg) * c.pow31[l] + umod(lo, m, mg), m, mg);
+                    if (neg && x) x = m - x;
+                    const int b = x > (m - 1) / 2 ? (int)x - (int)m : (int)x;
+                    p[l * layer] = (signed char)b;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+OZ_DEV unsigned smem_u32(const void* p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
+                 : "=r"(r)
+                 : "l"(p));
+    return r;
+}
+OZ_DEV void cp16(unsigned dst, const signed char* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+OZ_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+OZ_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+OZ_DEV void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+OZ_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+OZ_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+OZ_DEV void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of `d` across the wgmma fences and waits.
+template <int N>
+OZ_DEV void fence_regs(int (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle (as sgemm_wg.cu):
+// start address >> 4, leading byte offset 16 (unused), stride byte offset 1024 (next 8-row
+// group), layout type 1 = 128-byte swizzle.
+OZ_DEV unsigned long long desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
+           (1ull << 62);
+}
+
+// D(64 x 256, this warpgroup's s32 accumulators) += A(64 x 32) * B(32 x 256), s8 operands
+// read from shared memory through the descriptors (integer products and sums are exact).
+OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, 1;\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+          "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+          "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),
+          "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),
+          "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
+          "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),
+          "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]),
+          "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]),
+          "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]),
+          "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
+          "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]),
+          "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]),
+          "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]),
+          "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]),
+          "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]),
+          "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]),
+          "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]),
+          "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
+          "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]),
+          "+r"(d[126]), "+r"(d[127])
+        : "l"(da), "l"(db));
+}
+
+// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0).
+OZ_DEV void tile_origin(int M, int N, int& m0, int& n0) {
+    constexpr long long GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long id = blockIdx.x;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    m0 = (int)((first_m + in_group % gm) * BM);
+    n0 = (int)((in_group / gm) * BN);
+}
+
+// The block's 128 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
+OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
+                 const signed char* __restrict__ PB, int Mp, int Np, int Kp,
+                 unsigned char* __restrict__ R, const Consts& c) {
+    constexpr int LAG = 1;               // wgmma groups left in flight at the end of a K tile
+    constexpr int D = STAGES - 1 - LAG;  // tiles loaded ahead
+    static_assert(D >= 2, "a pipeline");
+    constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
+    extern __shared__ unsigned char oz_smem[];
+    const unsigned base = (smem_u32(oz_smem) + 1023u) & ~1023u;
+
+    const int z = blockIdx.z;
+    unsigned m = 256;
+    unsigned long long mg = 1ull << 32;
+#pragma unroll
+    for (int l = 0; l < MAX_MODULI; ++l)
+        if (l == z) {
+            m = c.moduli[l];
+            mg = c.magic[l];
+        }
+    PA += (i64)z * Mp * Kp;
+    PB += (i64)z * Np * Kp;
+    R += (i64)z * M * N;
+
+    int m0, n0;
+    tile_origin(M, N, m0, n0);
+    const int tiles = Kp / BK;
+
+    const int tid = threadIdx.x;
+    // Copy map: 16-byte chunk cc of rows r, r + 32, r + 64, ... of each panel.
+    const int cc = tid & 7, r = tid >> 3;
+    const unsigned soff = r * 128 + ((cc ^ (r & 7)) << 4);
+    const signed char* a_src = PA + (i64)(m0 + r) * Kp + cc * 16;
+    const signed char* b_src = PB + (i64)(n0 + r) * Kp + cc * 16;
+    auto load = [&](int stage, int kt) {
+        const unsigned s = base + stage * STAGE + soff;
+        const i64 k = (i64)kt * BK;
+#pragma unroll
+        for (int j = 0; j < BM / 32; ++j) cp16(s + j * 32 * 128, a_src + (i64)(32 * j) * Kp + k);
+#pragma unroll
+        for (int j = 0; j < BN / 32; ++j)
+            cp16(s + PANEL_A + j * 32 * 128, b_src + (i64)(32 * j) * Kp + k);
+    };
+
+    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
+    int acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0;
+
+#pragma unroll
+    for (int s = 0; s < D; ++s) {
+        if (s < tiles) load(s, s);
+        cp_commit();
+    }
+    for (int i = 0; i < tiles; ++i) {
+        cp_wait<D - 1>();
+        fence_proxy_async();
+        __syncthreads();
+        // Every warpgroup has finished the wgmma groups of tile i - 1 - LAG: its stage is free.
+        if (i + D < tiles) load((i + D) % STAGES, i + D);
+        cp_commit();
+
+        const unsigned st = base + (i % STAGES) * STAGE;
+        const unsigned a_t = st + wg * 64 * 128, b_t = st + PANEL_A;
+        wg_fence();
+        fence_regs(acc);
+#pragma unroll
+        for (int k = 0; k < BK / 32; ++k) wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
+        wg_commit();
+        wg_wait<LAG>();
+        fence_regs(acc);
+    }
+    wg_wait<0>();
+    fence_regs(acc);
+    cp_wait<0>();
+
+    // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
+    // 8*q + 2*t + j % 2, within this warpgroup's 64 rows. |acc| <= 2^30; adding a multiple of
+    // m just above 2^30 makes it a non-negative x < 2^31 + 2^8 for umod.
+    const unsigned off = (0x40000000u + m - 1) / m * m;
+    const int lane = tid & 31, warp = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
+        if (row >= M) continue;
+        unsigned char* rrow = R + (i64)row * N;
+        const bool pairs = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+            const int col = n0 + 8 * q + 2 * t;
+            const unsigned x0 = umod((unsigned)acc[4 * q + 2 * h] + off, m, mg);
+            const unsigned x1 = umod((unsigned)acc[4 * q + 2 * h + 1] + off, m, mg);
+            if (pairs && col + 1 < N) {
+                *reinterpret_cast<unsigned short*>(rrow + col) = (unsigned short)(x0 | (x1 << 8));
+            } else {
+                if (col < N) rrow[col] = (unsigned char)x0;
+                if (col + 1 < N) rrow[col + 1] = (unsigned char)x1;
+            }
+        }
+    }
+}
+
+OZ_DEV double to_t(unsigned long long top, double) { return __ull2double_rn(top); }
+OZ_DEV float to_t(unsigned long long top, float) { return __ull2float_rn(top); }
+OZ_DEV double scale_t(double x, int e) { return ldexp(x, e); }
+OZ_DEV float scale_t(float x, int e) { return ldexpf(x, e); }
+
+// C_ij from the residues of C'_ij (see the file header).
+template <typename T>
+OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
+                    const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
+                    i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
+                    i64 bsr, i64 bsk, const Consts& c) {
+    const i64 mn = (i64)M * N;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < mn;
+         idx += (i64)gridDim.x * blockDim.x) {
+        const int i = (int)(idx / N), j = (int)(idx - (i64)i * N);
+        const int ea = EA[i], eb = EB[j];
+        T* out = C + (i64)i * ldc + j;
+        if (ea == FLAG || eb == FLAG) {
+            // A row with Inf or NaN: the plain dot product, as the native product computes it.
+            double s = 0.0;
+            for (int k = 0; k < K; ++k)
+                s = fma((double)A[(i64)i * asr + (i64)k * ask], (double)B[(i64)j * bsr + (i64)k * bsk], s);
+            *out = (T)s;
+            continue;
+        }
+        // S = sum_l r_l * W_l, exactly, in 64-bit partial limbs (each < 18 * 2^40).
+        unsigned long long acc[LIMBS];
+#pragma unroll
+        for (int t = 0; t < LIMBS; ++t) acc[t] = 0;
+#pragma unroll
+        for (int l = 0; l < MAX_MODULI; ++l) {
+            if (l < c.count) {
+                const unsigned long long r = R[l * mn + idx];
+#pragma unroll
+                for (int t = 0; t < LIMBS; ++t) acc[t] += r * c.w[l][t];
+            }
+        }
+        unsigned s[LIMBS];
+        unsigned long long carry = 0;
+#pragma unroll
+        for (int t = 0; t < LIMBS; ++t) {
+            const unsigned long long v = acc[t] + carry;
+            s[t] = (unsigned)v;
+            carry = v >> 32;
+        }
+        // S < 18 * 256 * M < 2^153: no carry out. q = round(S / M): S/M = q + C'/M with
+        // |C'/M| <= 1/4, and the estimate below is off by far less than 1/4.
+        const double sd = (double)s[4] * 0x1p128 + (double)s[3] * 0x1p96 +
+                          (double)s[2] * 0x1p64 + (double)s[1] * 0x1p32 + (double)s[0];
+        const long long q = (long long)rint(sd * c.inv_m);
+        // D = S - q*M, two's complement across the limbs; the final borrow is its sign.
+        long long borrow = 0;
+        unsigned d[LIMBS];
+#pragma unroll
+        for (int t = 0; t < LIMBS; ++t) {
+            const long long v = (long long)s[t] - q * (long long)c.big_m[t] + borrow;
+            d[t] = (unsigned)v;
+            borrow = v >> 32;
+        }
+        const bool neg = borrow < 0;
+        if (neg) {
+            unsigned long long cy = 1;
+#pragma unroll
+            for (int t = 0; t < LIMBS; ++t) {
+                const unsigned long long v = (unsigned long long)(~d[t]) + cy;
+                d[t] = (unsigned)v;
+                cy = v >> 32;
+            }
+        }
+        // |C'| = d * 2^e once its top limb is d[4]; then its top 64 bits, with a sticky bit
+        // for the rest, round once to T.
+        unsigned d4 = d[4], d3 = d[3], d2 = d[2], d1 = d[1], d0 = d[0];
+        int e = 0;
+#pragma unroll
+        for (int it = 0; it < LIMBS - 1; ++it) {
+            if (d4 == 0) {
+                d4 = d3;
+                d3 = d2;
+                d2 = d1;
+                d1 = d0;
+                d0 = 0;
+                e -= 32;
+            }
+        }
+        if (d4 == 0) {
+            *out = (T)0;
+            continue;
+        }
+        const unsigned long long hi = ((unsigned long long)d4 << 32) | d3;
+        const int lz = __clzll((long long)hi);  // < 32
+        unsigned long long top = hi;
+        unsigned rest = d2;
+        if (lz) {
+            top = (hi << lz) | (d2 >> (32 - lz));
+            rest = d2 << lz;
+        }
+        if (rest | d1 | d0) top |= 1;
+        const T x = to_t(top, (T)0);
+        *out = scale_t(neg ? -x : x, 96 - lz + e - ea - eb);
+    }
+}
+
+}  // namespace oz
+
+extern "C" __global__ void __launch_bounds__(256) ozaki_scale_d(int R, int K, const double* X,
+                                                                i64 sr, i64 sk, int bits, int* E) {
+    oz::scale<double>(R, K, X, sr, sk, bits, E);
+}
+extern "C" __global__ void __launch_bounds__(256) ozaki_scale_s(int R, int K, const float* X,
+                                                                i64 sr, i64 sk, int bits, int* E) {
+    oz::scale<float>(R, K, X, sr, sk, bits, E);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E, signed char* P,
+                  int Rp, int Kp, oz::Consts c) {
+    oz::split<double>(R, K, X, sr, sk, E, P, Rp, Kp, c);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
+                  int Rp, int Kp, oz::Consts c) {
+    oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, c);
+}
+extern "C" __global__ void __launch_bounds__(oz::NT, 1)
+    ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
+               unsigned char* R, oz::Consts c) {
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_rebuild_d(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB,
+                    double* C, i64 ldc, const double* A, i64 asr, i64 ask, const double* B,
+                    i64 bsr, i64 bsk, oz::Consts c) {
+    oz::rebuild<double>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_rebuild_s(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB,
+                    float* C, i64 ldc, const float* A, i64 asr, i64 ask, const float* B,
+                    i64 bsr, i64 bsk, oz::Consts c) {
+    oz::rebuild<float>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);
+}
+
+#endif

@@ -1,0 +1,729 @@
+//! Products on the INT8 tensor cores by Ozaki scheme II (kernels/ozaki.cu): the moduli, the
+//! constants of the reconstruction, the choice of scaling bits and moduli, the launcher, and
+//! an exact CPU model of what the kernels compute (the tests' oracle).
+//!
+//! `C = op(A) · op(B)` becomes, with X = op(A) (m × k) and Y = op(B)ᵀ (n × k):
+//! X' = rint(diag(2^s) X) and Y' = rint(diag(2^t) Y), integers of at most `bits` bits chosen
+//! so that `k · 2^(bits_a + bits_b) ≤ M / 4` (M the product of the moduli); C' = X' Y'ᵀ is
+//! then recovered exactly from its residues modulo each modulus (one exact INT8 GEMM per
+//! modulus) by the Chinese remainder theorem, and C = diag(2^-s) C' diag(2^-t), rounded once.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
+
+use crate::device::context::Gpu;
+use crate::element::{Dtype, Element};
+use crate::engine::launch::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
+use crate::engine::table::Family;
+use crate::error::GpuDotError;
+use crate::options::Precision;
+
+/// The moduli, pairwise coprime, largest first; a product uses the first `count`.
+pub(crate) const MODULI: [u32; MAX_MODULI] = [
+    256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181,
+];
+/// The most moduli a product may use (the reconstruction's five 32-bit limbs hold
+/// `18 · 256 · M < 2^153`).
+pub const MAX_MODULI: usize = 18;
+/// The fewest.
+pub const MIN_MODULI: usize = 2;
+/// The longest inner dimension: the INT8 products' int32 sums stay below 2^30.
+pub const MAX_K: usize = 65_536;
+/// Scaling bits the automatic choice of moduli asks for per `f64` operand element.
+const AUTO_BITS_F64: i32 = 50;
+/// … and per `f32` one.
+const AUTO_BITS_F32: i32 = 25;
+/// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into two 31-bit halves.
+const MAX_BITS: i32 = 61;
+/// The shift of a row that holds Inf or NaN.
+pub(crate) const FLAG: i32 = i32::MIN;
+const LIMBS: usize = 5;
+
+/// The kernels' `oz::Consts`, by value (688 bytes, `#[repr(C)]` as in kernels/ozaki.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Consts {
+    count: i32,
+    unused: i32,
+    moduli: [u32; MAX_MODULI],
+    pow31: [u32; MAX_MODULI],
+    magic: [u64; MAX_MODULI],
+    w: [[u32; LIMBS]; MAX_MODULI],
+    big_m: [u32; LIMBS],
+    unused2: u32,
+    inv_m: f64,
+}
+
+const _: () = assert!(std::mem::size_of::<Consts>() == 688);
+
+// SAFETY: `Consts` is `#[repr(C)]` plain data (integers and a double, no pointers), laid out
+// exactly as the kernels' `oz::Consts` (688 bytes, asserted on both sides), so the driver may
+// copy its bytes into the kernel's parameter space.
+unsafe impl cudarc::driver::DeviceRepr for Consts {}
+
+/// A little-endian unsigned integer of six 32-bit limbs (enough for M ≤ 2^141 times 256).
+type Big = [u32; LIMBS + 1];
+
+fn big_mul_small(a: &mut Big, x: u32) {
+    let mut carry = 0u64;
+    for limb in a.iter_mut() {
+        let v = *limb as u64 * x as u64 + carry;
+        *limb = v as u32;
+        carry = v >> 32;
+    }
+    assert_eq!(carry, 0, "within six limbs");
+}
+
+fn big_mod_small(a: &Big, m: u32) -> u32 {
+    a.iter()
+        .rev()
+        .fold(0u64, |r, &limb| ((r << 32) | limb as u64) % m as u64) as u32
+}
+
+fn big_bits(a: &Big) -> u32 {
+    a.iter()
+        .enumerate()
+        .rev()
+        .find(|(_, &l)| l != 0)
+        .map_or(0, |(i, &l)| 32 * i as u32 + 32 - l.leading_zeros())
+}
+
+fn big_f64(a: &Big) -> f64 {
+    a.iter()
+        .enumerate()
+        .map(|(i, &l)| l as f64 * 2f64.powi(32 * i as i32))
+        .sum()
+}
+
+fn inverse_mod(a: u32, m: u32) -> u32 {
+    (1..m)
+        .find(|&x| (a as u64 * x as u64) % m as u64 == 1)
+        .expect("coprime moduli")
+}
+
+/// The product of the first `count` moduli.
+fn product(count: usize) -> Big {
+    let mut m: Big = [0; LIMBS + 1];
+    m[0] = 1;
+    for &x in &MODULI[..count] {
+        big_mul_small(&mut m, x);
+    }
+    m
+}
+
+impl Consts {
+    /// The constants for the first `count` moduli (`MIN_MODULI ..= MAX_MODULI`).
+    pub(crate) fn new(count: usize) -> Consts {
+        assert!((MIN_MODULI..=MAX_MODULI).contains(&count));
+        let mut c = Consts {
+            count: count as i32,
+            unused: 0,
+            moduli: [0; MAX_MODULI],
+            pow31: [0; MAX_MODULI],
+            magic: [0; MAX_MODULI],
+            w: [[0; LIMBS]; MAX_MODULI],
+            big_m: [0; LIMBS],
+            unused2: 0,
+            inv_m: 0.0,
+        };
+        let big_m = product(count);
+        assert_eq!(big_m[LIMBS], 0, "M fits five limbs");
+        c.big_m.copy_from_slice(&big_m[..LIMBS]);
+        c.inv_m = 1.0 / big_f64(&big_m);
+        for (l, &m) in MODULI[..count].iter().enumerate() {
+            c.moduli[l] = m;
+            c.pow31[l] = ((1u64 << 31) % m as u64) as u32;
+            c.magic[l] = (1u64 << 40).div_ceil(m as u64);
+            // W_l = (M / m_l) · ((M / m_l)⁻¹ mod m_l) < M.
+            let mut others: Big = [0; LIMBS + 1];
+            others[0] = 1;
+            for (j, &x) in MODULI[..count].iter().enumerate() {
+                if j != l {
+                    big_mul_small(&mut others, x);
+                }
+            }
+            let inv = inverse_mod(big_mod_small(&others, m), m);
+            big_mul_small(&mut others, inv);
+            assert_eq!(others[LIMBS], 0, "W below M");
+            c.w[l].copy_from_slice(&others[..LIMBS]);
+        }
+        c
+    }
+}
+
+/// The scaling bits `(bits_a, bits_b)` of a product with inner dimension `k` on the first
+/// `count` moduli: the most equal pair with `k · 2^(bits_a + bits_b) ≤ M / 4`, at most 61
+/// each (zeros where `count` is too few for `k`).
+pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
+    let m_bits = big_bits(&product(count)) as i32; // M ≥ 2^(m_bits - 1)
+    let k_bits = k.max(1).next_power_of_two().trailing_zeros() as i32;
+    let total = (m_bits - 1 - 2 - k_bits).max(0);
+    // Equal halves, so that C and Cᵀ = op(B)ᵀ op(A)ᵀ (which the crate computes for
+    // column-major results) round alike.
+    let a = (total / 2).min(MAX_BITS);
+    (a, a)
+}
+
+/// The moduli an `auto` Ozaki product (`Precision::Ozaki { moduli: 0 }`) of `dtype` with
+/// inner dimension `k` uses: the fewest that keep 50 bits of each `f64` element (25 of each
+/// `f32` one) at the top of its row, at most [`MAX_MODULI`].
+pub fn auto_moduli(dtype: Dtype, k: usize) -> usize {
+    let want = match dtype {
+        Dtype::F64 => AUTO_BITS_F64,
+        Dtype::F32 => AUTO_BITS_F32,
+    };
+    (MIN_MODULI..=MAX_MODULI)
+        .find(|&n| {
+            let (a, b) = scaling_bits(n, k);
+            a.min(b) >= want
+        })
+        .unwrap_or(MAX_MODULI)
+}
+
+/// The moduli a product asked for with `moduli` (0: automatic) uses.
+pub(crate) fn moduli_for(dtype: Dtype, moduli: u8, k: usize) -> usize {
+    match moduli as usize {
+        0 => auto_moduli(dtype, k),
+        n => n.clamp(MIN_MODULI, MAX_MODULI),
+    }
+}
+
+/// Why [`launch`] launched nothing, or failed.
+pub(crate) enum OzError {
+    /// The product cannot run this way here (not compute capability 9.0, k above
+    /// [`MAX_K`], no room for the workspace, or the family does not build): nothing was
+    /// enqueued, and the native kernels run it.
+    Unavailable,
+    Gpu(GpuDotError),
+}
+
+const ALIGN: usize = 256;
+
+/// Bytes of the workspace of an `m × k × n` product on `count` moduli, and the sections'
+/// offsets: (total, [EA, EB, PA, PB, R]).
+fn workspace(count: usize, (m, k, n): (usize, usize, usize)) -> (usize, [usize; 5]) {
+    let (mp, np, kp) = (
+        m.next_multiple_of(128),
+        n.next_multiple_of(256),
+        k.next_multiple_of(128),
+    );
+    let sizes = [
+        4 * mp,
+        4 * np,
+        count * mp * kp,
+        count * np * kp,
+        count * m * n,
+    ];
+    let mut at = [0; 5];
+    let mut total = 0;
+    for (o, s) in at.iter_mut().zip(sizes) {
+        *o = total;
+        total += s.next_multiple_of(ALIGN);
+    }
+    (total, at)
+}
+
+/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II on the first `moduli_for(..)` moduli, with
+/// the workspace in `ws` (grown as needed), and returns the precision it ran in.
+pub(crate) fn launch<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    moduli: u8,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    ws: &mut Option<DevBuf>,
+) -> Result<Precision, OzError> {
+    let (m, k, n) = args.dims();
+    if gpu.kernel_sm() != 90 || k > MAX_K {
+        return Err(OzError::Unavailable);
+    }
+    let count = moduli_for(T::DTYPE, moduli, k);
+    let (bits_a, bits_b) = scaling_bits(count, k);
+    if bits_a < 1 || bits_b < 1 {
+        return Err(OzError::Unavailable);
+    }
+    let consts = Consts::new(count);
+    let (mp, np, kp) = (
+        m.next_multiple_of(128),
+        n.next_multiple_of(256),
+        k.next_multiple_of(128),
+    );
+    check_dims(mp, kp, np).map_err(OzError::Gpu)?;
+    let function = |entry: &str| {
+        gpu.function(Family::Ozaki, entry).map_err(|e| match e {
+            GpuDotError::Compile { .. } => OzError::Unavailable,
+            e => OzError::Gpu(e),
+        })
+    };
+    let suffix = match T::DTYPE {
+        Dtype::F64 => "d",
+        Dtype::F32 => "s",
+    };
+    let scale = function(&format!("ozaki_scale_{suffix}"))?;
+    let split = function(&format!("ozaki_split_{suffix}"))?;
+    let gemm = function("ozaki_gemm")?;
+    let rebuild = function(&format!("ozaki_rebuild_{suffix}"))?;
+    let (total, at) = workspace(count, (m, k, n));
+    let work =
+        scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
+    let base = work.addr(stream);
+    let fail = |what: &'static str| move |e| OzError::Gpu(GpuDotError::at(what)(e));
+    let (ea, eb, pa, pb, r) = (
+        base + at[0] as u64,
+        base + at[1] as u64,
+        base + at[2] as u64,
+        base + at[3] as u64,
+        base + at[4] as u64,
+    );
+    let (a_strides, b_strides) = args.row_strides();
+    let (a_buf, b_buf) = args.bufs();
+    let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, kp as i32);
+    // Scales, then residue panels, of op(A) (m × k) and op(B)ᵀ (n × k).
+    for (rows, rows_p, x, (sr, sk), e, p, bits) in [
+        (mi, mp, a_buf, a_strides, ea, pa, bits_a),
+        (ni, np, b_buf, b_strides, eb, pb, bits_b),
+    ] {
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid_x((rows as usize).div_ceil(32)).map_err(OzError::Gpu)?,
+                1,
+                1,
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = stream.launch_builder(&scale);
+        builder
+            .arg(&rows)
+            .arg(&ki)
+            .arg(x)
+            .arg(&sr)
+            .arg(&sk)
+            .arg(&bits)
+            .arg(&e);
+        // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
+        // int bits, int* E)` in order and type (T the entry's element type by its suffix);
+        // element (r, k) of the R × K operand at X[r·sr + k·sk] lies in the buffer (the
+        // operand covers its matrix, checked when the arguments were made) and the kernel
+        // reads only r < R, k < K; E is the workspace's section of Rp ≥ R ints; one block of
+        // (32, 8) per 32 rows; static shared memory only.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
+        let cfg = LaunchConfig {
+            grid_dim: ((kp / 32) as u32, (rows_p / 32).min(65_535) as u32, 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let rp = rows_p as i32;
+        let mut builder = stream.launch_builder(&split);
+        builder
+            .arg(&rows)
+            .arg(&ki)
+            .arg(x)
+            .arg(&sr)
+            .arg(&sk)
+            .arg(&e)
+            .arg(&p)
+            .arg(&rp)
+            .arg(&kpi)
+            .arg(&consts);
+        // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
+        // const int* E, signed char* P, int Rp, int Kp, Consts c)`; X as for the scaling,
+        // whose E (R ints) the launch before it on this stream wrote; P is the workspace's
+        // section of count·Rp·Kp bytes, written whole; grid x = Kp/32, grid y ≤ Rp/32 with
+        // the kernel looping over the rest, block (32, 8); `Consts` matches the kernel's
+        // struct by value.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
+    }
+    let tiles = m.div_ceil(128) * n.div_ceil(256);
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, count as u32),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
+    };
+    let (mpi, npi) = (mp as i32, np as i32);
+    let mut builder = stream.launch_builder(&gemm);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&pa)
+        .arg(&pb)
+        .arg(&mpi)
+        .arg(&npi)
+        .arg(&kpi)
+        .arg(&r)
+        .arg(&consts);
+    // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const signed
+    // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA and PB are the
+    // panels the split launches before it on this stream write (count·Mp·Kp and count·Np·Kp
+    // bytes at 256-byte-aligned offsets, Mp a multiple of 128, Np of 256, Kp of 128); R is the
+    // workspace's section of count·M·N bytes, written whole; one block per 128 × 256 output
+    // tile and one grid layer per modulus; 256 threads (the kernel's launch bound) and the
+    // table's dynamic shared memory, to which the function's limit was raised when the
+    // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+    let cfg = LaunchConfig {
+        grid_dim: ((m * n).div_ceil(256).clamp(1, 16_384) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let ldc = args.ldc();
+    let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);
+    let mut builder = stream.launch_builder(&rebuild);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(&r)
+        .arg(&ea)
+        .arg(&eb)
+        .arg(&mut *c)
+        .arg(&ldc)
+        .arg(a_buf)
+        .arg(&asr)
+        .arg(&ask)
+        .arg(b_buf)
+        .arg(&bsr)
+        .arg(&bsk)
+        .arg(&consts);
+    // SAFETY: arguments match `ozaki_rebuild_{d,s}(int M, int N, int K, const unsigned char*
+    // R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T*
+    // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
+    // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are
+    // the operands with the strides of op(A) and op(B)ᵀ, read only for k < K; the kernel
+    // loops over all M·N outputs whatever the grid.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki reconstruction"))?;
+    Ok(Precision::Ozaki {
+        moduli: count as u8,
+    })
+}
+
+/// What the kernels compute, on the CPU, exactly: the same scaling, the exact integer
+/// product (no residues), and one rounding. `a` is `m × k` and `b` is `k × n`, row-major;
+/// returns `m × n` row-major. Results in the subnormal range may differ from the kernels'
+/// (they round twice there).
+pub fn reference(a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize), count: usize) -> Vec<f64> {
+    let (bits_a, bits_b) = scaling_bits(count, k);
+    let shift = |row: &mut dyn Iterator<Item = f64>, bits: i32| {
+        let (mut mx, mut bad) = (0f64, false);
+        for v in row {
+            bad |= !v.is_finite();
+            mx = mx.max(v.abs());
+        }
+        if bad {
+            FLAG
+        } else if mx == 0.0 {
+            0
+        } else {
+            bits - 1 - ilogb(mx)
+        }
+    };
+    let sa: Vec<i32> = (0..m)
+        .map(|i| shift(&mut (0..k).map(|p| a[i * k + p]), bits_a))
+        .collect();
+    let sb: Vec<i32> = (0..n)
+        .map(|j| shift(&mut (0..k).map(|p| b[p * n + j]), bits_b))
+        .collect();
+    let int = |v: f64, s: i32| -> i128 { ldexp(v, s).round_ties_even() as i128 };
+    let xa: Vec<i128> = (0..m * k)
+        .map(|x| {
+            if sa[x / k] == FLAG {
+                0
+            } else {
+                int(a[x], sa[x / k])
+            }
+        })
+        .collect();
+    let yb: Vec<i128> = (0..k * n)
+        .map(|x| {
+            if sb[x % n] == FLAG {
+                0
+            } else {
+                int(b[x], sb[x % n])
+            }
+        })
+        .collect();
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            if sa[i] == FLAG || sb[j] == FLAG {
+                c[i * n + j] = (0..k).fold(0.0, |s, p| a[i * k + p].mul_add(b[p * n + j], s));
+                continue;
+            }
+            // Exact sum of products of up to 2^61 · 2^61: high and low 64-bit halves apart.
+            let (mut hi, mut lo) = (0i128, 0i128);
+            for p in 0..k {
+                let prod = xa[i * k + p] * yb[p * n + j];
+                hi += prod >> 64;
+                lo += prod & ((1i128 << 64) - 1);
+            }
+            hi += lo >> 64;
+            let lo = (lo & ((1i128 << 64) - 1)) as u128;
+            c[i * n + j] = ldexp(wide_to_f64(hi, lo), -(sa[i] + sb[j]));
+        }
+    }
+    c
+}
+
+/// `hi · 2^64 + lo` (lo < 2^64) rounded once to the nearest f64, ties to even.
+fn wide_to_f64(hi: i128, lo: u128) -> f64 {
+    let neg = hi < 0;
+    let (mag_hi, mag_lo) = if neg {
+        // −(hi·2^64 + lo) = (−hi − 1)·2^64 + (2^64 − lo), or −hi·2^64 when lo = 0.
+        if lo == 0 {
+            ((-hi) as u128, 0u128)
+        } else {
+            ((-hi - 1) as u128, (1u128 << 64) - lo)
+        }
+    } else {
+        (hi as u128, lo)
+    };
+    let x = if mag_hi >> 64 == 0 {
+        // At most 128 bits: converted exactly once.
+        ((mag_hi << 64) | mag_lo) as f64
+    } else {
+        // Over 64 significant bits in mag_hi: its low bit stands in for anything below.
+        ((mag_hi | (mag_lo != 0) as u128) as f64) * 2f64.powi(64)
+    };
+    if neg {
+        -x
+    } else {
+        x
+    }
+}
+
+/// `x · 2^e`, exactly where the result is a normal number.
+fn ldexp(x: f64, e: i32) -> f64 {
+    let mut x = x;
+    let mut e = e;
+    while e > 1000 {
+        x *= 2f64.powi(1000);
+        e -= 1000;
+    }
+    while e < -1000 {
+        x *= 2f64.powi(-1000);
+        e += 1000;
+    }
+    x * 2f64.powi(e)
+}
+
+/// The exponent of |x| (x finite and nonzero): x = 1.f · 2^e.
+fn ilogb(x: f64) -> i32 {
+    let bits = x.abs().to_bits();
+    let exp = (bits >> 52) as i32;
+    if exp == 0 {
+        // Subnormal: the leading one's position.
+        -1074 + 63 - bits.leading_zeros() as i32
+    } else {
+        exp - 1023
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reconstruction of kernels/ozaki.cu (`oz::rebuild`), step for step, on residues
+    /// `res` (each in [0, m_l)): C' rounded once to f64 (no scaling).
+    fn rebuild_model(res: &[u32], c: &Consts) -> f64 {
+        let mut acc = [0u64; LIMBS];
+        for (l, &r) in res.iter().enumerate() {
+            for t in 0..LIMBS {
+                acc[t] += r as u64 * c.w[l][t] as u64;
+            }
+        }
+        let (mut s, mut carry) = ([0u32; LIMBS], 0u64);
+        for t in 0..LIMBS {
+            let v = acc[t] + carry;
+            s[t] = v as u32;
+            carry = v >> 32;
+        }
+        assert_eq!(carry, 0);
+        let sd = s[4] as f64 * 2f64.powi(128)
+            + s[3] as f64 * 2f64.powi(96)
+            + s[2] as f64 * 2f64.powi(64)
+            + s[1] as f64 * 2f64.powi(32)
+            + s[0] as f64;
+        let q = (sd * c.inv_m).round_ties_even() as i64;
+        let (mut d, mut borrow) = ([0u32; LIMBS], 0i64);
+        for t in 0..LIMBS {
+            let v = s[t] as i64 - q * c.big_m[t] as i64 + borrow;
+            d[t] = v as u32;
+            borrow = v >> 32;
+        }
+        let neg = borrow < 0;
+        if neg {
+            let mut cy = 1u64;
+            for x in d.iter_mut() {
+                let v = (!*x) as u64 + cy;
+                *x = v as u32;
+                cy = v >> 32;
+            }
+        }
+        let [mut d0, mut d1, mut d2, mut d3, mut d4] = d;
+        let mut e = 0;
+        for _ in 0..LIMBS - 1 {
+            if d4 == 0 {
+                (d4, d3, d2, d1, d0) = (d3, d2, d1, d0, 0);
+                e -= 32;
+            }
+        }
+        if d4 == 0 {
+            return 0.0;
+        }
+        let hi = ((d4 as u64) << 32) | d3 as u64;
+        let lz = hi.leading_zeros();
+        let (mut top, mut rest) = (hi, d2);
+        if lz > 0 {
+            top = (hi << lz) | (d2 >> (32 - lz)) as u64;
+            rest = d2 << lz;
+        }
+        if rest | d1 | d0 != 0 {
+            top |= 1;
+        }
+        let x = ldexp(top as f64, 96 - lz as i32 + e);
+        if neg {
+            -x
+        } else {
+            x
+        }
+    }
+
+    /// A small deterministic generator (xorshift), so the tests need no crate.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        }
+    }
+
+    #[test]
+    fn the_moduli_are_pairwise_coprime_and_the_constants_consistent() {
+        fn gcd(a: u32, b: u32) -> u32 {
+            if b == 0 {
+                a
+            } else {
+                gcd(b, a % b)
+            }
+        }
+        for (i, &a) in MODULI.iter().enumerate() {
+            assert!((173..=256).contains(&a));
+            for &b in &MODULI[i + 1..] {
+                assert_eq!(gcd(a, b), 1, "{a} and {b}");
+            }
+        }
+        let c = Consts::new(MAX_MODULI);
+        for l in 0..MAX_MODULI {
+            let m = MODULI[l];
+            // W_l ≡ 1 (mod m_l) and ≡ 0 modulo every other modulus.
+            let mut w: Big = [0; LIMBS + 1];
+            w[..LIMBS].copy_from_slice(&c.w[l]);
+            for (j, &x) in MODULI.iter().enumerate() {
+                assert_eq!(big_mod_small(&w, x), (j == l) as u32, "W_{l} mod {x}");
+            }
+            // umod's magic number is exact over its whole range.
+            for x in (0..(1u32 << 31) + 1024)
+                .step_by(9973)
+                .chain([(1u32 << 31) + 1023])
+            {
+                let q = ((x as u64 * c.magic[l]) >> 40) as u32;
+                assert_eq!(x - q * m, x % m, "{x} mod {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn residues_rebuild_every_integer_within_a_quarter_of_m() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for count in [2, 5, 9, 12, 15] {
+            let c = Consts::new(count);
+            let m_bits = big_bits(&product(count)) as i32;
+            for trial in 0..400 {
+                // Magnitudes up to 2^(m_bits - 3) ≤ M/4, and small ones.
+                let bits = if trial % 4 == 0 {
+                    trial % 40
+                } else {
+                    m_bits - 3
+                };
+                let bits = bits.min(m_bits - 3).min(126);
+                let mag = ((rng.next() as u128) << 64 | rng.next() as u128) >> (128 - bits.max(1));
+                let x = if rng.next() & 1 == 1 {
+                    -(mag as i128)
+                } else {
+                    mag as i128
+                };
+                let res: Vec<u32> = MODULI[..count]
+                    .iter()
+                    .map(|&m| x.rem_euclid(m as i128) as u32)
+                    .collect();
+                assert_eq!(rebuild_model(&res, &c), x as f64, "{count} moduli, {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn scaling_keeps_the_product_below_a_quarter_of_m() {
+        for count in MIN_MODULI..=MAX_MODULI {
+            let m_bits = big_bits(&product(count)) as i32;
+            for k in [1, 2, 3, 100, 1024, 8191, 8192, 65_536] {
+                let (a, b) = scaling_bits(count, k);
+                assert!(a <= MAX_BITS && b <= MAX_BITS);
+                if a < 1 || b < 1 {
+                    // Too few moduli for this k: `launch` refuses such products.
+                    continue;
+                }
+                // k · 2^(a + b) ≤ 2^(m_bits - 3) ≤ M / 4.
+                let k_bits = (k as f64).log2().ceil() as i32;
+                assert!(k_bits + a + b <= m_bits - 3, "{count} moduli, k {k}");
+            }
+        }
+        assert_eq!(auto_moduli(Dtype::F64, 8192), 15);
+        assert_eq!(auto_moduli(Dtype::F32, 8192), 9);
+        assert!(auto_moduli(Dtype::F64, 64) <= auto_moduli(Dtype::F64, 65_536));
+    }
+
+    #[test]
+    fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
+        let mut rng = Rng(12345);
+        let (m, k, n) = (7, 33, 5);
+        let a: Vec<f64> = (0..m * k).map(|_| (rng.unit() * 1000.0).round()).collect();
+        let b: Vec<f64> = (0..k * n).map(|_| (rng.unit() * 1000.0).round()).collect();
+        let exact = |a: &[f64], b: &[f64]| -> Vec<f64> {
+            (0..m * n)
+                .map(|x| {
+                    let (i, j) = (x / n, x % n);
+                    (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum()
+                })
+                .collect()
+        };
+        assert_eq!(reference(&a, &b, (m, k, n), 9), exact(&a, &b));
+        let a: Vec<f64> = (0..m * k).map(|_| rng.unit()).collect();
+        let b: Vec<f64> = (0..k * n).map(|_| rng.unit()).collect();
+        let want = exact(&a, &b);
+        let got = reference(&a, &b, (m, k, n), 16);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-13, "{g} against {w}");
+        }
+        // Fewer moduli, fewer bits: a coarser but still bounded result.
+        let coarse = reference(&a, &b, (m, k, n), 6);
+        let (bits, _) = scaling_bits(6, k);
+        for (g, w) in coarse.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= k as f64 * 2f64.powi(-bits),
+                "{g} against {w}"
+            );
+        }
+        // A row with NaN gives NaN where it meets; others are untouched.
+        let mut a2 = a.clone();
+        a2[k] = f64::NAN;
+        let got = reference(&a2, &b, (m, k, n), 16);
+        assert!(got[n..2 * n].iter().all(|x| x.is_nan()));
+        assert!(got[..n].iter().chain(&got[2 * n..]).all(|x| x.is_finite()));
+    }
+}

@@ -1,0 +1,302 @@
+//! Ozaki scheme II ([`Precision::Ozaki`]) on the INT8 tensor cores: bit for bit what the exact
+//! CPU model computes (same scaling, exact integer product, one rounding) over odd and
+//! rectangular shapes, every operand layout, explicit and automatic moduli, batches and
+//! device matrices; accuracy against a compensated reference beside the native product; Inf
+//! and NaN as the native product gives them; the fallback where it cannot run. Parsing runs
+//! anywhere; the rest needs a device of compute capability 9.0.
+
+mod common;
+
+use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_reference};
+use gpu_dot::{Backend, DotOptions, Dtype, GpuDot, GpuMatrix, Kernel, Precision, Route};
+use ndarray::{s, Array2, Array3, ArrayBase, Data, Ix2};
+use rand::{Rng, SeedableRng};
+
+#[test]
+fn ozaki_precisions_parse_and_print() {
+    assert_eq!("ozaki".parse::<Precision>(), Ok(Precision::OZAKI));
+    assert_eq!(
+        "Ozaki-14".parse::<Precision>(),
+        Ok(Precision::Ozaki { moduli: 14 })
+    );
+    assert!("ozaki-1".parse::<Precision>().is_err());
+    assert!("ozaki-19".parse::<Precision>().is_err());
+    assert_eq!(Precision::Ozaki { moduli: 9 }.to_string(), "ozaki-9");
+    assert_eq!(Precision::OZAKI.to_string(), "ozaki");
+}
+
+fn options(precision: Precision) -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .kernel(Kernel::Auto)
+        .precision(precision)
+        .poison_output(true)
+}
+
+fn rng() -> rand::rngs::StdRng {
+    rand::rngs::StdRng::seed_from_u64(common::fresh_seed())
+}
+
+fn uniform(rng: &mut impl Rng, rows: usize, cols: usize) -> Array2<f64> {
+    Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0..1.0))
+}
+
+/// The model's answer for `a · b` on `moduli` moduli.
+fn model<S1: Data<Elem = f64>, S2: Data<Elem = f64>>(
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+    moduli: usize,
+) -> Array2<f64> {
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    let av: Vec<f64> = a.iter().copied().collect();
+    let bv: Vec<f64> = b.iter().copied().collect();
+    Array2::from_shape_vec((m, n), ozaki_reference(&av, &bv, (m, k, n), moduli)).unwrap()
+}
+
+fn moduli_of(route: &Route) -> usize {
+    match route {
+        Route::Gpu {
+            precision: Precision::Ozaki { moduli },
+            ..
+        } => *moduli as usize,
+        other => panic!("expected an Ozaki product, got {other}"),
+    }
+}
+
+/// Bitwise equality (NaN equal to NaN).
+#[track_caller]
+fn same_bits(got: &Array2<f64>, want: &Array2<f64>, what: &str) {
+    assert_eq!(got.dim(), want.dim(), "{what}");
+    let bad = got
+        .iter()
+        .zip(want.iter())
+        .enumerate()
+        .find(|(_, (g, w))| !(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())));
+    if let Some((i, (g, w))) = bad {
+        panic!("{what}: element {i} is {g:e}, the model says {w:e}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn f64_products_equal_the_exact_model_bit_for_bit() {
+    let mut rng = rng();
+    let shapes = [
+        (2, 3, 2),
+        (37, 129, 53),
+        (128, 128, 256),
+        (129, 257, 255),
+        (300, 1000, 517),
+        (64, 4097, 70),
+        (700, 96, 900),
+    ];
+    for &(m, k, n) in &shapes {
+        let a = uniform(&mut rng, m, k);
+        let b = uniform(&mut rng, k, n);
+        let a_f = a.t().as_standard_layout().reversed_axes().to_owned();
+        let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
+        let wide_a = uniform(&mut rng, m, 2 * k + 1);
+        let a_s = wide_a.slice(s![.., 1..;2]);
+        let wide_b = uniform(&mut rng, k + 1, n + 1);
+        let b_s = wide_b.slice(s![1.., ..n]);
+        for precision in [Precision::OZAKI, Precision::Ozaki { moduli: 8 }] {
+            let opts = options(precision);
+            let what = format!("{m}×{k}×{n} {precision}");
+            let p = a.gpu_dot_with(&b, &opts).expect(&what);
+            let moduli = moduli_of(&p.route);
+            match precision {
+                Precision::Ozaki { moduli: 0 } => {
+                    assert_eq!(moduli, ozaki_auto_moduli(Dtype::F64, k), "{what}")
+                }
+                _ => assert_eq!(moduli, 8, "{what}"),
+            }
+            assert!(p.route.to_string().contains(&format!("ozaki-{moduli}")));
+            let want = model(&a, &b, moduli);
+            same_bits(&p.c, &want, &what);
+            same_bits(
+                &a_f.gpu_dot_with(&b_f, &opts).expect(&what).c,
+                &want,
+                &format!("{what} F·F"),
+            );
+            same_bits(
+                &a.gpu_dot_with(&b_f, &opts).expect(&what).c,
+                &want,
+                &format!("{what} C·F"),
+            );
+            let p = a_s.gpu_dot_with(&b_s, &opts).expect(&what);
+            same_bits(&p.c, &model(&a_s, &b_s, moduli), &format!("{what} strided"));
+        }
+    }
+}
+
+/// Exact products of a few doubles each, summed with compensation (TwoProduct, TwoSum): a
+/// reference far more accurate than FP64.
+fn compensated<S1: Data<Elem = f64>, S2: Data<Elem = f64>>(
+    a: &ArrayBase<S1, Ix2>,
+    b: &ArrayBase<S2, Ix2>,
+) -> Array2<f64> {
+    let (m, n) = (a.nrows(), b.ncols());
+    Array2::from_shape_fn((m, n), |(i, j)| {
+        let (mut s, mut c) = (0.0f64, 0.0f64);
+        for (x, y) in a.row(i).iter().zip(b.column(j).iter()) {
+            let p = x * y;
+            let pe = x.mul_add(*y, -p);
+            let t = s + p;
+            let z = t - s;
+            let e = (s - (t - z)) + (p - z);
+            s = t;
+            c += e + pe;
+        }
+        s + c
+    })
+}
+
+fn max_rel(c: &Array2<f64>, r: &Array2<f64>, scale: f64) -> f64 {
+    c.iter()
+        .zip(r.iter())
+        .map(|(x, y)| (x - y).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+/// On uniform inputs the automatic choice is at least as accurate as the native FP64 product
+/// (errors against a compensated reference, relative to the largest |A|·|B| entry).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn automatic_moduli_are_as_accurate_as_native_fp64_on_uniform_inputs() {
+    let mut rng = rng();
+    for &(m, k, n) in &[(256, 2048, 256), (200, 8192, 150)] {
+        let a = uniform(&mut rng, m, k);
+        let b = uniform(&mut rng, k, n);
+        let r = compensated(&a, &b);
+        let scale = k as f64;
+        let oz = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
+        let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+        let (e_oz, e_native) = (max_rel(&oz.c, &r, scale), max_rel(&native.c, &r, scale));
+        println!(
+            "{m}×{k}×{n}: ozaki-{} {e_oz:.3e}, native {e_native:.3e}",
+            moduli_of(&oz.route)
+        );
+        assert!(
+            e_oz <= e_native.max(2f64.powi(-52)),
+            "{e_oz:e} above native {e_native:e}"
+        );
+    }
+}
+
+/// A row of A or a column of B holding Inf or NaN gives the native product's pattern there;
+/// the rest is the model's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn inf_and_nan_give_the_native_pattern() {
+    let mut rng = rng();
+    let (m, k, n) = (70, 300, 90);
+    let mut a = uniform(&mut rng, m, k);
+    let mut b = uniform(&mut rng, k, n);
+    a[[3, 7]] = f64::INFINITY;
+    a[[5, 0]] = f64::NAN;
+    b[[11, 4]] = f64::NEG_INFINITY;
+    b[[2, 9]] = f64::INFINITY;
+    b[[2, 10]] = 0.0;
+    a[[8, 2]] = 0.0; // Inf · 0 where row 8 meets column 9: NaN
+    let p = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
+    let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+    let want = model(&a, &b, moduli_of(&p.route));
+    for ((i, j), &x) in p.c.indexed_iter() {
+        let special = [3, 5].contains(&i) || [4, 9].contains(&j);
+        let y = native.c[[i, j]];
+        if special {
+            assert_eq!(x.is_nan(), y.is_nan(), "({i}, {j}): {x} against native {y}");
+            if !y.is_nan() && y.is_infinite() {
+                assert_eq!(x, y, "({i}, {j})");
+            }
+        } else {
+            assert_eq!(x.to_bits(), want[[i, j]].to_bits(), "({i}, {j})");
+        }
+    }
+}
+
+/// f32 products by Ozaki: within one unit in the last place of the exactly rounded model
+/// (which the CPU rounds to f64 first), and FP32-accurate.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn f32_products_are_fp32_accurate() {
+    let mut rng = rng();
+    for &(m, k, n) in &[(65, 513, 130), (256, 2048, 300)] {
+        let a = uniform(&mut rng, m, k).mapv(|x| x as f32);
+        let b = uniform(&mut rng, k, n).mapv(|x| x as f32);
+        let p = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
+        let moduli = moduli_of(&p.route);
+        assert_eq!(moduli, ozaki_auto_moduli(Dtype::F32, k));
+        let want = model(&a.mapv(f64::from), &b.mapv(f64::from), moduli);
+        for (x, y) in p.c.iter().zip(want.iter()) {
+            let y = *y as f32;
+            let ulp = (y.abs() * f32::EPSILON).max(f32::MIN_POSITIVE);
+            assert!((x - y).abs() <= ulp, "{x} against {y}");
+        }
+        let r = compensated(&a.mapv(f64::from), &b.mapv(f64::from));
+        let err =
+            p.c.iter()
+                .zip(r.iter())
+                .map(|(x, y)| (*x as f64 - y).abs())
+                .fold(0.0, f64::max);
+        assert!(err <= k as f64 * 2f64.powi(-24), "{m}×{k}×{n}: {err:e}");
+    }
+}
+
+/// Batches and device matrices run Ozaki too, bit for bit as the model.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batches_and_device_matrices_run_ozaki() {
+    let mut rng = rng();
+    let (items, m, k, n) = (3, 130, 200, 140);
+    let a = Array3::from_shape_simple_fn((items, m, k), || rng.random_range(-1.0..1.0));
+    let b = Array3::from_shape_simple_fn((items, k, n), || rng.random_range(-1.0..1.0));
+    let opts = options(Precision::OZAKI);
+    let p = a.gpu_dot_with(&b, &opts).expect("a batch");
+    let moduli = moduli_of(&p.route);
+    for z in 0..items {
+        let want = model(&a.slice(s![z, .., ..]), &b.slice(s![z, .., ..]), moduli);
+        same_bits(
+            &p.c.slice(s![z, .., ..]).to_owned(),
+            &want,
+            &format!("item {z}"),
+        );
+    }
+    let a2 = a.slice(s![0, .., ..]).to_owned();
+    let b2 = b.slice(s![1, .., ..]).to_owned();
+    let ga = GpuMatrix::from_array(&a2).unwrap();
+    let c = GpuMatrix::product_with(&ga, &b2, &opts).unwrap();
+    same_bits(
+        &c.to_array().unwrap(),
+        &model(&a2, &b2, moduli),
+        "device matrix",
+    );
+}
+
+/// Where Ozaki cannot run (k above 65 536) the native product runs and the report says so.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_product_ozaki_cannot_run_falls_back_to_native_and_says_so() {
+    let mut rng = rng();
+    let (m, k, n) = (40, 70_000, 40);
+    let a = uniform(&mut rng, m, k);
+    let b = uniform(&mut rng, k, n);
+    let p = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
+    match &p.route {
+        Route::Gpu {
+            precision,
+            precision_unavailable,
+            ..
+        } => {
+            assert_eq!(*precision, Precision::Fp32);
+            assert_eq!(*precision_unavailable, Some(Precision::OZAKI));
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        p.route.to_string().contains("native (ozaki needs"),
+        "{}",
+        p.route
+    );
+    common::assert_close(&p.c, &a, &b, "native fallback");
+}
