@@ -9,11 +9,18 @@
 //! nearly undoes the first), at several shapes; written into the JSON (`accuracy`) and, with
 //! `--plot`, as an SVG.
 //!
+//! Then, on compute capability 9.0, the f64 study: native FP64 (`auto`), Ozaki scheme II with
+//! the automatic count of moduli and one fewer and one more, and cuBLAS DGEMM, against rows
+//! computed to about twice f64 precision, over uniform inputs, magnitudes spanning 2^±30,
+//! heavy cancellation and integer-valued inputs (exact in every method); written into the JSON
+//! (`accuracy_f64`) and, with `--plot-f64`, as an SVG.
+//!
 //!     cargo run --release --features cublas --example precision -- [--quick] [--json PATH] \
-//!         [--plot PATH.svg]
+//!         [--plot PATH.svg] [--plot-f64 PATH.svg] [--f64-only]
 
 use gpu_dot::profile::{
-    random_matrix, reference_f64, relative_error_to, DeviceProblem, SampledReference,
+    random_matrix, random_matrix_of, reference_f64, relative_error_to, DeviceProblem,
+    SampledReference,
 };
 use gpu_dot::{Device, Kernel, Precision};
 use ndarray::{s, Array2};
@@ -28,6 +35,8 @@ fn main() {
             .and_then(|i| args.get(i + 1).cloned())
     };
     let (json_path, plot_path) = (value("--json"), value("--plot"));
+    let plot_f64 = value("--plot-f64");
+    let f64_only = args.iter().any(|a| a == "--f64-only");
     if Device::count() == 0 {
         eprintln!(
             "the precision figures need a CUDA GPU: {}",
@@ -53,7 +62,7 @@ fn main() {
     println!("\n| m×k×n | precision | TFLOP/s | cuBLAS FP32 | ratio | cuBLAS TF32 | rel err | cuBLAS FP32 err |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut records = Vec::new();
-    for &(m, k, n) in suite {
+    for &(m, k, n) in suite.iter().filter(|_| !f64_only) {
         let mut p = DeviceProblem::<f32>::new(m, k, n, 7).expect("a device problem");
         let reference = SampledReference::new(p.a(), p.b(), 64);
         let reps = if m * k * n >= 4096 * 4096 * 4096 {
@@ -103,9 +112,32 @@ fn main() {
             }));
         }
     }
-    let accuracy = accuracy_study(quick);
-    if let Some(path) = plot_path {
-        plot(&path, &accuracy).expect("writing the plot");
+    let accuracy = if f64_only {
+        Vec::new()
+    } else {
+        accuracy_study(quick)
+    };
+    if let Some(path) = plot_path.filter(|_| !f64_only) {
+        let series = ["fp32", "tf32x3", "tf32", "cuBLAS FP32"];
+        let caption = "f32 products: relative error against f64 (uniform | 2^±20 | cancellation)";
+        plot(&path, caption, &series, &accuracy).expect("writing the plot");
+        println!("wrote {path}");
+    }
+    let hopper = matches!(
+        Device::new(0).status(),
+        gpu_dot::DeviceStatus::Ready(d) if d.compute_capability == (9, 0)
+    );
+    let study64 = if hopper { f64_study(quick) } else { Vec::new() };
+    if let Some(path) = plot_f64.filter(|_| hopper) {
+        let series = [
+            "native FP64",
+            "ozaki (auto)",
+            "ozaki auto−1",
+            "ozaki auto+1",
+            "cuBLAS DGEMM",
+        ];
+        let caption = "f64 products: relative error against double-f64 rows (uniform | 2^±30 | cancellation | integers)";
+        plot(&path, caption, &series, &study64).expect("writing the plot");
         println!("wrote {path}");
     }
     if let Some(path) = json_path {
@@ -120,17 +152,33 @@ fn main() {
                     "cublas_fp32": c.errors[3],
                 },
             })).collect::<Vec<_>>(),
+            "accuracy_f64": study64.iter().map(|c| json!({
+                "inputs": c.inputs,
+                "m": c.dims.0, "k": c.dims.1, "n": c.dims.2,
+                "moduli_auto": c.moduli,
+                "rel_err": {
+                    "native": c.errors[0],
+                    "ozaki_auto": c.errors[1],
+                    "ozaki_auto_minus_1": c.errors[2],
+                    "ozaki_auto_plus_1": c.errors[3],
+                    "cublas_dgemm": c.errors[4],
+                },
+                "ratio_ozaki_auto_to_cublas": c.errors[1] / c.errors[4],
+            })).collect::<Vec<_>>(),
         });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON")).expect("writing");
         println!("wrote {path}");
     }
 }
 
-/// One case of the accuracy study: relative errors of FP32, 3xTF32, TF32 and cuBLAS FP32.
+/// One case of an accuracy study: relative errors of each series (f32: FP32, 3xTF32, TF32
+/// and cuBLAS FP32; f64: native, Ozaki auto, auto − 1, auto + 1 and cuBLAS DGEMM).
 struct Case {
     inputs: &'static str,
     dims: (usize, usize, usize),
-    errors: [f64; 4],
+    errors: Vec<f64>,
+    /// The automatic count of moduli (f64 study).
+    moduli: usize,
 }
 
 /// Operands of one kind of input for an `m × k × n` product.
@@ -187,7 +235,7 @@ fn accuracy_study(quick: bool) -> Vec<Case> {
             let (a, b) = operands(inputs, dims, 91 + i as u64);
             let reference = reference_f64(a.view(), b.view());
             let mut p = DeviceProblem::from_arrays(a, b).expect("a device problem");
-            let mut errors = [f64::NAN; 4];
+            let mut errors = vec![f64::NAN; 4];
             for (e, precision) in errors.iter_mut().zip(Precision::ALL) {
                 p.set_precision(precision);
                 let c = p.run(Kernel::Auto).expect("a product");
@@ -212,27 +260,138 @@ fn accuracy_study(quick: bool) -> Vec<Case> {
                 inputs,
                 dims,
                 errors,
+                moduli: 0,
             });
         }
     }
     cases
 }
 
-/// The study as a chart: relative error (log scale) of each case, one series per precision.
-fn plot(path: &str, cases: &[Case]) -> Result<(), Box<dyn std::error::Error>> {
+/// f64 operands of one kind of input for an `m × k × n` product.
+fn operands_f64(
+    inputs: &str,
+    (m, k, n): (usize, usize, usize),
+    seed: u64,
+) -> (Array2<f64>, Array2<f64>) {
+    let (a, b): (Array2<f64>, Array2<f64>) = (
+        random_matrix_of(m, k, seed),
+        random_matrix_of(k, n, seed ^ 0xB),
+    );
+    match inputs {
+        // Magnitudes 2^e, e uniform in [-30, 30], times a uniform [-1, 1) value.
+        "wide 2^±30" => {
+            let e = |x: Array2<f64>, s| {
+                let exps: Array2<f64> = random_matrix_of(x.nrows(), x.ncols(), s);
+                x * exps.mapv(|u| 2f64.powi(((u + 1.0) * 30.5).floor() as i32 - 30))
+            };
+            (e(a, seed ^ 0xE1), e(b, seed ^ 0xE2))
+        }
+        // As in the f32 study: each dot product about 1e-3 of its terms' size.
+        "cancellation" => {
+            let h = k / 2;
+            let mut a2 = a.clone();
+            let left = a.slice(s![.., ..h]).to_owned();
+            a2.slice_mut(s![.., h..2 * h]).assign(&left);
+            let mut b2 = b.clone();
+            let top = b.slice(s![..h, ..]).to_owned();
+            let noise: Array2<f64> = random_matrix_of(h, n, seed ^ 0xC);
+            b2.slice_mut(s![h..2 * h, ..])
+                .assign(&(noise * 1e-3 - &top));
+            (a2, b2)
+        }
+        // Integers of magnitude below 2^20: every product exact in FP64 up to k = 2^12.
+        "integers" => (
+            a.mapv(|x| (x * 1048576.0).trunc()),
+            b.mapv(|x| (x * 1048576.0).trunc()),
+        ),
+        _ => (a, b),
+    }
+}
+
+fn f64_study(quick: bool) -> Vec<Case> {
+    let shapes: &[(usize, usize, usize)] = if quick {
+        &[(512, 512, 512), (1024, 4096, 1024)]
+    } else {
+        &[
+            (256, 256, 256),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (1024, 4096, 1024),
+            (512, 16384, 512),
+        ]
+    };
+    println!("\n| inputs | m×k×n | native | ozaki auto (moduli) | auto−1 | auto+1 | cuBLAS DGEMM | ozaki auto / cuBLAS |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut cases = Vec::new();
+    for inputs in ["uniform", "wide 2^±30", "cancellation", "integers"] {
+        for (i, &dims) in shapes.iter().enumerate() {
+            if inputs == "integers" && dims.1 > 4096 {
+                continue;
+            }
+            let (a, b) = operands_f64(inputs, dims, 191 + i as u64);
+            let reference = SampledReference::new(a.view(), b.view(), 64);
+            let mut p = DeviceProblem::from_arrays(a, b).expect("a device problem");
+            let auto = gpu_dot::__testing::ozaki_auto_moduli(gpu_dot::Dtype::F64, dims.1);
+            let mut errors = vec![f64::NAN; 5];
+            let precisions = [
+                Precision::Fp32,
+                Precision::Ozaki { moduli: auto as u8 },
+                Precision::Ozaki {
+                    moduli: (auto - 1) as u8,
+                },
+                Precision::Ozaki {
+                    moduli: (auto + 1).min(18) as u8,
+                },
+            ];
+            for (e, precision) in errors.iter_mut().zip(precisions) {
+                p.set_precision(precision);
+                let c = p.run(Kernel::Auto).expect("a product");
+                *e = reference.relative_error(c.view());
+            }
+            p.set_precision(Precision::Fp32);
+            #[cfg(feature = "cublas")]
+            {
+                let c = p.run_cublas().expect("cuBLAS runs");
+                errors[4] = reference.relative_error(c.view());
+            }
+            let (m, k, n) = dims;
+            println!(
+                "| {inputs} | {m}×{k}×{n} | {:.2e} | {:.2e} ({auto}) | {:.2e} | {:.2e} | {:.2e} | {:.2} |",
+                errors[0],
+                errors[1],
+                errors[2],
+                errors[3],
+                errors[4],
+                errors[1] / errors[4]
+            );
+            cases.push(Case {
+                inputs,
+                dims,
+                errors,
+                moduli: auto,
+            });
+        }
+    }
+    cases
+}
+
+/// A study as a chart: relative error (log scale) of each case, one series per precision.
+fn plot(
+    path: &str,
+    caption: &str,
+    names: &[&str],
+    cases: &[Case],
+) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let (lo, hi) = cases
         .iter()
-        .flat_map(|c| c.errors)
+        .flat_map(|c| c.errors.iter().copied())
         .filter(|e| e.is_finite() && *e > 0.0)
         .fold((f64::INFINITY, 0f64), |(lo, hi), e| (lo.min(e), hi.max(e)));
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "f32 products: relative error against f64 (uniform | 2^±20 | cancellation)",
-            ("sans-serif", 18),
-        )
+        .caption(caption, ("sans-serif", 18))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -250,7 +409,6 @@ fn plot(path: &str, cases: &[Case]) -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .draw()?;
-    let names = ["fp32", "tf32x3", "tf32", "cuBLAS FP32"];
     for (s, name) in names.iter().enumerate() {
         let color = Palette99::pick(s).to_rgba();
         let pts: Vec<(f64, f64)> = cases

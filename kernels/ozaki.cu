@@ -48,7 +48,7 @@
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
 //      i64 bsk, Consts c): C (M x N at ldc) from step 3; X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
-//      any grid (grid-stride loop over M*N).
+//      any grid (rows on y, columns on x, each looping over the rest).
 // ---------------------------------------------------------------------------------------------
 //
 // DESIGN of ozaki_gemm: the TF32 warpgroup GEMM of sgemm_wg.cu with bytes for floats. Block
@@ -193,10 +193,12 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
                 if (l < c.count) {
                     const unsigned m = c.moduli[l];
                     const unsigned long long mg = c.magic[l];
-                    unsigned x = umod(umod(hi, m, mg) * c.pow31[l] + umod(lo, m, mg), m, mg);
-                    if (neg && x) x = m - x;
+                    const unsigned x =
+                        umod(umod(hi, m, mg) * c.pow31[l] + umod(lo, m, mg), m, mg);
+                    // The balanced residue of |v|, negated for v < 0 (for m = 256, -(-128)
+                    // wraps to -128 in the byte, the same residue).
                     const int b = x > (m - 1) / 2 ? (int)x - (int)m : (int)x;
-                    p[l * layer] = (signed char)b;
+                    p[l * layer] = (signed char)(neg ? -b : b);
                 }
             }
         }
@@ -414,9 +416,10 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                     i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
                     i64 bsr, i64 bsk, const Consts& c) {
     const i64 mn = (i64)M * N;
-    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < mn;
-         idx += (i64)gridDim.x * blockDim.x) {
-        const int i = (int)(idx / N), j = (int)(idx - (i64)i * N);
+    // Rows on grid y, columns on x (no 64-bit division per element).
+    for (int i = blockIdx.y; i < M; i += gridDim.y)
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < N; j += gridDim.x * blockDim.x) {
+        const i64 idx = (i64)i * N + j;
         const int ea = EA[i], eb = EB[j];
         T* out = C + (i64)i * ldc + j;
         if (ea == FLAG || eb == FLAG) {

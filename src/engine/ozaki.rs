@@ -363,7 +363,7 @@ pub(crate) fn launch<T: Element>(
     // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
     let cfg = LaunchConfig {
-        grid_dim: ((m * n).div_ceil(256).clamp(1, 16_384) as u32, 1, 1),
+        grid_dim: (n.div_ceil(256) as u32, m.min(65_535) as u32, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -391,7 +391,7 @@ pub(crate) fn launch<T: Element>(
     // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
     // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are
     // the operands with the strides of op(A) and op(B)ᵀ, read only for k < K; the kernel
-    // loops over all M·N outputs whatever the grid.
+    // loops over all rows (grid y) and columns (grid x) whatever the grid.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki reconstruction"))?;
     Ok(Precision::Ozaki {
         moduli: count as u8,
@@ -525,6 +525,7 @@ mod tests {
 
     /// The reconstruction of kernels/ozaki.cu (`oz::rebuild`), step for step, on residues
     /// `res` (each in [0, m_l)): C' rounded once to f64 (no scaling).
+    #[allow(clippy::needless_range_loop)] // step for step as the kernel's limb loops
     fn rebuild_model(res: &[u32], c: &Consts) -> f64 {
         let mut acc = [0u64; LIMBS];
         for (l, &r) in res.iter().enumerate() {
@@ -619,8 +620,7 @@ mod tests {
             }
         }
         let c = Consts::new(MAX_MODULI);
-        for l in 0..MAX_MODULI {
-            let m = MODULI[l];
+        for (l, &m) in MODULI.iter().enumerate() {
             // W_l ≡ 1 (mod m_l) and ≡ 0 modulo every other modulus.
             let mut w: Big = [0; LIMBS + 1];
             w[..LIMBS].copy_from_slice(&c.w[l]);
