@@ -33,7 +33,8 @@
 // @launch ozaki_gemm tile=128x256 block=256 smem=197632 bk=128 minsm=90
 //
 // ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, int* E): element
-//      (r, k) of the R x K operand at X[r*sr + k*sk]; block (32, 8), grid (ceil(R/32)); writes
+//      (r, k) of the R x K operand at X[r*sr + k*sk]; block (32, 8), grid (ceil(R/32), y) with
+//      y = 1 when sr == 1 and sk != 1 (rows along the contiguous index), else 1 to 4; writes
 //      E[r] for r < R.
 // ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* E, signed char* P,
 //      int Rp, int Kp, Consts c): block (32, 8), grid (Kp/32, any y <= Rp/32: the kernel
@@ -48,7 +49,7 @@
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
 //      i64 bsk, Consts c): C (M x N at ldc) from step 3; X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
-//      any grid (rows on y, columns on x, each looping over the rest).
+//      any grid (rows on y, quads of columns on x, each looping over the rest).
 // ---------------------------------------------------------------------------------------------
 //
 // DESIGN of ozaki_gemm: the TF32 warpgroup GEMM of sgemm_wg.cu with bytes for floats. Block
@@ -89,9 +90,11 @@ static_assert(sizeof(Consts) == 688, "the host's layout");
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
-// largest fraction (m-1)/m of x/m for m <= 255; m = 256 has magic = 2^32 exactly).
+// largest fraction (m-1)/m of x/m for m <= 255; m = 256 has magic = 2^32 exactly). As
+// magic = 2^32 + lo (lo < 0.49 * 2^32), x * magic / 2^40 = (x + x*lo/2^32) / 2^8, and the
+// nested floors give the same q: one multiply-high, an add and a shift (x + umulhi < 2^32).
 OZ_DEV unsigned umod(unsigned x, unsigned m, unsigned long long magic) {
-    const unsigned q = (unsigned)(((unsigned long long)x * magic) >> 40);
+    const unsigned q = (x + __umulhi(x, (unsigned)magic)) >> 8;
     return x - q * m;
 }
 
@@ -136,9 +139,10 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
             E[r] = shift_for(mx, bad, bits);
         }
     } else {
-        // K along the contiguous index (or neither): a warp per row.
+        // K along the contiguous index (or neither): a warp per row, the block's 32 rows
+        // shared among gridDim.y blocks.
 #pragma unroll 1
-        for (int i = 0; i < 4; ++i) {
+        for (int i = blockIdx.y; i < 4; i += gridDim.y) {
             const int r = r0 + ty + 8 * i;
             double mx = 0.0;
             int bad = 0;
@@ -159,47 +163,58 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 }
 
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 32 shared tile so that
-// both the read (along whichever stride is 1) and the write (along k) are coalesced.
+// both the read (along whichever stride is 1) and the write (along k) are coalesced; each
+// thread then makes the residues of 4 consecutive k of one row, one 4-byte store a modulus.
 template <typename T>
 OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* __restrict__ E,
                   signed char* __restrict__ P, int Rp, int Kp, const Consts& c) {
     __shared__ double tile[32][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
+    const int tid = ty * 32 + tx;
     const int k0 = blockIdx.x * 32;
     const bool along_r = sk != 1 && sr == 1;
     const i64 layer = (i64)Rp * Kp;
+    const int r = tid >> 3, q4 = (tid & 7) * 4;  // this thread's row and first k of the tile
     for (int r0 = blockIdx.y * 32; r0 < Rp; r0 += gridDim.y * 32) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int a = ty + 8 * i;  // the strided index
-            const int r = along_r ? tx : a, k = along_r ? a : tx;
+            const int rr = along_r ? tx : a, k = along_r ? a : tx;
             double v = 0.0;
-            if (r0 + r < R && k0 + k < K) v = (double)X[(i64)(r0 + r) * sr + (i64)(k0 + k) * sk];
-            tile[r][k] = v;
+            if (r0 + rr < R && k0 + k < K)
+                v = (double)X[(i64)(r0 + rr) * sr + (i64)(k0 + k) * sk];
+            tile[rr][k] = v;
         }
         __syncthreads();
-#pragma unroll 1
-        for (int i = 0; i < 4; ++i) {
-            const int r = ty + 8 * i, row = r0 + r;
-            const int s = row < R ? E[row] : 0;
-            double v = s == FLAG ? 0.0 : rint(ldexp(tile[r][tx], s));
-            const bool neg = v < 0.0;
+        const int row = r0 + r;
+        const int s = row < R ? E[row] : 0;
+        unsigned hi[4], lo[4];
+        bool neg[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            double v = s == FLAG ? 0.0 : rint(ldexp(tile[r][q4 + e], s));
+            neg[e] = v < 0.0;
             v = fabs(v);  // an integer <= 2^61
             const double hd = floor(v * 0x1p-31);
-            const unsigned hi = (unsigned)hd, lo = (unsigned)(v - hd * 0x1p31);
-            signed char* p = P + (i64)row * Kp + k0 + tx;
+            hi[e] = (unsigned)hd;
+            lo[e] = (unsigned)(v - hd * 0x1p31);
+        }
+        unsigned* p = reinterpret_cast<unsigned*>(P + (i64)row * Kp + k0 + q4);
 #pragma unroll
-            for (int l = 0; l < MAX_MODULI; ++l) {
-                if (l < c.count) {
-                    const unsigned m = c.moduli[l];
-                    const unsigned long long mg = c.magic[l];
-                    const unsigned x =
-                        umod(umod(hi, m, mg) * c.pow31[l] + umod(lo, m, mg), m, mg);
+        for (int l = 0; l < MAX_MODULI; ++l) {
+            if (l < c.count) {
+                const unsigned m = c.moduli[l], half = (m - 1) / 2, pw = c.pow31[l];
+                const unsigned long long mg = c.magic[l];
+                unsigned word = 0;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const unsigned x = umod(umod(hi[e], m, mg) * pw + umod(lo[e], m, mg), m, mg);
                     // The balanced residue of |v|, negated for v < 0 (for m = 256, -(-128)
                     // wraps to -128 in the byte, the same residue).
-                    const int b = x > (m - 1) / 2 ? (int)x - (int)m : (int)x;
-                    p[l * layer] = (signed char)(neg ? -b : b);
+                    const int b = x > half ? (int)x - (int)m : (int)x;
+                    word |= ((unsigned)(neg[e] ? -b : b) & 0xffu) << (8 * e);
                 }
+                p[l * layer / 4] = word;
             }
         }
         __syncthreads();
@@ -409,101 +424,130 @@ OZ_DEV float to_t(unsigned long long top, float) { return __ull2float_rn(top); }
 OZ_DEV double scale_t(double x, int e) { return ldexp(x, e); }
 OZ_DEV float scale_t(float x, int e) { return ldexpf(x, e); }
 
-// C_ij from the residues of C'_ij (see the file header).
+// C'_ij * 2^-shift rounded once to T, from S = sum_l r_l * W_l in 64-bit partial limbs.
+template <typename T>
+OZ_DEV T finish(const unsigned long long (&acc)[LIMBS], int shift, const Consts& c) {
+    unsigned s[LIMBS];
+    unsigned long long carry = 0;
+#pragma unroll
+    for (int t = 0; t < LIMBS; ++t) {
+        const unsigned long long v = acc[t] + carry;
+        s[t] = (unsigned)v;
+        carry = v >> 32;
+    }
+    // S < 18 * 256 * M < 2^153: no carry out. q = round(S / M): S/M = q + C'/M with
+    // |C'/M| <= 1/4, and the estimate below is off by far less than 1/4.
+    const double sd = (double)s[4] * 0x1p128 + (double)s[3] * 0x1p96 + (double)s[2] * 0x1p64 +
+                      (double)s[1] * 0x1p32 + (double)s[0];
+    const long long q = (long long)rint(sd * c.inv_m);
+    // D = S - q*M, two's complement across the limbs; the final borrow is its sign.
+    long long borrow = 0;
+    unsigned d[LIMBS];
+#pragma unroll
+    for (int t = 0; t < LIMBS; ++t) {
+        const long long v = (long long)s[t] - q * (long long)c.big_m[t] + borrow;
+        d[t] = (unsigned)v;
+        borrow = v >> 32;
+    }
+    const bool neg = borrow < 0;
+    if (neg) {
+        unsigned long long cy = 1;
+#pragma unroll
+        for (int t = 0; t < LIMBS; ++t) {
+            const unsigned long long v = (unsigned long long)(~d[t]) + cy;
+            d[t] = (unsigned)v;
+            cy = v >> 32;
+        }
+    }
+    // |C'| = d * 2^e once its top limb is d[4]; then its top 64 bits, with a sticky bit for
+    // the rest, round once to T.
+    unsigned d4 = d[4], d3 = d[3], d2 = d[2], d1 = d[1], d0 = d[0];
+    int e = 0;
+#pragma unroll
+    for (int it = 0; it < LIMBS - 1; ++it) {
+        if (d4 == 0) {
+            d4 = d3;
+            d3 = d2;
+            d2 = d1;
+            d1 = d0;
+            d0 = 0;
+            e -= 32;
+        }
+    }
+    if (d4 == 0) return (T)0;
+    const unsigned long long hi = ((unsigned long long)d4 << 32) | d3;
+    const int lz = __clzll((long long)hi);  // < 32
+    unsigned long long top = hi;
+    unsigned rest = d2;
+    if (lz) {
+        top = (hi << lz) | (d2 >> (32 - lz));
+        rest = d2 << lz;
+    }
+    if (rest | d1 | d0) top |= 1;
+    const T x = to_t(top, (T)0);
+    return scale_t(neg ? -x : x, 96 - lz + e - shift);
+}
+
+// C_ij from the residues of C'_ij (see the file header). Each thread makes 4 adjacent outputs
+// of a row, reading each modulus's 4 residues as one word where N % 4 == 0.
 template <typename T>
 OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                     const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
                     i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
                     i64 bsr, i64 bsk, const Consts& c) {
     const i64 mn = (i64)M * N;
-    // Rows on grid y, columns on x (no 64-bit division per element).
+    const bool words = (N & 3) == 0;  // R's layers and rows 4-byte aligned (R itself is)
+    // Rows on grid y, column quads on x.
     for (int i = blockIdx.y; i < M; i += gridDim.y)
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < N; j += gridDim.x * blockDim.x) {
-        const i64 idx = (i64)i * N + j;
-        const int ea = EA[i], eb = EB[j];
-        T* out = C + (i64)i * ldc + j;
-        if (ea == FLAG || eb == FLAG) {
-            // A row with Inf or NaN: the plain dot product, as the native product computes it.
-            double s = 0.0;
-            for (int k = 0; k < K; ++k)
-                s = fma((double)A[(i64)i * asr + (i64)k * ask], (double)B[(i64)j * bsr + (i64)k * bsk], s);
-            *out = (T)s;
-            continue;
-        }
-        // S = sum_l r_l * W_l, exactly, in 64-bit partial limbs (each < 18 * 2^40).
-        unsigned long long acc[LIMBS];
-#pragma unroll
-        for (int t = 0; t < LIMBS; ++t) acc[t] = 0;
+    for (int j0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x); j0 < N;
+         j0 += 4 * gridDim.x * blockDim.x) {
+        const i64 idx = (i64)i * N + j0;
+        const int ea = EA[i];
+        unsigned w[MAX_MODULI];
 #pragma unroll
         for (int l = 0; l < MAX_MODULI; ++l) {
+            w[l] = 0;
             if (l < c.count) {
-                const unsigned long long r = R[l * mn + idx];
+                const unsigned char* r = R + l * mn + idx;
+                if (words) {
+                    w[l] = *reinterpret_cast<const unsigned*>(r);
+                } else {
 #pragma unroll
-                for (int t = 0; t < LIMBS; ++t) acc[t] += r * c.w[l][t];
+                    for (int e = 0; e < 4; ++e)
+                        if (j0 + e < N) w[l] |= (unsigned)r[e] << (8 * e);
+                }
             }
         }
-        unsigned s[LIMBS];
-        unsigned long long carry = 0;
 #pragma unroll
-        for (int t = 0; t < LIMBS; ++t) {
-            const unsigned long long v = acc[t] + carry;
-            s[t] = (unsigned)v;
-            carry = v >> 32;
-        }
-        // S < 18 * 256 * M < 2^153: no carry out. q = round(S / M): S/M = q + C'/M with
-        // |C'/M| <= 1/4, and the estimate below is off by far less than 1/4.
-        const double sd = (double)s[4] * 0x1p128 + (double)s[3] * 0x1p96 +
-                          (double)s[2] * 0x1p64 + (double)s[1] * 0x1p32 + (double)s[0];
-        const long long q = (long long)rint(sd * c.inv_m);
-        // D = S - q*M, two's complement across the limbs; the final borrow is its sign.
-        long long borrow = 0;
-        unsigned d[LIMBS];
-#pragma unroll
-        for (int t = 0; t < LIMBS; ++t) {
-            const long long v = (long long)s[t] - q * (long long)c.big_m[t] + borrow;
-            d[t] = (unsigned)v;
-            borrow = v >> 32;
-        }
-        const bool neg = borrow < 0;
-        if (neg) {
-            unsigned long long cy = 1;
-#pragma unroll
-            for (int t = 0; t < LIMBS; ++t) {
-                const unsigned long long v = (unsigned long long)(~d[t]) + cy;
-                d[t] = (unsigned)v;
-                cy = v >> 32;
+        for (int e = 0; e < 4; ++e) {
+            const int j = j0 + e;
+            if (j >= N) break;
+            const int eb = EB[j];
+            T* out = C + (i64)i * ldc + j;
+            if (ea == FLAG || eb == FLAG) {
+                // A row with Inf or NaN: the plain dot product, as the native product
+                // computes it.
+                double s = 0.0;
+                for (int k = 0; k < K; ++k)
+                    s = fma((double)A[(i64)i * asr + (i64)k * ask],
+                            (double)B[(i64)j * bsr + (i64)k * bsk], s);
+                *out = (T)s;
+                continue;
             }
-        }
-        // |C'| = d * 2^e once its top limb is d[4]; then its top 64 bits, with a sticky bit
-        // for the rest, round once to T.
-        unsigned d4 = d[4], d3 = d[3], d2 = d[2], d1 = d[1], d0 = d[0];
-        int e = 0;
+            // S = sum_l r_l * W_l, exactly, in 64-bit partial limbs (each < 18 * 2^40).
+            unsigned long long acc[LIMBS];
 #pragma unroll
-        for (int it = 0; it < LIMBS - 1; ++it) {
-            if (d4 == 0) {
-                d4 = d3;
-                d3 = d2;
-                d2 = d1;
-                d1 = d0;
-                d0 = 0;
-                e -= 32;
+            for (int t = 0; t < LIMBS; ++t) acc[t] = 0;
+#pragma unroll
+            for (int l = 0; l < MAX_MODULI; ++l) {
+                if (l < c.count) {
+                    const unsigned long long r = (w[l] >> (8 * e)) & 0xffu;
+#pragma unroll
+                    for (int t = 0; t < LIMBS; ++t) acc[t] += r * c.w[l][t];
+                }
             }
+            *out = finish<T>(acc, ea + eb, c);
         }
-        if (d4 == 0) {
-            *out = (T)0;
-            continue;
-        }
-        const unsigned long long hi = ((unsigned long long)d4 << 32) | d3;
-        const int lz = __clzll((long long)hi);  // < 32
-        unsigned long long top = hi;
-        unsigned rest = d2;
-        if (lz) {
-            top = (hi << lz) | (d2 >> (32 - lz));
-            rest = d2 << lz;
-        }
-        if (rest | d1 | d0) top |= 1;
-        const T x = to_t(top, (T)0);
-        *out = scale_t(neg ? -x : x, 96 - lz + e - ea - eb);
     }
 }
 

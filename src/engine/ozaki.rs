@@ -284,10 +284,12 @@ pub(crate) fn launch<T: Element>(
         (mi, mp, a_buf, a_strides, ea, pa, bits_a),
         (ni, np, b_buf, b_strides, eb, pb, bits_b),
     ] {
+        // Rows along the contiguous index: one block per 32 rows; else a warp per row.
+        let along_r = sk != 1 && sr == 1;
         let cfg = LaunchConfig {
             grid_dim: (
                 grid_x((rows as usize).div_ceil(32)).map_err(OzError::Gpu)?,
-                1,
+                if along_r { 1 } else { 4 },
                 1,
             ),
             block_dim: (32, 8, 1),
@@ -307,7 +309,8 @@ pub(crate) fn launch<T: Element>(
         // element (r, k) of the R × K operand at X[r·sr + k·sk] lies in the buffer (the
         // operand covers its matrix, checked when the arguments were made) and the kernel
         // reads only r < R, k < K; E is the workspace's section of Rp ≥ R ints; one block of
-        // (32, 8) per 32 rows; static shared memory only.
+        // (32, 8) per 32 rows, grid y 1 where rows run along the contiguous index (the
+        // kernel's own test) and 4 otherwise; static shared memory only.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
         let cfg = LaunchConfig {
             grid_dim: ((kp / 32) as u32, (rows_p / 32).min(65_535) as u32, 1),
@@ -363,7 +366,7 @@ pub(crate) fn launch<T: Element>(
     // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(256) as u32, m.min(65_535) as u32, 1),
+        grid_dim: (n.div_ceil(4 * 256) as u32, m.min(65_535) as u32, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -391,7 +394,7 @@ pub(crate) fn launch<T: Element>(
     // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
     // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are
     // the operands with the strides of op(A) and op(B)ᵀ, read only for k < K; the kernel
-    // loops over all rows (grid y) and columns (grid x) whatever the grid.
+    // loops over all rows (grid y) and quads of columns (grid x) whatever the grid.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki reconstruction"))?;
     Ok(Precision::Ozaki {
         moduli: count as u8,
@@ -627,12 +630,17 @@ mod tests {
             for (j, &x) in MODULI.iter().enumerate() {
                 assert_eq!(big_mod_small(&w, x), (j == l) as u32, "W_{l} mod {x}");
             }
-            // umod's magic number is exact over its whole range.
+            // umod's magic number is exact over its whole range, in the kernel's form
+            // (x + umulhi(x, magic - 2^32)) >> 8, whose sum stays below 2^32.
+            assert_eq!(c.magic[l] >> 32, 1, "magic in [2^32, 2^33)");
+            let lo = c.magic[l] as u32 as u64;
             for x in (0..(1u32 << 31) + 1024)
                 .step_by(9973)
                 .chain([(1u32 << 31) + 1023])
             {
-                let q = ((x as u64 * c.magic[l]) >> 40) as u32;
+                let sum = x as u64 + ((x as u64 * lo) >> 32);
+                assert!(sum < 1 << 32);
+                let q = (sum >> 8) as u32;
                 assert_eq!(x - q * m, x % m, "{x} mod {m}");
             }
         }
