@@ -541,9 +541,11 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
 #pragma unroll
             for (int l = 0; l < MAX_MODULI; ++l) {
                 if (l < c.count) {
-                    const unsigned long long r = (w[l] >> (8 * e)) & 0xffu;
+                    const unsigned r = (w[l] >> (8 * e)) & 0xffu;
+                    // 32 x 32 -> 64-bit multiply-adds.
 #pragma unroll
-                    for (int t = 0; t < LIMBS; ++t) acc[t] += r * c.w[l][t];
+                    for (int t = 0; t < LIMBS; ++t)
+                        acc[t] += (unsigned long long)r * (unsigned long long)c.w[l][t];
                 }
             }
             *out = finish<T>(acc, ea + eb, c);

@@ -45,8 +45,9 @@ pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
 /// Environment variable: `0` (or `off`) makes every device of a split product upload all of
 /// B from the host instead of sharing it over peer links (see [`DotOptions::peer_copies`]).
 pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
-/// Environment variable choosing the precision of `f32` products: `fp32` (default), `tf32x3`
-/// or `tf32` (see [`Precision`]).
+/// Environment variable choosing the precision of products: `fp32` (default; FP64 for `f64`),
+/// `tf32x3` or `tf32` (`f32` only), `ozaki` or `ozaki-N` with N from 2 to 18 (both element
+/// types; see [`Precision`]).
 pub const ENV_PRECISION: &str = "GPU_DOT_PRECISION";
 
 /// Products of fewer flops than this run on one device even when [`DotOptions::devices`]
@@ -222,7 +223,8 @@ pub enum Precision {
     /// of them and inner dimension `k`, each element keeps about `(8n − 3 − log₂k) / 2` bits
     /// below the largest magnitude of its row (or column), so an element far smaller than
     /// its row's largest loses bits (BENCHMARKS.md has the study). `moduli: 0` chooses the
-    /// fewest that keep 50 bits (`f64`) or 25 (`f32`), at most 18; 2 to 18 asks for that
+    /// fewest that keep 52 bits (`f64`, 50 beyond k = 2048: 15 moduli for k from 64 to
+    /// 32 768) or 25 (`f32`), at most 18; 2 to 18 asks for that
     /// many. The route report names the count that ran. Inf and NaN give the native
     /// product's pattern. Elsewhere (another device, `k` above 65 536, a workspace that does
     /// not fit, a matrix–vector product) the native kernels run and the report says so.
@@ -348,7 +350,8 @@ pub struct DotOptions {
     /// peers, so B crosses the host once. Off (or without peer links), every device uploads
     /// all of B from the host. On by default.
     pub peer_copies: bool,
-    /// How `f32` products multiply on the GPU (default [`Precision::Fp32`]).
+    /// How products multiply on the GPU (default [`Precision::Fp32`]: FP32 for `f32`, FP64
+    /// for `f64`).
     pub precision: Precision,
 }
 
@@ -506,7 +509,8 @@ impl DotOptions {
         self
     }
 
-    /// These options with another precision for `f32` products (see [`Precision`]).
+    /// These options with another precision (see [`Precision`]; `f64` takes `Fp32`, its native
+    /// FP64, or `Ozaki`).
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self

@@ -30,8 +30,10 @@ pub const MAX_MODULI: usize = 18;
 pub const MIN_MODULI: usize = 2;
 /// The longest inner dimension: the INT8 products' int32 sums stay below 2^30.
 pub const MAX_K: usize = 65_536;
-/// Scaling bits the automatic choice of moduli asks for per `f64` operand element.
-const AUTO_BITS_F64: i32 = 50;
+/// Scaling bits the automatic choice of moduli asks for per `f64` operand element: 52 up to
+/// k = 2048, 50 beyond (the native product's own error grows with k; the accuracy study in
+/// BENCHMARKS.md measured both against it).
+const AUTO_BITS_F64: (i32, i32) = (52, 50);
 /// … and per `f32` one.
 const AUTO_BITS_F32: i32 = 25;
 /// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into two 31-bit halves.
@@ -166,11 +168,13 @@ pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
 }
 
 /// The moduli an `auto` Ozaki product (`Precision::Ozaki { moduli: 0 }`) of `dtype` with
-/// inner dimension `k` uses: the fewest that keep 50 bits of each `f64` element (25 of each
-/// `f32` one) at the top of its row, at most [`MAX_MODULI`].
+/// inner dimension `k` uses: the fewest that keep 52 bits of each `f64` element (50 beyond
+/// k = 2048; 25 of each `f32` one) below the largest magnitude of its row, at most
+/// [`MAX_MODULI`].
 pub fn auto_moduli(dtype: Dtype, k: usize) -> usize {
     let want = match dtype {
-        Dtype::F64 => AUTO_BITS_F64,
+        Dtype::F64 if k <= 2048 => AUTO_BITS_F64.0,
+        Dtype::F64 => AUTO_BITS_F64.1,
         Dtype::F32 => AUTO_BITS_F32,
     };
     (MIN_MODULI..=MAX_MODULI)
@@ -692,6 +696,7 @@ mod tests {
             }
         }
         assert_eq!(auto_moduli(Dtype::F64, 8192), 15);
+        assert_eq!(auto_moduli(Dtype::F64, 256), 15);
         assert_eq!(auto_moduli(Dtype::F32, 8192), 9);
         assert!(auto_moduli(Dtype::F64, 64) <= auto_moduli(Dtype::F64, 65_536));
     }
