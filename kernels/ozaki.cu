@@ -488,6 +488,20 @@ OZ_DEV T finish(const unsigned long long (&acc)[LIMBS], int shift, const Consts&
     return scale_t(neg ? -x : x, 96 - lz + e - shift);
 }
 
+struct alignas(16) d2 {
+    double x, y;
+};
+struct alignas(16) f4 {
+    float x, y, z, w;
+};
+OZ_DEV void store4(double* p, const double (&v)[4]) {
+    reinterpret_cast<d2*>(p)[0] = d2{v[0], v[1]};
+    reinterpret_cast<d2*>(p)[1] = d2{v[2], v[3]};
+}
+OZ_DEV void store4(float* p, const float (&v)[4]) {
+    *reinterpret_cast<f4*>(p) = f4{v[0], v[1], v[2], v[3]};
+}
+
 // C_ij from the residues of C'_ij (see the file header). Each thread makes 4 adjacent outputs
 // of a row, reading each modulus's 4 residues as one word where N % 4 == 0.
 template <typename T>
@@ -518,12 +532,13 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                 }
             }
         }
+        T v[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int j = j0 + e;
             if (j >= N) break;
             const int eb = EB[j];
-            T* out = C + (i64)i * ldc + j;
+            T* out = v + e;
             if (ea == FLAG || eb == FLAG) {
                 // A row with Inf or NaN: the plain dot product, as the native product
                 // computes it.
@@ -549,6 +564,15 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                 }
             }
             *out = finish<T>(acc, ea + eb, c);
+        }
+        // The four outputs: two 16-byte stores (double) or one (float) where aligned.
+        T* out = C + (i64)i * ldc + j0;
+        if (j0 + 3 < N && (reinterpret_cast<unsigned long long>(out) & 15) == 0) {
+            store4(out, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (j0 + e < N) out[e] = v[e];
         }
     }
 }

@@ -110,6 +110,7 @@ impl Request {
             return Some(done.clone());
         }
         if fresh {
+            hold_exit_for_compilations();
             // Counted before the thread starts, so that a caller sees it at once.
             IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
             let request = self.clone();
@@ -160,6 +161,31 @@ impl Request {
     fn finished(&self) -> Option<Outcome> {
         let jobs = JOBS.lock().unwrap_or_else(|p| p.into_inner());
         jobs.get(&self.key()).and_then(|j| j.outcome.get().cloned())
+    }
+}
+
+/// Makes the process, once it exits, first wait (up to five minutes) for the background
+/// compilations in flight: a process that leaves while NVRTC compiles on another thread
+/// would otherwise run NVRTC's exit-time teardown under that thread (a crash at exit).
+/// Registered once, after NVRTC is loaded: exit handlers run in the reverse order of their
+/// registration, so this one runs before any the library registered when it was loaded.
+fn hold_exit_for_compilations() {
+    #[cfg(target_os = "linux")]
+    {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            // Loads NVRTC if nothing has yet (a context exists, so the library was found).
+            let _ = crate::prebuild::nvrtc_version();
+            extern "C" fn wait_for_compilations() {
+                let deadline = Instant::now() + std::time::Duration::from_secs(300);
+                while IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            // SAFETY: `wait_for_compilations` is a plain `extern "C" fn()` that cannot
+            // unwind (it only reads an atomic and sleeps), valid for the life of the process.
+            unsafe { libc::atexit(wait_for_compilations) };
+        });
     }
 }
 
