@@ -490,7 +490,12 @@ fn main() {
                 let mut record = serde_json::json!({
                     "dtype": r.dtype.name(),
                     "kernel": r.name.split(' ').next(),
-                    "precision": r.precision.to_string(),
+                    // f64 in its native precision is FP64: "native" (Precision::Fp32 inside).
+                    "precision": if r.dtype == Dtype::F64 && r.precision == Precision::Fp32 {
+                        "native".to_string()
+                    } else {
+                        r.precision.to_string()
+                    },
                     "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
                     "ms": r.ms,
                     "gflops": r.gflops,
