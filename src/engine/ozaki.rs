@@ -170,7 +170,7 @@ pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
 /// The moduli an `auto` Ozaki product (`Precision::Ozaki { moduli: 0 }`) of `dtype` with
 /// inner dimension `k` uses: the fewest that keep 52 bits of each `f64` element (50 beyond
 /// k = 2048; 25 of each `f32` one) below the largest magnitude of its row, at most
-/// [`MAX_MODULI`].
+/// 18 (`MAX_MODULI`).
 pub fn auto_moduli(dtype: Dtype, k: usize) -> usize {
     let want = match dtype {
         Dtype::F64 if k <= 2048 => AUTO_BITS_F64.0,
