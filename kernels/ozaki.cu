@@ -23,8 +23,8 @@
 //      row of Y is FLAG is the plain dot product of the inputs instead (so Inf and NaN give
 //      the pattern of the native product).
 //
-// ACCURACY. The only errors are the rounding of X' and Y' to integers (at most 2^-(bits+1)
-// of the row's largest magnitude per element) and the final rounding; more moduli, more bits.
+// ACCURACY. The only errors are the rounding of X' and Y' to integers (at most 2^-bits of
+// the row's largest magnitude per element) and the final rounding; more moduli, more bits.
 // A result in the subnormal range may be rounded twice (the integer rounding, then ldexp).
 //
 // ---------------------------------------------------------------------------------------------

@@ -227,8 +227,8 @@ pub enum Precision {
     /// of them and inner dimension `k`, each element keeps about `(8n − 3 − log₂k) / 2` bits
     /// below the largest magnitude of its row (or column), so an element far smaller than
     /// its row's largest loses bits (BENCHMARKS.md has the study). `moduli: 0` chooses the
-    /// fewest that keep 52 bits (`f64`, 50 beyond k = 2048: 15 moduli for k from 64 to
-    /// 32 768) or 25 (`f32`), at most 18; 2 to 18 asks for that
+    /// fewest that keep 52 bits (`f64`, 50 beyond k = 2048: 15 moduli for k from 17 to
+    /// 32 768) or 25 (`f32`), at most 18; 1 or more than 18 run as 2 or 18; 2 to 18 asks for that
     /// many. The route report names the count that ran. Inf and NaN give the native
     /// product's pattern. Elsewhere (another device, `k` above 65 536, a workspace that does
     /// not fit, a matrix–vector product) the native kernels run and the report says so.
@@ -260,6 +260,8 @@ impl Precision {
     pub(crate) fn served_by(self, ran: Precision) -> bool {
         match (self, ran) {
             (Precision::Ozaki { moduli: 0 }, Precision::Ozaki { .. }) => true,
+            // A count out of range runs clamped to it.
+            (Precision::Ozaki { moduli: a }, Precision::Ozaki { moduli: r }) => a.clamp(2, 18) == r,
             (asked, ran) => asked == ran,
         }
     }

@@ -126,8 +126,8 @@ impl fmt::Display for Route {
                     Some(asked @ Precision::Ozaki { .. }) => write!(
                         f,
                         "native ({asked} needs compute capability 9.0, a register-blocked \
-                         kernel, a matrix-matrix product with k ≤ 65 536 and room for its \
-                         workspace), "
+                         kernel, a matrix-matrix product with k ≤ 65 536, enough moduli for \
+                         k and room for its workspace), "
                     )?,
                     Some(asked) => write!(
                         f,
@@ -405,6 +405,9 @@ pub(crate) fn compiling(
                 families.extend(family.stand_in(opts.precision));
                 continue;
             }
+            // The Ozaki kernels' products run natively when they do not build (the native
+            // family is served too, after them).
+            Err(GpuDotError::Compile { .. }) if family == Family::Ozaki => continue,
             Err(e) => CpuReason::GpuUnavailable(e),
         };
         why.get_or_insert(reason);

@@ -347,25 +347,10 @@ pub(crate) fn launch_simple<T: Element>(
         .map_err(GpuDotError::at("launching a kernel"))
 }
 
-/// The precision `plan` computes a `dtype` product asked for in `precision` on `gpu`: the
-/// tile row's (FP32 where the device lacks the asked-for kernels), FP32 for the GEMVs.
-pub(crate) fn plan_precision(
-    gpu: &Gpu,
-    dtype: Dtype,
-    precision: Precision,
-    plan: Plan,
-) -> Precision {
-    match plan {
-        Plan::Tile { config, .. } => {
-            TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm()).precision
-        }
-        _ => Precision::Fp32,
-    }
-}
-
-/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns the precision it runs in
-/// ([`plan_precision`]). `scratch` is the split-K workspace, grown as needed (`high_water`:
-/// the device's record for it).
+/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns the precision it ran in
+/// (the tile row's: FP32 where the device lacks the asked-for kernels; FP32 for the GEMVs;
+/// native where an Ozaki product cannot run). `scratch` is the split-K (and Ozaki)
+/// workspace, grown as needed (`high_water`: the device's record for it).
 pub(crate) fn launch_plan<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -849,7 +834,9 @@ pub(crate) fn launch_batched<T: Element>(
         return Ok((None, Precision::Fp32));
     }
     let dtype = T::DTYPE;
-    if let Precision::Ozaki { .. } = precision.for_dtype(dtype) {
+    // Matrix-matrix items only: a single product with one row or column runs the native
+    // GEMV, and an item of a batch gives the same bits.
+    if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), m > 1 && n > 1) {
         // One product after another, sharing one workspace; an item the Ozaki kernels cannot
         // run (and so every item: they share shape and device) runs natively.
         let mut ws = None;

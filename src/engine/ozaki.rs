@@ -253,7 +253,8 @@ pub(crate) fn launch<T: Element>(
         n.next_multiple_of(256),
         k.next_multiple_of(128),
     );
-    check_dims(mp, kp, np).map_err(OzError::Gpu)?;
+    // Padded extents past `int`: the native kernels, which need no padding, may still run it.
+    check_dims(mp, kp, np).map_err(|_| OzError::Unavailable)?;
     let function = |entry: &str| {
         gpu.function(Family::Ozaki, entry).map_err(|e| match e {
             GpuDotError::Compile { .. } => OzError::Unavailable,
@@ -677,6 +678,18 @@ mod tests {
                 assert_eq!(rebuild_model(&res, &c), x as f64, "{count} moduli, {x}");
             }
         }
+    }
+
+    #[test]
+    fn an_ozaki_request_is_served_by_the_count_that_runs() {
+        let ran = |n: u8| Precision::Ozaki { moduli: n };
+        assert!(Precision::OZAKI.served_by(ran(15)));
+        assert!(ran(12).served_by(ran(12)));
+        assert!(!ran(12).served_by(ran(15)));
+        assert!(ran(1).served_by(ran(2)) && ran(25).served_by(ran(18)));
+        assert!(!Precision::OZAKI.served_by(Precision::Fp32));
+        assert_eq!(moduli_for(Dtype::F64, 25, 4096), MAX_MODULI);
+        assert_eq!(moduli_for(Dtype::F64, 1, 4096), MIN_MODULI);
     }
 
     #[test]

@@ -165,7 +165,7 @@ impl Family {
     }
 
     /// Whether the family has entry points on a device of architecture `arch` (`sm_XY`): every
-    /// family but the warpgroup one, which exists on `sm_90` alone.
+    /// family but the warpgroup and Ozaki ones, which exist on `sm_90` alone.
     pub(crate) fn has_code_for(self, arch: &str) -> bool {
         let sm = arch
             .strip_prefix("sm_")

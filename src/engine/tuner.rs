@@ -458,8 +458,13 @@ pub(crate) fn launch_isolated<T: Element>(
                     // time every candidate in turn, so that a drift in clocks touches all
                     // alike; each keeps its fastest round.
                     let watch = Stopwatch::new(gpu)?;
+                    // What each candidate ran in (an Ozaki product may run natively where its
+                    // workspace does not fit).
+                    let mut ran_in = Vec::with_capacity(candidates.len());
                     for &plan in &candidates {
-                        launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)?;
+                        ran_in.push(launch::launch_plan(
+                            gpu, stream, plan, args, &mut *c, scratch,
+                        )?);
                     }
                     let mut fastest = vec![f32::INFINITY; candidates.len()];
                     for _ in 0..ISOLATED_ROUNDS {
@@ -473,10 +478,10 @@ pub(crate) fn launch_isolated<T: Element>(
                     }
                     let best = fastest
                         .iter()
-                        .zip(&candidates)
+                        .zip(candidates.iter().zip(&ran_in))
                         .min_by(|x, y| x.0.total_cmp(y.0))
-                        .map(|(&t, &plan)| (t, plan));
-                    let plan = best.expect("at least one candidate").1;
+                        .map(|(&t, (&plan, &precision))| (t, plan, precision));
+                    let (_, plan, precision) = best.expect("at least one candidate");
                     ISOLATED
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -485,7 +490,7 @@ pub(crate) fn launch_isolated<T: Element>(
                     return Ok(Ran {
                         kernel,
                         plan: Some(plan),
-                        precision: launch::plan_precision(gpu, T::DTYPE, args.precision(), plan),
+                        precision,
                     });
                 }
             }
