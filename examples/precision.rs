@@ -19,10 +19,9 @@
 //!         [--plot PATH.svg] [--plot-f64 PATH.svg] [--f64-only]
 
 use gpu_dot::profile::{
-    random_matrix, random_matrix_of, reference_f64, relative_error_to, DeviceProblem,
-    SampledReference,
+    random_matrix_of, reference_f64, relative_error_to, DeviceProblem, SampledReference,
 };
-use gpu_dot::{Device, Kernel, Precision};
+use gpu_dot::{Device, Element, Kernel, Precision};
 use ndarray::{s, Array2};
 use serde_json::json;
 
@@ -181,22 +180,28 @@ struct Case {
     moduli: usize,
 }
 
-/// Operands of one kind of input for an `m × k × n` product.
-fn operands(
+/// Operands of one kind of input for an `m × k × n` product, in either element type.
+fn operands<A: Element>(
     inputs: &str,
     (m, k, n): (usize, usize, usize),
     seed: u64,
-) -> (Array2<f32>, Array2<f32>) {
-    let (a, b) = (random_matrix(m, k, seed), random_matrix(k, n, seed ^ 0xB));
+) -> (Array2<A>, Array2<A>) {
+    let (a, b): (Array2<A>, Array2<A>) = (
+        random_matrix_of(m, k, seed),
+        random_matrix_of(k, n, seed ^ 0xB),
+    );
+    // Magnitudes 2^e, e uniform in [-span, span], times a uniform [-1, 1) value.
+    let wide = |x: Array2<A>, s, span: f64| {
+        let exps: Array2<A> = random_matrix_of(x.nrows(), x.ncols(), s);
+        let scale = exps.mapv(|u| {
+            let e = ((u.into_f64() + 1.0) * (span + 0.5)).floor() - span;
+            A::from_f64(2f64.powi(e as i32))
+        });
+        x * scale
+    };
     match inputs {
-        // Magnitudes 2^e, e uniform in [-20, 20], times a uniform [-1, 1) value.
-        "wide 2^±20" => {
-            let e = |x: Array2<f32>, s| {
-                let exps = random_matrix(x.nrows(), x.ncols(), s);
-                x * exps.mapv(|u| 2f32.powi(((u + 1.0) * 20.5).floor() as i32 - 20))
-            };
-            (e(a, seed ^ 0xE1), e(b, seed ^ 0xE2))
-        }
+        "wide 2^±20" => (wide(a, seed ^ 0xE1, 20.0), wide(b, seed ^ 0xE2, 20.0)),
+        "wide 2^±30" => (wide(a, seed ^ 0xE1, 30.0), wide(b, seed ^ 0xE2, 30.0)),
         // A's two halves equal; B's second half is minus its first plus 1e-3 of noise, so
         // each dot product is about 1e-3 of its terms' size.
         "cancellation" => {
@@ -206,9 +211,15 @@ fn operands(
             a2.slice_mut(s![.., h..2 * h]).assign(&left);
             let mut b2 = b.clone();
             let top = b.slice(s![..h, ..]).to_owned();
-            let noise = random_matrix(h, n, seed ^ 0xC) * 1e-3;
+            let noise: Array2<A> = random_matrix_of(h, n, seed ^ 0xC);
+            let noise = noise.mapv(|x| x * A::from_f64(1e-3));
             b2.slice_mut(s![h..2 * h, ..]).assign(&(noise - &top));
             (a2, b2)
+        }
+        // Integers of magnitude below 2^20: every product exact in FP64 up to k = 2^12.
+        "integers" => {
+            let int = |x: A| A::from_f64((x.into_f64() * 1048576.0).trunc());
+            (a.mapv(int), b.mapv(int))
         }
         _ => (a, b),
     }
@@ -232,7 +243,7 @@ fn accuracy_study(quick: bool) -> Vec<Case> {
     let mut cases = Vec::new();
     for inputs in ["uniform", "wide 2^±20", "cancellation"] {
         for (i, &dims) in shapes.iter().enumerate() {
-            let (a, b) = operands(inputs, dims, 91 + i as u64);
+            let (a, b) = operands::<f32>(inputs, dims, 91 + i as u64);
             let reference = reference_f64(a.view(), b.view());
             let mut p = DeviceProblem::from_arrays(a, b).expect("a device problem");
             let mut errors = vec![f64::NAN; 4];
@@ -267,47 +278,6 @@ fn accuracy_study(quick: bool) -> Vec<Case> {
     cases
 }
 
-/// f64 operands of one kind of input for an `m × k × n` product.
-fn operands_f64(
-    inputs: &str,
-    (m, k, n): (usize, usize, usize),
-    seed: u64,
-) -> (Array2<f64>, Array2<f64>) {
-    let (a, b): (Array2<f64>, Array2<f64>) = (
-        random_matrix_of(m, k, seed),
-        random_matrix_of(k, n, seed ^ 0xB),
-    );
-    match inputs {
-        // Magnitudes 2^e, e uniform in [-30, 30], times a uniform [-1, 1) value.
-        "wide 2^±30" => {
-            let e = |x: Array2<f64>, s| {
-                let exps: Array2<f64> = random_matrix_of(x.nrows(), x.ncols(), s);
-                x * exps.mapv(|u| 2f64.powi(((u + 1.0) * 30.5).floor() as i32 - 30))
-            };
-            (e(a, seed ^ 0xE1), e(b, seed ^ 0xE2))
-        }
-        // As in the f32 study: each dot product about 1e-3 of its terms' size.
-        "cancellation" => {
-            let h = k / 2;
-            let mut a2 = a.clone();
-            let left = a.slice(s![.., ..h]).to_owned();
-            a2.slice_mut(s![.., h..2 * h]).assign(&left);
-            let mut b2 = b.clone();
-            let top = b.slice(s![..h, ..]).to_owned();
-            let noise: Array2<f64> = random_matrix_of(h, n, seed ^ 0xC);
-            b2.slice_mut(s![h..2 * h, ..])
-                .assign(&(noise * 1e-3 - &top));
-            (a2, b2)
-        }
-        // Integers of magnitude below 2^20: every product exact in FP64 up to k = 2^12.
-        "integers" => (
-            a.mapv(|x| (x * 1048576.0).trunc()),
-            b.mapv(|x| (x * 1048576.0).trunc()),
-        ),
-        _ => (a, b),
-    }
-}
-
 fn f64_study(quick: bool) -> Vec<Case> {
     let shapes: &[(usize, usize, usize)] = if quick {
         &[(512, 512, 512), (1024, 4096, 1024)]
@@ -328,7 +298,7 @@ fn f64_study(quick: bool) -> Vec<Case> {
             if inputs == "integers" && dims.1 > 4096 {
                 continue;
             }
-            let (a, b) = operands_f64(inputs, dims, 191 + i as u64);
+            let (a, b) = operands::<f64>(inputs, dims, 191 + i as u64);
             let reference = SampledReference::new(a.view(), b.view(), 64);
             let mut p = DeviceProblem::from_arrays(a, b).expect("a device problem");
             let auto = gpu_dot::__testing::ozaki_auto_moduli(gpu_dot::Dtype::F64, dims.1);

@@ -834,9 +834,11 @@ pub(crate) fn launch_batched<T: Element>(
         return Ok((None, Precision::Fp32));
     }
     let dtype = T::DTYPE;
-    // Matrix-matrix items only: a single product with one row or column runs the native
-    // GEMV, and an item of a batch gives the same bits.
-    if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), m > 1 && n > 1) {
+    // Matrix-matrix items on sm_90 only: a single product with one row or column runs the
+    // native GEMV, and an item of a batch gives the same bits; elsewhere the whole batch runs
+    // natively in one launch.
+    let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() == 90;
+    if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
         // One product after another, sharing one workspace; an item the Ozaki kernels cannot
         // run (and so every item: they share shape and device) runs natively.
         let mut ws = None;

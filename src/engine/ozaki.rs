@@ -115,6 +115,13 @@ fn product(count: usize) -> Big {
 }
 
 impl Consts {
+    /// [`Consts::new`], made once per count for the process.
+    pub(crate) fn cached(count: usize) -> Consts {
+        static MADE: [once_cell::sync::OnceCell<Consts>; MAX_MODULI + 1] =
+            [const { once_cell::sync::OnceCell::new() }; MAX_MODULI + 1];
+        *MADE[count].get_or_init(|| Consts::new(count))
+    }
+
     /// The constants for the first `count` moduli (`MIN_MODULI ..= MAX_MODULI`).
     pub(crate) fn new(count: usize) -> Consts {
         assert!((MIN_MODULI..=MAX_MODULI).contains(&count));
@@ -247,7 +254,7 @@ pub(crate) fn launch<T: Element>(
     if bits_a < 1 || bits_b < 1 {
         return Err(OzError::Unavailable);
     }
-    let consts = Consts::new(count);
+    let consts = Consts::cached(count);
     let (mp, np, kp) = (
         m.next_multiple_of(128),
         n.next_multiple_of(256),
