@@ -151,12 +151,12 @@ where
             records.push(r);
         }
         // Ozaki scheme II on the INT8 tensor cores (compute capability 9.0): the automatic
-        // count of moduli, and (f64) one fewer and one more.
+        // count of moduli, one fewer and (f64) one more.
         if device_sm() == Some(90) {
             let auto = gpu_dot::__testing::ozaki_auto_moduli(A::DTYPE, k);
             let counts: Vec<usize> = match A::DTYPE {
                 Dtype::F64 => vec![auto - 1, auto, auto + 1],
-                _ => vec![auto],
+                _ => vec![auto - 1, auto],
             };
             for moduli in counts.into_iter().filter(|&n| (2..=18).contains(&n)) {
                 let precision = Precision::Ozaki {

@@ -16,8 +16,9 @@
 //   3. ozaki_gemm: for every modulus l (blockIdx.z), the exact int32 product of the residue
 //      panels (|sum| <= K * 2^14 <= 2^30 for K <= 65536), reduced modulo m_l into the byte
 //      matrix R[l][M][N] (row-major, residues in [0, m_l)).
-//   4. ozaki_rebuild_*: C'_ij = the integer congruent to sum_l R[l]_ij * W_l modulo
-//      M = prod m_l that lies in (-M/2, M/2), which is X'Y'^T exactly because the host chose
+//   4. ozaki_rebuild_*: C'_ij = the integer congruent to the residues R[l]_ij modulo
+//      M = prod m_l that lies in (-M/2, M/2) (from the residues of pairs of moduli, see
+//      Consts), which is X'Y'^T exactly because the host chose
 //      bits_a + bits_b with K * 2^(bits_a + bits_b) <= M / 4; then C_ij = C'_ij * 2^-(s_i + t_j),
 //      rounded once (to nearest, ties to even) to the output type. An output whose row of X or
 //      row of Y is FLAG is the plain dot product of the inputs instead (so Inf and NaN give
@@ -45,9 +46,10 @@
 //      Y (Np x Kp) (Mp a multiple of 128, Np of 256, Kp of 128, 16-byte aligned); grid
 //      (ceil(M/128) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
 //      the dynamic shared memory limit to the table's smem first.
-// ozaki_rebuild_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
+// ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
-//      i64 bsk, Consts c): C (M x N at ldc) from step 3; X's element (i, k) at
+//      i64 bsk, Consts c): C (M x N at ldc) from step 3 (ozaki_rebuild6_* for c.count 17
+//      and 18, ozaki_rebuild_* up to 16); X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
 //      any grid (rows on y, quads of columns on x, each looping over the rest).
 // ---------------------------------------------------------------------------------------------
@@ -64,7 +66,7 @@
 
 namespace oz {
 
-constexpr int MAX_MODULI = 18, LIMBS = 5;
+constexpr int MAX_MODULI = 18, PAIRS = MAX_MODULI / 2, LIMBS = 5;
 constexpr int BM = 128, BN = 256, BK = 128, NT = 256;  // BK: int8 elements = bytes
 constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
 constexpr int STAGE = PANEL_A + PANEL_B;
@@ -74,19 +76,25 @@ static_assert(SMEM_BYTES == 197632, "keep the @launch line in sync");
 constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
 
 // The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
-// whose #[repr(C)] twin must match this layout: 688 bytes).
+// whose #[repr(C)] twin must match this layout: 720 bytes).
 struct Consts {
     int count;   // moduli in use, 2 .. MAX_MODULI
     int unused;
     unsigned moduli[MAX_MODULI];               // pairwise coprime, 173 .. 256
-    unsigned pow31[MAX_MODULI];                // 2^31 mod m
+    unsigned p21[MAX_MODULI];                  // 2^21 mod m
+    unsigned p42[MAX_MODULI];                  // 2^42 mod m
+    unsigned off[MAX_MODULI];                  // the multiple of m in (2^27, 2^27 + m]
     unsigned long long magic[MAX_MODULI];      // ceil(2^40 / m)
-    unsigned w[MAX_MODULI][LIMBS];             // W_l = (M/m_l) * ((M/m_l)^-1 mod m_l), 32-bit limbs
+    // The moduli in pairs (m_2p, m_2p+1) (the last alone, with e = 0 and m_2p+1 = 1, when
+    // count is odd): T = r_2p * e[p][0] + r_2p+1 * e[p][1] < 2^25 is congruent to the pair's
+    // residue modulo m_2p * m_2p+1, and W_p = (M/mm) * ((M/mm)^-1 mod mm), mm the pair's
+    // product, in 32-bit limbs: then sum_p T_p * W_p is congruent to C' modulo M.
+    unsigned e[PAIRS][2];
+    unsigned w[PAIRS][LIMBS];
     unsigned big_m[LIMBS];                     // M, 32-bit limbs
-    unsigned unused2;
     double inv_m;                              // 1 / M, rounded
 };
-static_assert(sizeof(Consts) == 688, "the host's layout");
+static_assert(sizeof(Consts) == 720, "the host's layout");
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
@@ -165,6 +173,13 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 32 shared tile so that
 // both the read (along whichever stride is 1) and the write (along k) are coalesced; each
 // thread then makes the residues of 4 consecutive k of one row, one 4-byte store a modulus.
+//
+// The residue of v = rint(x * 2^s) (|v| <= 2^61, two's complement) modulo m from three
+// chunks v = c2 * 2^42 + c1 * 2^21 + c0 (c0, c1 in [0, 2^21), c2 signed, |c2| <= 2^19):
+// y = c2 * (2^42 mod m) + c1 * (2^21 mod m) + c0 + off, with off the multiple of m just above
+// 2^27, lies in (0, 2^30) and is congruent to v; one umod of y + (m - 1) / 2 then gives the
+// balanced residue as y - q * m, whose low byte is stored (for m = 256 a residue of 128 is
+// stored as -128, the same residue).
 template <typename T>
 OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* __restrict__ E,
                   signed char* __restrict__ P, int Rp, int Kp, const Consts& c) {
@@ -188,33 +203,32 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
         __syncthreads();
         const int row = r0 + r;
         const int s = row < R ? E[row] : 0;
-        unsigned hi[4], lo[4];
-        bool neg[4];
+        unsigned c0[4], c1[4];
+        int c2[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            double v = s == FLAG ? 0.0 : rint(ldexp(tile[r][q4 + e], s));
-            neg[e] = v < 0.0;
-            v = fabs(v);  // an integer <= 2^61
-            const double hd = floor(v * 0x1p-31);
-            hi[e] = (unsigned)hd;
-            lo[e] = (unsigned)(v - hd * 0x1p31);
+            const long long v = s == FLAG ? 0 : __double2ll_rn(ldexp(tile[r][q4 + e], s));
+            c0[e] = (unsigned)v & 0x1fffffu;
+            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
+            c2[e] = (int)(v >> 42);
         }
         unsigned* p = reinterpret_cast<unsigned*>(P + (i64)row * Kp + k0 + q4);
 #pragma unroll
         for (int l = 0; l < MAX_MODULI; ++l) {
             if (l < c.count) {
-                const unsigned m = c.moduli[l], half = (m - 1) / 2, pw = c.pow31[l];
-                const unsigned long long mg = c.magic[l];
-                unsigned word = 0;
+                const unsigned m = c.moduli[l], half = (m - 1) / 2;
+                const unsigned lo = (unsigned)c.magic[l];
+                unsigned b[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const unsigned x = umod(umod(hi[e], m, mg) * pw + umod(lo[e], m, mg), m, mg);
-                    // The balanced residue of |v|, negated for v < 0 (for m = 256, -(-128)
-                    // wraps to -128 in the byte, the same residue).
-                    const int b = x > half ? (int)x - (int)m : (int)x;
-                    word |= ((unsigned)(neg[e] ? -b : b) & 0xffu) << (8 * e);
+                    const unsigned y = (unsigned)c2[e] * c.p42[l] + c1[e] * c.p21[l] + c0[e] +
+                                       c.off[l];
+                    const unsigned x = y + half;
+                    const unsigned q = (x + __umulhi(x, lo)) >> 8;
+                    b[e] = y - q * m;
                 }
-                p[l * layer / 4] = word;
+                p[l * layer / 4] = __byte_perm(__byte_perm(b[0], b[1], 0x0040),
+                                               __byte_perm(b[2], b[3], 0x0040), 0x5410);
             }
         }
         __syncthreads();
@@ -424,28 +438,32 @@ OZ_DEV float to_t(unsigned long long top, float) { return __ull2float_rn(top); }
 OZ_DEV double scale_t(double x, int e) { return ldexp(x, e); }
 OZ_DEV float scale_t(float x, int e) { return ldexpf(x, e); }
 
-// C'_ij * 2^-shift rounded once to T, from S = sum_l r_l * W_l in 64-bit partial limbs.
-template <typename T>
-OZ_DEV T finish(const unsigned long long (&acc)[LIMBS], int shift, const Consts& c) {
-    unsigned s[LIMBS];
+// C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs
+// (L = 5 up to 16 moduli, where S < 9 * 2^25 * M < 2^160; 6 beyond).
+template <typename T, int L>
+OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) {
+    unsigned s[L];
     unsigned long long carry = 0;
 #pragma unroll
-    for (int t = 0; t < LIMBS; ++t) {
+    for (int t = 0; t < L; ++t) {
         const unsigned long long v = acc[t] + carry;
         s[t] = (unsigned)v;
         carry = v >> 32;
     }
-    // S < 18 * 256 * M < 2^153: no carry out. q = round(S / M): S/M = q + C'/M with
-    // |C'/M| <= 1/4, and the estimate below is off by far less than 1/4.
-    const double sd = (double)s[4] * 0x1p128 + (double)s[3] * 0x1p96 + (double)s[2] * 0x1p64 +
-                      (double)s[1] * 0x1p32 + (double)s[0];
-    const long long q = (long long)rint(sd * c.inv_m);
-    // D = S - q*M, two's complement across the limbs; the final borrow is its sign.
-    long long borrow = 0;
-    unsigned d[LIMBS];
+    // No carry out of the top limb. q = round(S / M) < 2^29: S/M = q + C'/M with
+    // |C'/M| <= 1/4, and the estimate below is off by less than 2^-20.
+    double sd = 0.0;
 #pragma unroll
-    for (int t = 0; t < LIMBS; ++t) {
-        const long long v = (long long)s[t] - q * (long long)c.big_m[t] + borrow;
+    for (int t = L - 1; t >= 0; --t) sd = fma(sd, 0x1p32, (double)s[t]);
+    const long long q = (long long)rint(sd * c.inv_m);
+    // D = S - q*M, two's complement across the limbs; the final borrow is its sign. |D| =
+    // |C'| <= M/4 < 2^160: the low five limbs hold it.
+    long long borrow = 0;
+    unsigned d[L];
+#pragma unroll
+    for (int t = 0; t < L; ++t) {
+        const long long v =
+            (long long)s[t] - q * (long long)(t < LIMBS ? c.big_m[t] : 0u) + borrow;
         d[t] = (unsigned)v;
         borrow = v >> 32;
     }
@@ -504,13 +522,14 @@ OZ_DEV void store4(float* p, const float (&v)[4]) {
 
 // C_ij from the residues of C'_ij (see the file header). Each thread makes 4 adjacent outputs
 // of a row, reading each modulus's 4 residues as one word where N % 4 == 0.
-template <typename T>
+template <typename T, int L>
 OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                     const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
                     i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
                     i64 bsr, i64 bsk, const Consts& c) {
     const i64 mn = (i64)M * N;
     const bool words = (N & 3) == 0;  // R's layers and rows 4-byte aligned (R itself is)
+    const int pairs = (c.count + 1) / 2;
     // Rows on grid y, column quads on x.
     for (int i = blockIdx.y; i < M; i += gridDim.y)
     for (int j0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x); j0 < N;
@@ -549,21 +568,23 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                 *out = (T)s;
                 continue;
             }
-            // S = sum_l r_l * W_l, exactly, in 64-bit partial limbs (each < 18 * 2^40).
-            unsigned long long acc[LIMBS];
+            // S = sum_p T_p * W_p, exactly, in 64-bit partial limbs (each < 9 * 2^57).
+            unsigned long long acc[L];
 #pragma unroll
-            for (int t = 0; t < LIMBS; ++t) acc[t] = 0;
+            for (int t = 0; t < L; ++t) acc[t] = 0;
 #pragma unroll
-            for (int l = 0; l < MAX_MODULI; ++l) {
-                if (l < c.count) {
-                    const unsigned r = (w[l] >> (8 * e)) & 0xffu;
+            for (int p = 0; p < PAIRS; ++p) {
+                if (p < pairs) {
+                    const unsigned ra = __byte_perm(w[2 * p], 0, 0x4440 + e);
+                    const unsigned rb = __byte_perm(w[2 * p + 1], 0, 0x4440 + e);
+                    const unsigned t = ra * c.e[p][0] + rb * c.e[p][1];
                     // 32 x 32 -> 64-bit multiply-adds.
 #pragma unroll
-                    for (int t = 0; t < LIMBS; ++t)
-                        acc[t] += (unsigned long long)r * (unsigned long long)c.w[l][t];
+                    for (int u = 0; u < LIMBS; ++u)
+                        acc[u] += (unsigned long long)t * (unsigned long long)c.w[p][u];
                 }
             }
-            *out = finish<T>(acc, ea + eb, c);
+            *out = finish<T, L>(acc, ea + eb, c);
         }
         // The four outputs: two 16-byte stores (double) or one (float) where aligned.
         T* out = C + (i64)i * ldc + j0;
@@ -602,17 +623,17 @@ extern "C" __global__ void __launch_bounds__(oz::NT, 1)
                unsigned char* R, oz::Consts c) {
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c);
 }
-extern "C" __global__ void __launch_bounds__(256)
-    ozaki_rebuild_d(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB,
-                    double* C, i64 ldc, const double* A, i64 asr, i64 ask, const double* B,
-                    i64 bsr, i64 bsk, oz::Consts c) {
-    oz::rebuild<double>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    ozaki_rebuild_s(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB,
-                    float* C, i64 ldc, const float* A, i64 asr, i64 ask, const float* B,
-                    i64 bsr, i64 bsk, oz::Consts c) {
-    oz::rebuild<float>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);
-}
+// Up to 16 moduli (S in five limbs) and, as ozaki_rebuild6_*, 17 and 18 (six).
+#define OZ_REBUILD(NAME, T, L, MIN_BLOCKS)                                                     \
+    extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
+        NAME(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB, T* C, \
+             i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr, i64 bsk,           \
+             oz::Consts c) {                                                                  \
+        oz::rebuild<T, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);           \
+    }
+OZ_REBUILD(ozaki_rebuild_d, double, 5, 4)
+OZ_REBUILD(ozaki_rebuild_s, float, 5, 4)
+OZ_REBUILD(ozaki_rebuild6_d, double, 6, 1)
+OZ_REBUILD(ozaki_rebuild6_s, float, 6, 1)
 
 #endif

@@ -36,31 +36,36 @@ pub const MAX_K: usize = 65_536;
 const AUTO_BITS_F64: (i32, i32) = (52, 50);
 /// … and per `f32` one.
 const AUTO_BITS_F32: i32 = 25;
-/// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into two 31-bit halves.
+/// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into chunks of 21, 21
+/// and 20 bits and a sign.
 const MAX_BITS: i32 = 61;
 /// The shift of a row that holds Inf or NaN.
 pub(crate) const FLAG: i32 = i32::MIN;
 const LIMBS: usize = 5;
+/// The moduli's pairs in the reconstruction.
+const PAIRS: usize = MAX_MODULI / 2;
 
-/// The kernels' `oz::Consts`, by value (688 bytes, `#[repr(C)]` as in kernels/ozaki.cu).
+/// The kernels' `oz::Consts`, by value (720 bytes, `#[repr(C)]` as in kernels/ozaki.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Consts {
     count: i32,
     unused: i32,
     moduli: [u32; MAX_MODULI],
-    pow31: [u32; MAX_MODULI],
+    p21: [u32; MAX_MODULI],
+    p42: [u32; MAX_MODULI],
+    off: [u32; MAX_MODULI],
     magic: [u64; MAX_MODULI],
-    w: [[u32; LIMBS]; MAX_MODULI],
+    e: [[u32; 2]; PAIRS],
+    w: [[u32; LIMBS]; PAIRS],
     big_m: [u32; LIMBS],
-    unused2: u32,
     inv_m: f64,
 }
 
-const _: () = assert!(std::mem::size_of::<Consts>() == 688);
+const _: () = assert!(std::mem::size_of::<Consts>() == 720);
 
 // SAFETY: `Consts` is `#[repr(C)]` plain data (integers and a double, no pointers), laid out
-// exactly as the kernels' `oz::Consts` (688 bytes, asserted on both sides), so the driver may
+// exactly as the kernels' `oz::Consts` (720 bytes, asserted on both sides), so the driver may
 // copy its bytes into the kernel's parameter space.
 unsafe impl cudarc::driver::DeviceRepr for Consts {}
 
@@ -129,11 +134,13 @@ impl Consts {
             count: count as i32,
             unused: 0,
             moduli: [0; MAX_MODULI],
-            pow31: [0; MAX_MODULI],
+            p21: [0; MAX_MODULI],
+            p42: [0; MAX_MODULI],
+            off: [0; MAX_MODULI],
             magic: [0; MAX_MODULI],
-            w: [[0; LIMBS]; MAX_MODULI],
+            e: [[0; 2]; PAIRS],
+            w: [[0; LIMBS]; PAIRS],
             big_m: [0; LIMBS],
-            unused2: 0,
             inv_m: 0.0,
         };
         let big_m = product(count);
@@ -142,20 +149,33 @@ impl Consts {
         c.inv_m = 1.0 / big_f64(&big_m);
         for (l, &m) in MODULI[..count].iter().enumerate() {
             c.moduli[l] = m;
-            c.pow31[l] = ((1u64 << 31) % m as u64) as u32;
+            c.p21[l] = ((1u64 << 21) % m as u64) as u32;
+            c.p42[l] = ((1u64 << 42) % m as u64) as u32;
+            c.off[l] = ((1u32 << 27) / m + 1) * m;
             c.magic[l] = (1u64 << 40).div_ceil(m as u64);
-            // W_l = (M / m_l) · ((M / m_l)⁻¹ mod m_l) < M.
+        }
+        for (p, pair) in MODULI[..count].chunks(2).enumerate() {
+            // The pair's product mm, and E_a ≡ 1 (mod a), ≡ 0 (mod b), E_b the other way
+            // round (E_b = 0 for a modulus alone).
+            let (a, b) = (pair[0], pair.get(1).copied().unwrap_or(1));
+            let mm = a * b;
+            c.e[p] = if b == 1 {
+                [1, 0]
+            } else {
+                [b * inverse_mod(b % a, a), a * inverse_mod(a % b, b)]
+            };
+            // W_p = (M / mm) · ((M / mm)⁻¹ mod mm) < M.
             let mut others: Big = [0; LIMBS + 1];
             others[0] = 1;
             for (j, &x) in MODULI[..count].iter().enumerate() {
-                if j != l {
+                if j / 2 != p {
                     big_mul_small(&mut others, x);
                 }
             }
-            let inv = inverse_mod(big_mod_small(&others, m), m);
+            let inv = inverse_mod(big_mod_small(&others, mm), mm);
             big_mul_small(&mut others, inv);
             assert_eq!(others[LIMBS], 0, "W below M");
-            c.w[l].copy_from_slice(&others[..LIMBS]);
+            c.w[p].copy_from_slice(&others[..LIMBS]);
         }
         c
     }
@@ -275,7 +295,9 @@ pub(crate) fn launch<T: Element>(
     let scale = function(&format!("ozaki_scale_{suffix}"))?;
     let split = function(&format!("ozaki_split_{suffix}"))?;
     let gemm = function("ozaki_gemm")?;
-    let rebuild = function(&format!("ozaki_rebuild_{suffix}"))?;
+    // S = Σ T_p·W_p < 9·2^25·M fits five limbs up to 16 moduli, six beyond.
+    let wide = if count > 16 { "6" } else { "" };
+    let rebuild = function(&format!("ozaki_rebuild{wide}_{suffix}"))?;
     let (total, at) = workspace(count, (m, k, n));
     let work =
         scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
@@ -401,7 +423,7 @@ pub(crate) fn launch<T: Element>(
         .arg(&bsr)
         .arg(&bsk)
         .arg(&consts);
-    // SAFETY: arguments match `ozaki_rebuild_{d,s}(int M, int N, int K, const unsigned char*
+    // SAFETY: arguments match `ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char*
     // R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T*
     // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
     // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are
@@ -542,41 +564,44 @@ mod tests {
     /// `res` (each in [0, m_l)): C' rounded once to f64 (no scaling).
     #[allow(clippy::needless_range_loop)] // step for step as the kernel's limb loops
     fn rebuild_model(res: &[u32], c: &Consts) -> f64 {
-        let mut acc = [0u64; LIMBS];
-        for (l, &r) in res.iter().enumerate() {
-            for t in 0..LIMBS {
-                acc[t] += r as u64 * c.w[l][t] as u64;
+        let limbs = if c.count <= 16 { LIMBS } else { LIMBS + 1 };
+        let mut acc = [0u64; LIMBS + 1];
+        for (p, pair) in res.chunks(2).enumerate() {
+            let (ra, rb) = (pair[0], pair.get(1).copied().unwrap_or(0));
+            let t = ra * c.e[p][0] + rb * c.e[p][1];
+            assert!(t < 1 << 25);
+            for u in 0..LIMBS {
+                acc[u] += t as u64 * c.w[p][u] as u64;
             }
         }
-        let (mut s, mut carry) = ([0u32; LIMBS], 0u64);
-        for t in 0..LIMBS {
+        let (mut s, mut carry) = ([0u32; LIMBS + 1], 0u64);
+        for t in 0..limbs {
             let v = acc[t] + carry;
             s[t] = v as u32;
             carry = v >> 32;
         }
         assert_eq!(carry, 0);
-        let sd = s[4] as f64 * 2f64.powi(128)
-            + s[3] as f64 * 2f64.powi(96)
-            + s[2] as f64 * 2f64.powi(64)
-            + s[1] as f64 * 2f64.powi(32)
-            + s[0] as f64;
+        let sd = (0..limbs)
+            .rev()
+            .fold(0.0f64, |sd, t| sd.mul_add(2f64.powi(32), s[t] as f64));
         let q = (sd * c.inv_m).round_ties_even() as i64;
-        let (mut d, mut borrow) = ([0u32; LIMBS], 0i64);
-        for t in 0..LIMBS {
-            let v = s[t] as i64 - q * c.big_m[t] as i64 + borrow;
+        let (mut d, mut borrow) = ([0u32; LIMBS + 1], 0i64);
+        for t in 0..limbs {
+            let bm = if t < LIMBS { c.big_m[t] } else { 0 };
+            let v = s[t] as i64 - q * bm as i64 + borrow;
             d[t] = v as u32;
             borrow = v >> 32;
         }
         let neg = borrow < 0;
         if neg {
             let mut cy = 1u64;
-            for x in d.iter_mut() {
+            for x in d[..LIMBS].iter_mut() {
                 let v = (!*x) as u64 + cy;
                 *x = v as u32;
                 cy = v >> 32;
             }
         }
-        let [mut d0, mut d1, mut d2, mut d3, mut d4] = d;
+        let [mut d0, mut d1, mut d2, mut d3, mut d4, _] = d;
         let mut e = 0;
         for _ in 0..LIMBS - 1 {
             if d4 == 0 {
@@ -636,15 +661,11 @@ mod tests {
         }
         let c = Consts::new(MAX_MODULI);
         for (l, &m) in MODULI.iter().enumerate() {
-            // W_l ≡ 1 (mod m_l) and ≡ 0 modulo every other modulus.
-            let mut w: Big = [0; LIMBS + 1];
-            w[..LIMBS].copy_from_slice(&c.w[l]);
-            for (j, &x) in MODULI.iter().enumerate() {
-                assert_eq!(big_mod_small(&w, x), (j == l) as u32, "W_{l} mod {x}");
-            }
             // umod's magic number is exact over its whole range, in the kernel's form
             // (x + umulhi(x, magic - 2^32)) >> 8, whose sum stays below 2^32.
             assert_eq!(c.magic[l] >> 32, 1, "magic in [2^32, 2^33)");
+            assert_eq!(c.off[l] % m, 0);
+            assert!(c.off[l] > 1 << 27 && c.off[l] <= (1 << 27) + m);
             let lo = c.magic[l] as u32 as u64;
             for x in (0..(1u32 << 31) + 1024)
                 .step_by(9973)
@@ -658,10 +679,94 @@ mod tests {
         }
     }
 
+    /// The residue panels' byte for the scaled integer `v` and modulus `l`, step for step as
+    /// kernels/ozaki.cu's `oz::split` (32-bit wrapping arithmetic).
+    fn split_model(v: i64, c: &Consts, l: usize) -> i8 {
+        let (c0, c1, c2) = (
+            v as u32 & 0x1f_ffff,
+            (v >> 21) as u32 & 0x1f_ffff,
+            (v >> 42) as i32,
+        );
+        let (m, half, lo) = (c.moduli[l], (c.moduli[l] - 1) / 2, c.magic[l] as u32);
+        let y = (c2 as u32)
+            .wrapping_mul(c.p42[l])
+            .wrapping_add(c1 * c.p21[l])
+            .wrapping_add(c0)
+            .wrapping_add(c.off[l]);
+        assert!(y < 1 << 30, "y = {y} for v = {v}, m = {m}");
+        let x = y + half;
+        let q = (x + ((x as u64 * lo as u64) >> 32) as u32) >> 8;
+        y.wrapping_sub(q.wrapping_mul(m)) as u8 as i8
+    }
+
+    #[test]
+    fn split_residues_are_balanced_and_congruent_over_the_whole_range() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let c = Consts::new(MAX_MODULI);
+        let edges = [
+            0i64,
+            1,
+            -1,
+            1 << 61,
+            -(1 << 61),
+            (1 << 42) - 1,
+            -(1 << 42),
+            127,
+            -128,
+        ];
+        for i in 0..20_000 {
+            let v = match i {
+                i if i < edges.len() => edges[i],
+                // Every magnitude up to 2^61.
+                _ => {
+                    let bits = (rng.next() % 62) as u32;
+                    let mag = (rng.next() >> (64 - bits.max(1))) as i64;
+                    if rng.next() & 1 == 1 {
+                        -mag
+                    } else {
+                        mag
+                    }
+                }
+            };
+            for (l, &m) in MODULI.iter().enumerate() {
+                let b = split_model(v, &c, l) as i64;
+                if m != 256 {
+                    assert!(2 * b.abs() < m as i64, "{v} mod {m}: {b} not balanced");
+                }
+                assert_eq!((v - b).rem_euclid(m as i64), 0, "{v} mod {m}: {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_pairs_constants_select_each_pair_modulo_m() {
+        for count in [2, 3, 15, 16, 17, MAX_MODULI] {
+            let c = Consts::new(count);
+            for (p, pair) in MODULI[..count].chunks(2).enumerate() {
+                let mm = pair.iter().product::<u32>();
+                // E_a ≡ (1, 0) and E_b ≡ (0, 1) modulo (a, b).
+                for (i, &m) in pair.iter().enumerate() {
+                    for (j, &e) in c.e[p].iter().enumerate() {
+                        assert_eq!(e % m, (i == j) as u32, "pair {p}: e {j} mod {m}");
+                    }
+                }
+                // W_p ≡ 1 (mod mm) and ≡ 0 modulo every modulus of another pair.
+                let mut w: Big = [0; LIMBS + 1];
+                w[..LIMBS].copy_from_slice(&c.w[p]);
+                assert_eq!(big_mod_small(&w, mm), 1 % mm, "W_{p} mod {mm}");
+                for (j, &x) in MODULI[..count].iter().enumerate() {
+                    if j / 2 != p {
+                        assert_eq!(big_mod_small(&w, x), 0, "W_{p} mod {x}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn residues_rebuild_every_integer_within_a_quarter_of_m() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for count in [2, 5, 9, 12, 15] {
+        for count in [2, 5, 9, 12, 15, 16, 17, 18] {
             let c = Consts::new(count);
             let m_bits = big_bits(&product(count)) as i32;
             for trial in 0..400 {
@@ -684,6 +789,9 @@ mod tests {
                     .collect();
                 assert_eq!(rebuild_model(&res, &c), x as f64, "{count} moduli, {x}");
             }
+            // The largest residues everywhere: M - 1, i.e. -1.
+            let top: Vec<u32> = MODULI[..count].iter().map(|&m| m - 1).collect();
+            assert_eq!(rebuild_model(&top, &c), -1.0, "{count} moduli");
         }
     }
 

@@ -263,7 +263,7 @@ pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
 }
 
 /// The Ozaki family's entry points (kernels/ozaki.cu).
-const OZAKI_ENTRIES: [&str; 7] = [
+const OZAKI_ENTRIES: [&str; 9] = [
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_split_d",
@@ -271,6 +271,8 @@ const OZAKI_ENTRIES: [&str; 7] = [
     "ozaki_gemm",
     "ozaki_rebuild_d",
     "ozaki_rebuild_s",
+    "ozaki_rebuild6_d",
+    "ozaki_rebuild6_s",
 ];
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
