@@ -31,7 +31,7 @@
 // ---------------------------------------------------------------------------------------------
 // LAUNCH TABLE  (block = blockDim, smem = dynamic shared memory bytes)
 // ---------------------------------------------------------------------------------------------
-// @launch ozaki_gemm tile=128x256 block=256 smem=197632 bk=128 minsm=90
+// @launch ozaki_gemm tile=192x256 block=384 smem=230400 bk=128 minsm=90
 //
 // ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, int* E): element
 //      (r, k) of the R x K operand at X[r*sr + k*sk]; block (32, 8), grid (ceil(R/32), y) with
@@ -43,8 +43,8 @@
 //      multiple of 32, Kp of 128).
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, unsigned char* R, Consts c): PA, PB the panels of step 2 for X (Mp x Kp) and
-//      Y (Np x Kp) (Mp a multiple of 128, Np of 256, Kp of 128, 16-byte aligned); grid
-//      (ceil(M/128) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
+//      Y (Np x Kp) (Mp a multiple of 192, Np of 256, Kp of 128, 16-byte aligned); grid
+//      (ceil(M/192) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
 //      the dynamic shared memory limit to the table's smem first.
 // ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
@@ -55,7 +55,7 @@
 // ---------------------------------------------------------------------------------------------
 //
 // DESIGN of ozaki_gemm: the TF32 warpgroup GEMM of sgemm_wg.cu with bytes for floats. Block
-// tile 128 x 256, two warpgroups (rows 0-63 and 64-127), each issuing wgmma.m64n256k32 (s8
+// tile 192 x 256, three warpgroups (rows 0-63, 64-127, 128-191), each issuing wgmma.m64n256k32 (s8
 // inputs, s32 accumulators) with both operands in shared memory; a 128-wide K tile is 128
 // bytes a row, in the 128-byte swizzle, four k32 steps of 32 bytes; 4 stages of cp.async.
 #include "common.cuh"
@@ -67,12 +67,13 @@
 namespace oz {
 
 constexpr int MAX_MODULI = 18, PAIRS = MAX_MODULI / 2, LIMBS = 5;
-constexpr int BM = 128, BN = 256, BK = 128, NT = 256;  // BK: int8 elements = bytes
+constexpr int WGS = 3;                                  // consumer warpgroups, 64 rows each
+constexpr int BM = 64 * WGS, BN = 256, BK = 128, NT = 128 * WGS;  // BK: int8 elements = bytes
 constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
 constexpr int STAGE = PANEL_A + PANEL_B;
 constexpr int STAGES = 4;
 constexpr int SMEM_BYTES = STAGES * STAGE + 1024;  // + alignment slack
-static_assert(SMEM_BYTES == 197632, "keep the @launch line in sync");
+static_assert(SMEM_BYTES == 230400, "keep the @launch line in sync");
 constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
 
 // The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
@@ -330,7 +331,7 @@ OZ_DEV void tile_origin(int M, int N, int& m0, int& n0) {
     n0 = (int)((in_group / gm) * BN);
 }
 
-// The block's 128 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
+// The block's 192 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
 OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
                  const signed char* __restrict__ PB, int Mp, int Np, int Kp,
                  unsigned char* __restrict__ R, const Consts& c) {
@@ -359,7 +360,11 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     const int tiles = Kp / BK;
 
     const int tid = threadIdx.x;
-    // Copy map: 16-byte chunk cc of rows r, r + 32, r + 64, ... of each panel.
+    // Copy map: 16-byte chunk cc of rows r, r + RS, r + 2 RS, ... of each panel (RS = NT / 8
+    // rows a pass, a multiple of 8, so every row of a thread has the same swizzle).
+    constexpr int RS = NT / 8;
+    static_assert(BM % RS == 0, "whole passes over A");
+    constexpr int B_PASSES = (BN + RS - 1) / RS;
     const int cc = tid & 7, r = tid >> 3;
     const unsigned soff = r * 128 + ((cc ^ (r & 7)) << 4);
     const signed char* a_src = PA + (i64)(m0 + r) * Kp + cc * 16;
@@ -368,10 +373,11 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
         const unsigned s = base + stage * STAGE + soff;
         const i64 k = (i64)kt * BK;
 #pragma unroll
-        for (int j = 0; j < BM / 32; ++j) cp16(s + j * 32 * 128, a_src + (i64)(32 * j) * Kp + k);
+        for (int j = 0; j < BM / RS; ++j) cp16(s + j * RS * 128, a_src + (i64)(RS * j) * Kp + k);
 #pragma unroll
-        for (int j = 0; j < BN / 32; ++j)
-            cp16(s + PANEL_A + j * 32 * 128, b_src + (i64)(32 * j) * Kp + k);
+        for (int j = 0; j < B_PASSES; ++j)
+            if (BN % RS == 0 || r + RS * j < BN)
+                cp16(s + PANEL_A + j * RS * 128, b_src + (i64)(RS * j) * Kp + k);
     };
 
     const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile

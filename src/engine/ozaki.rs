@@ -15,7 +15,7 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::launch::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
-use crate::engine::table::Family;
+use crate::engine::table::{Family, OZAKI_GEMM_TILE};
 use crate::error::GpuDotError;
 use crate::options::Precision;
 
@@ -230,13 +230,16 @@ pub(crate) enum OzError {
 }
 
 const ALIGN: usize = 256;
+/// The INT8 GEMM's output tile and threads (kernels/ozaki.cu's `@launch` line).
+const GEMM_TILE: (usize, usize) = OZAKI_GEMM_TILE.0;
+const GEMM_THREADS: u32 = OZAKI_GEMM_TILE.1;
 
 /// Bytes of the workspace of an `m × k × n` product on `count` moduli, and the sections'
 /// offsets: (total, [EA, EB, PA, PB, R]).
 fn workspace(count: usize, (m, k, n): (usize, usize, usize)) -> (usize, [usize; 5]) {
     let (mp, np, kp) = (
-        m.next_multiple_of(128),
-        n.next_multiple_of(256),
+        m.next_multiple_of(GEMM_TILE.0),
+        n.next_multiple_of(GEMM_TILE.1),
         k.next_multiple_of(128),
     );
     let sizes = [
@@ -276,8 +279,8 @@ pub(crate) fn launch<T: Element>(
     }
     let consts = Consts::cached(count);
     let (mp, np, kp) = (
-        m.next_multiple_of(128),
-        n.next_multiple_of(256),
+        m.next_multiple_of(GEMM_TILE.0),
+        n.next_multiple_of(GEMM_TILE.1),
         k.next_multiple_of(128),
     );
     // Padded extents past `int`: the native kernels, which need no padding, may still run it.
@@ -372,10 +375,10 @@ pub(crate) fn launch<T: Element>(
         // struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    let tiles = m.div_ceil(128) * n.div_ceil(256);
+    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1);
     let cfg = LaunchConfig {
         grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, count as u32),
-        block_dim: (256, 1, 1),
+        block_dim: (GEMM_THREADS, 1, 1),
         shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
     };
     let (mpi, npi) = (mp as i32, np as i32);
@@ -393,9 +396,9 @@ pub(crate) fn launch<T: Element>(
     // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const signed
     // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA and PB are the
     // panels the split launches before it on this stream write (count·Mp·Kp and count·Np·Kp
-    // bytes at 256-byte-aligned offsets, Mp a multiple of 128, Np of 256, Kp of 128); R is the
-    // workspace's section of count·M·N bytes, written whole; one block per 128 × 256 output
-    // tile and one grid layer per modulus; 256 threads (the kernel's launch bound) and the
+    // bytes at 256-byte-aligned offsets, Mp a multiple of 192, Np of 256, Kp of 128); R is the
+    // workspace's section of count·M·N bytes, written whole; one block per 192 × 256 output
+    // tile and one grid layer per modulus; 384 threads (the kernel's launch bound) and the
     // table's dynamic shared memory, to which the function's limit was raised when the
     // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;

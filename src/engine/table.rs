@@ -276,7 +276,9 @@ const OZAKI_ENTRIES: [&str; 9] = [
 ];
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
-pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 197_632);
+pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_400);
+/// … its output tile (rows, columns) and threads.
+pub(crate) const OZAKI_GEMM_TILE: ((usize, usize), u32) = ((192, 256), 384);
 
 const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
 
@@ -837,9 +839,16 @@ mod tests {
                         .map(|r| (r.stem, r.tile, r.threads, r.smem, r.bk, r.sm)),
                 )
                 .chain(
-                    [(OZAKI_GEMM.0, (128, 256), 256, OZAKI_GEMM.1, 128, 90)]
-                        .into_iter()
-                        .filter(|_| family == Family::Ozaki),
+                    [(
+                        OZAKI_GEMM.0,
+                        OZAKI_GEMM_TILE.0,
+                        OZAKI_GEMM_TILE.1,
+                        OZAKI_GEMM.1,
+                        128,
+                        90,
+                    )]
+                    .into_iter()
+                    .filter(|_| family == Family::Ozaki),
                 )
                 .collect();
             let lines: Vec<_> = launch_lines(family.raw_source())
