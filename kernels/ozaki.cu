@@ -92,7 +92,7 @@ struct Consts {
     // product, in 32-bit limbs: then sum_p T_p * W_p is congruent to C' modulo M.
     unsigned e[PAIRS][2];
     unsigned w[PAIRS][LIMBS];
-    unsigned big_m[LIMBS];                     // M, 32-bit limbs
+    unsigned nm[LIMBS];                        // 2^(32 n) - M, n = 4 up to 16 moduli, else 5
     double inv_m;                              // 1 / M, rounded
 };
 static_assert(sizeof(Consts) == 720, "the host's layout");
@@ -105,6 +105,18 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 OZ_DEV unsigned umod(unsigned x, unsigned m, unsigned long long magic) {
     const unsigned q = (x + __umulhi(x, (unsigned)magic)) >> 8;
     return x - q * m;
+}
+
+OZ_DEV double to_t(unsigned long long top, double) { return __ull2double_rn(top); }
+OZ_DEV float to_t(unsigned long long top, float) { return __ull2float_rn(top); }
+// ldexp(x, e): where 2^e is a normal number, x * 2^e is the same single rounding of the
+// exact value (it rounds only below the normal range or overflows, as ldexp does).
+OZ_DEV double scale_t(double x, int e) {
+    return (e >= -1022 && e <= 1023) ? x * __longlong_as_double((long long)(e + 1023) << 52)
+                                     : ldexp(x, e);
+}
+OZ_DEV float scale_t(float x, int e) {
+    return (e >= -126 && e <= 127) ? x * __int_as_float((e + 127) << 23) : ldexpf(x, e);
 }
 
 OZ_DEV bool finite(double v) {
@@ -208,7 +220,7 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
         int c2[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const long long v = s == FLAG ? 0 : __double2ll_rn(ldexp(tile[r][q4 + e], s));
+            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(tile[r][q4 + e], s));
             c0[e] = (unsigned)v & 0x1fffffu;
             c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
             c2[e] = (int)(v >> 42);
@@ -439,15 +451,11 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     }
 }
 
-OZ_DEV double to_t(unsigned long long top, double) { return __ull2double_rn(top); }
-OZ_DEV float to_t(unsigned long long top, float) { return __ull2float_rn(top); }
-OZ_DEV double scale_t(double x, int e) { return ldexp(x, e); }
-OZ_DEV float scale_t(float x, int e) { return ldexpf(x, e); }
-
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs
 // (L = 5 up to 16 moduli, where S < 9 * 2^25 * M < 2^160; 6 beyond).
 template <typename T, int L>
 OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) {
+    constexpr int NL = L - 1;  // limbs of D: |C'| <= M/4 < 2^124 (L = 5), < 2^139 (L = 6)
     unsigned s[L];
     unsigned long long carry = 0;
 #pragma unroll
@@ -461,55 +469,48 @@ OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) 
     double sd = 0.0;
 #pragma unroll
     for (int t = L - 1; t >= 0; --t) sd = fma(sd, 0x1p32, (double)s[t]);
-    const long long q = (long long)rint(sd * c.inv_m);
-    // D = S - q*M, two's complement across the limbs; the final borrow is its sign. |D| =
-    // |C'| <= M/4 < 2^160: the low five limbs hold it.
-    long long borrow = 0;
-    unsigned d[L];
+    const unsigned q = __double2uint_rn(sd * c.inv_m);
+    // D = S - q*M = S + q*(2^(32 NL) - M) modulo 2^(32 NL): C' in two's complement.
+    unsigned d[NL];
+    carry = 0;
 #pragma unroll
-    for (int t = 0; t < L; ++t) {
-        const long long v =
-            (long long)s[t] - q * (long long)(t < LIMBS ? c.big_m[t] : 0u) + borrow;
+    for (int t = 0; t < NL; ++t) {
+        const unsigned long long v = (unsigned long long)q * c.nm[t] + s[t] + carry;
         d[t] = (unsigned)v;
-        borrow = v >> 32;
+        carry = v >> 32;
     }
-    const bool neg = borrow < 0;
-    if (neg) {
-        unsigned long long cy = 1;
+    const bool neg = (int)d[NL - 1] < 0;
+    // |D| (two's complement negation where negative), then its top 64 bits with a sticky bit
+    // for the rest, rounded once to T.
+    const unsigned flip = neg ? 0xffffffffu : 0u;
+    carry = neg;
 #pragma unroll
-        for (int t = 0; t < LIMBS; ++t) {
-            const unsigned long long v = (unsigned long long)(~d[t]) + cy;
-            d[t] = (unsigned)v;
-            cy = v >> 32;
-        }
+    for (int t = 0; t < NL; ++t) {
+        const unsigned long long v = (unsigned long long)(d[t] ^ flip) + carry;
+        d[t] = (unsigned)v;
+        carry = v >> 32;
     }
-    // |C'| = d * 2^e once its top limb is d[4]; then its top 64 bits, with a sticky bit for
-    // the rest, round once to T.
-    unsigned d4 = d[4], d3 = d[3], d2 = d[2], d1 = d[1], d0 = d[0];
     int e = 0;
+    unsigned sticky = 0;
+    if (NL == 5 && d[NL - 1] != 0) {  // the window of the top four limbs
+        sticky = d[0];
 #pragma unroll
-    for (int it = 0; it < LIMBS - 1; ++it) {
-        if (d4 == 0) {
-            d4 = d3;
-            d3 = d2;
-            d2 = d1;
-            d1 = d0;
-            d0 = 0;
-            e -= 32;
-        }
+        for (int t = 0; t < 4; ++t) d[t] = d[t + NL - 4];
+        e = 32;
     }
-    if (d4 == 0) return (T)0;
-    const unsigned long long hi = ((unsigned long long)d4 << 32) | d3;
-    const int lz = __clzll((long long)hi);  // < 32
-    unsigned long long top = hi;
-    unsigned rest = d2;
-    if (lz) {
-        top = (hi << lz) | (d2 >> (32 - lz));
-        rest = d2 << lz;
+    const unsigned long long hi = ((unsigned long long)d[3] << 32) | d[2];
+    const unsigned long long lo = ((unsigned long long)d[1] << 32) | d[0];
+    T x;
+    if (hi == 0) {
+        x = to_t(lo, (T)0);  // exact below 2^64 but for this one rounding
+    } else {
+        const int lz = __clzll((long long)hi);
+        const unsigned long long top = lz ? (hi << lz) | (lo >> (64 - lz)) : hi;
+        const unsigned long long rest = lz ? lo << lz : lo;
+        x = to_t(top | (unsigned long long)((rest | sticky) != 0), (T)0);
+        e += 64 - lz;
     }
-    if (rest | d1 | d0) top |= 1;
-    const T x = to_t(top, (T)0);
-    return scale_t(neg ? -x : x, 96 - lz + e - shift);
+    return scale_t(neg ? -x : x, e - shift);
 }
 
 struct alignas(16) d2 {
@@ -614,12 +615,12 @@ extern "C" __global__ void __launch_bounds__(256) ozaki_scale_s(int R, int K, co
                                                                 i64 sr, i64 sk, int bits, int* E) {
     oz::scale<float>(R, K, X, sr, sk, bits, E);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 6)
     ozaki_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, oz::Consts c) {
     oz::split<double>(R, K, X, sr, sk, E, P, Rp, Kp, c);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 6)
     ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, oz::Consts c) {
     oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, c);

@@ -35,13 +35,27 @@ pub const MAX_K: usize = 65_536;
 /// BENCHMARKS.md measured both against it).
 const AUTO_BITS_F64: (i32, i32) = (52, 50);
 /// … and per `f32` one.
-const AUTO_BITS_F32: i32 = 25;
+const AUTO_BITS_F32: i32 = 24;
 /// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into chunks of 21, 21
 /// and 20 bits and a sign.
 const MAX_BITS: i32 = 61;
 /// The shift of a row that holds Inf or NaN.
 pub(crate) const FLAG: i32 = i32::MIN;
 const LIMBS: usize = 5;
+/// The 32-bit limbs of the sum the reconstruction makes for `count` moduli (S < 9·2^25·M).
+fn s_limbs(count: usize) -> usize {
+    if count <= 16 {
+        LIMBS
+    } else {
+        LIMBS + 1
+    }
+}
+
+/// … and of C' (|C'| ≤ M/4 < 2^124 up to 16 moduli, < 2^139 beyond), in two's complement.
+fn d_limbs(count: usize) -> usize {
+    s_limbs(count) - 1
+}
+
 /// The moduli's pairs in the reconstruction.
 const PAIRS: usize = MAX_MODULI / 2;
 
@@ -58,7 +72,7 @@ pub(crate) struct Consts {
     magic: [u64; MAX_MODULI],
     e: [[u32; 2]; PAIRS],
     w: [[u32; LIMBS]; PAIRS],
-    big_m: [u32; LIMBS],
+    nm: [u32; LIMBS],
     inv_m: f64,
 }
 
@@ -140,12 +154,19 @@ impl Consts {
             magic: [0; MAX_MODULI],
             e: [[0; 2]; PAIRS],
             w: [[0; LIMBS]; PAIRS],
-            big_m: [0; LIMBS],
+            nm: [0; LIMBS],
             inv_m: 0.0,
         };
         let big_m = product(count);
         assert_eq!(big_m[LIMBS], 0, "M fits five limbs");
-        c.big_m.copy_from_slice(&big_m[..LIMBS]);
+        // 2^(32 n) - M in n limbs: C' = S - qM is found modulo 2^(32 n).
+        let n = d_limbs(count);
+        let mut borrow = 0i64;
+        for t in 0..n {
+            let v = -(big_m[t] as i64) - borrow;
+            c.nm[t] = v as u32;
+            borrow = (v < 0) as i64;
+        }
         c.inv_m = 1.0 / big_f64(&big_m);
         for (l, &m) in MODULI[..count].iter().enumerate() {
             c.moduli[l] = m;
@@ -196,7 +217,7 @@ pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
 
 /// The moduli an `auto` Ozaki product (`Precision::Ozaki { moduli: 0 }`) of `dtype` with
 /// inner dimension `k` uses: the fewest that keep 52 bits of each `f64` element (50 beyond
-/// k = 2048; 25 of each `f32` one) below the largest magnitude of its row, at most
+/// k = 2048; 24 of each `f32` one) below the largest magnitude of its row, at most
 /// 18 (`MAX_MODULI`).
 pub fn auto_moduli(dtype: Dtype, k: usize) -> usize {
     let want = match dtype {
@@ -567,7 +588,8 @@ mod tests {
     /// `res` (each in [0, m_l)): C' rounded once to f64 (no scaling).
     #[allow(clippy::needless_range_loop)] // step for step as the kernel's limb loops
     fn rebuild_model(res: &[u32], c: &Consts) -> f64 {
-        let limbs = if c.count <= 16 { LIMBS } else { LIMBS + 1 };
+        let count = c.count as usize;
+        let (limbs, nl) = (s_limbs(count), d_limbs(count));
         let mut acc = [0u64; LIMBS + 1];
         for (p, pair) in res.chunks(2).enumerate() {
             let (ra, rb) = (pair[0], pair.get(1).copied().unwrap_or(0));
@@ -587,45 +609,44 @@ mod tests {
         let sd = (0..limbs)
             .rev()
             .fold(0.0f64, |sd, t| sd.mul_add(2f64.powi(32), s[t] as f64));
-        let q = (sd * c.inv_m).round_ties_even() as i64;
-        let (mut d, mut borrow) = ([0u32; LIMBS + 1], 0i64);
-        for t in 0..limbs {
-            let bm = if t < LIMBS { c.big_m[t] } else { 0 };
-            let v = s[t] as i64 - q * bm as i64 + borrow;
+        let q = (sd * c.inv_m).round_ties_even() as u32;
+        assert!(q < 1 << 29);
+        let mut d = [0u32; LIMBS];
+        carry = 0;
+        for t in 0..nl {
+            let v = q as u64 * c.nm[t] as u64 + s[t] as u64 + carry;
             d[t] = v as u32;
-            borrow = v >> 32;
+            carry = v >> 32;
         }
-        let neg = borrow < 0;
-        if neg {
-            let mut cy = 1u64;
-            for x in d[..LIMBS].iter_mut() {
-                let v = (!*x) as u64 + cy;
-                *x = v as u32;
-                cy = v >> 32;
-            }
+        let neg = (d[nl - 1] as i32) < 0;
+        let flip = if neg { u32::MAX } else { 0 };
+        carry = neg as u64;
+        for x in d[..nl].iter_mut() {
+            let v = (*x ^ flip) as u64 + carry;
+            *x = v as u32;
+            carry = v >> 32;
         }
-        let [mut d0, mut d1, mut d2, mut d3, mut d4, _] = d;
-        let mut e = 0;
-        for _ in 0..LIMBS - 1 {
-            if d4 == 0 {
-                (d4, d3, d2, d1, d0) = (d3, d2, d1, d0, 0);
-                e -= 32;
-            }
+        let (mut e, mut sticky) = (0, 0);
+        if nl == 5 && d[4] != 0 {
+            sticky = d[0];
+            d.copy_within(1..5, 0);
+            e = 32;
         }
-        if d4 == 0 {
-            return 0.0;
-        }
-        let hi = ((d4 as u64) << 32) | d3 as u64;
-        let lz = hi.leading_zeros();
-        let (mut top, mut rest) = (hi, d2);
-        if lz > 0 {
-            top = (hi << lz) | (d2 >> (32 - lz)) as u64;
-            rest = d2 << lz;
-        }
-        if rest | d1 | d0 != 0 {
-            top |= 1;
-        }
-        let x = ldexp(top as f64, 96 - lz as i32 + e);
+        let hi = (d[3] as u64) << 32 | d[2] as u64;
+        let lo = (d[1] as u64) << 32 | d[0] as u64;
+        let x = if hi == 0 {
+            lo as f64
+        } else {
+            let lz = hi.leading_zeros();
+            let (top, rest) = if lz > 0 {
+                (hi << lz | lo >> (64 - lz), lo << lz)
+            } else {
+                (hi, lo)
+            };
+            e += 64 - lz as i32;
+            (top | ((rest | sticky as u64) != 0) as u64) as f64
+        };
+        let x = ldexp(x, e);
         if neg {
             -x
         } else {
@@ -792,6 +813,30 @@ mod tests {
                     .collect();
                 assert_eq!(rebuild_model(&res, &c), x as f64, "{count} moduli, {x}");
             }
+            // Beyond 2^126 (17 and 18 moduli): x = hi·2^64 + lo.
+            let hi_bits = m_bits - 3 - 64;
+            for _ in 0..400 {
+                if hi_bits <= 62 {
+                    break;
+                }
+                let mag =
+                    (((rng.next() as u128) << 64 | rng.next() as u128) >> (128 - hi_bits)) as i128;
+                let hi = if rng.next() & 1 == 1 { -mag } else { mag };
+                let lo = rng.next() as u128;
+                let res: Vec<u32> = MODULI[..count]
+                    .iter()
+                    .map(|&m| {
+                        let m = m as i128;
+                        (hi.rem_euclid(m) * ((1i128 << 64) % m) + lo as i128 % m).rem_euclid(m)
+                            as u32
+                    })
+                    .collect();
+                assert_eq!(
+                    rebuild_model(&res, &c),
+                    wide_to_f64(hi, lo),
+                    "{count}: {hi}, {lo}"
+                );
+            }
             // The largest residues everywhere: M - 1, i.e. -1.
             let top: Vec<u32> = MODULI[..count].iter().map(|&m| m - 1).collect();
             assert_eq!(rebuild_model(&top, &c), -1.0, "{count} moduli");
@@ -828,7 +873,7 @@ mod tests {
         }
         assert_eq!(auto_moduli(Dtype::F64, 8192), 15);
         assert_eq!(auto_moduli(Dtype::F64, 256), 15);
-        assert_eq!(auto_moduli(Dtype::F32, 8192), 9);
+        assert_eq!(auto_moduli(Dtype::F32, 8192), 8);
         assert!(auto_moduli(Dtype::F64, 64) <= auto_moduli(Dtype::F64, 65_536));
     }
 
