@@ -371,7 +371,7 @@ pub(crate) fn launch<T: Element>(
         // kernel's own test) and 4 otherwise; static shared memory only.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
         let cfg = LaunchConfig {
-            grid_dim: ((kp / 32) as u32, (rows_p / 32).min(65_535) as u32, 1),
+            grid_dim: ((kp / 64) as u32, (rows_p / 32).min(65_535) as u32, 1),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
@@ -391,14 +391,19 @@ pub(crate) fn launch<T: Element>(
         // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
         // const int* E, signed char* P, int Rp, int Kp, Consts c)`; X as for the scaling,
         // whose E (R ints) the launch before it on this stream wrote; P is the workspace's
-        // section of count·Rp·Kp bytes, written whole; grid x = Kp/32, grid y ≤ Rp/32 with
+        // section of count·Rp·Kp bytes, written whole; grid x = Kp/64, grid y ≤ Rp/32 with
         // the kernel looping over the rest, block (32, 8); `Consts` matches the kernel's
         // struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1);
+    // Persistent blocks, one an SM, sharing out the tiles of every modulus.
+    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1) * count;
+    if tiles > i32::MAX as usize {
+        return Err(OzError::Unavailable);
+    }
+    let sms = gpu.info.multiprocessors.max(1) as usize;
     let cfg = LaunchConfig {
-        grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, count as u32),
+        grid_dim: (tiles.min(sms) as u32, 1, 1),
         block_dim: (GEMM_THREADS, 1, 1),
         shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
     };
@@ -418,8 +423,9 @@ pub(crate) fn launch<T: Element>(
     // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA and PB are the
     // panels the split launches before it on this stream write (count·Mp·Kp and count·Np·Kp
     // bytes at 256-byte-aligned offsets, Mp a multiple of 192, Np of 256, Kp of 128); R is the
-    // workspace's section of count·M·N bytes, written whole; one block per 192 × 256 output
-    // tile and one grid layer per modulus; 384 threads (the kernel's launch bound) and the
+    // workspace's section of count·M·N bytes, written whole; a one-dimensional grid of
+    // persistent blocks over the tiles (fewer than 2^31, checked above; any grid size
+    // works); 384 threads (the kernel's launch bound) and the
     // table's dynamic shared memory, to which the function's limit was raised when the
     // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
