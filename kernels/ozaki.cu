@@ -43,9 +43,8 @@
 //      multiple of 32, Kp of 128).
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, unsigned char* R, Consts c): PA, PB the panels of step 2 for X (Mp x Kp) and
-//      Y (Np x Kp) (Mp a multiple of 192, Np of 256, Kp of 128, 16-byte aligned); any grid
-//      (x, 1, 1), best one block per SM (the blocks share out the ceil(M/192) * ceil(N/256)
-//      * c.count tiles); writes R[l][M][N] whole. The host MUST raise
+//      Y (Np x Kp) (Mp a multiple of 192, Np of 256, Kp of 128, 16-byte aligned); grid
+//      (ceil(M/192) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
 //      the dynamic shared memory limit to the table's smem first.
 // ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
@@ -228,10 +227,9 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
             c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
             c2[e] = (int)(v >> 42);
         }
-        uint2* p = reinterpret_cast<uint2*>(P + (i64)row * Kp + k0 + q8);
-        const i64 step = layer / 8;
+        signed char* p = P + (i64)row * Kp + k0 + q8;  // layer l's bytes, l = 0, 1, ...
 #pragma unroll
-        for (int l = 0; l < MAX_MODULI; ++l) {
+        for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
             if (l < c.count) {
                 const unsigned m = c.moduli[l], half = (m - 1) / 2;
                 const unsigned lo = (unsigned)c.magic[l];
@@ -244,7 +242,7 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
                     const unsigned q = (x + __umulhi(x, lo)) >> 8;
                     b[e] = y - q * m;
                 }
-                p[l * step] = make_uint2(__byte_perm(__byte_perm(b[0], b[1], 0x0040),
+                *reinterpret_cast<uint2*>(p) = make_uint2(__byte_perm(__byte_perm(b[0], b[1], 0x0040),
                                                      __byte_perm(b[2], b[3], 0x0040), 0x5410),
                                          __byte_perm(__byte_perm(b[4], b[5], 0x0040),
                                                      __byte_perm(b[6], b[7], 0x0040), 0x5410));
@@ -335,9 +333,101 @@ OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long
         : "l"(da), "l"(db));
 }
 
-// The epilogue of a tile: accumulators reduced modulo m into the bytes of R (one layer).
-OZ_DEV void epilogue(const int (&acc)[BN / 2], int M, int N, int m0, int n0, unsigned m,
-                     unsigned long long mg, unsigned char* __restrict__ R, int tid, int wg) {
+// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0).
+OZ_DEV void tile_origin(int M, int N, int& m0, int& n0) {
+    constexpr long long GROUP_M = 8;
+    const long long tiles_m = (M - 1) / BM + 1;
+    const long long tiles_n = (N - 1) / BN + 1;
+    const long long id = blockIdx.x;
+    const long long group_size = GROUP_M * tiles_n;
+    const long long first_m = (id / group_size) * GROUP_M;
+    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long in_group = id % group_size;
+    m0 = (int)((first_m + in_group % gm) * BM);
+    n0 = (int)((in_group / gm) * BN);
+}
+
+// The block's 192 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
+OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
+                 const signed char* __restrict__ PB, int Mp, int Np, int Kp,
+                 unsigned char* __restrict__ R, const Consts& c) {
+    constexpr int LAG = 1;               // wgmma groups left in flight at the end of a K tile
+    constexpr int D = STAGES - 1 - LAG;  // tiles loaded ahead
+    static_assert(D >= 2, "a pipeline");
+    constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
+    extern __shared__ unsigned char oz_smem[];
+    const unsigned base = (smem_u32(oz_smem) + 1023u) & ~1023u;
+
+    const int z = blockIdx.z;
+    unsigned m = 256;
+    unsigned long long mg = 1ull << 32;
+#pragma unroll
+    for (int l = 0; l < MAX_MODULI; ++l)
+        if (l == z) {
+            m = c.moduli[l];
+            mg = c.magic[l];
+        }
+    PA += (i64)z * Mp * Kp;
+    PB += (i64)z * Np * Kp;
+    R += (i64)z * M * N;
+
+    int m0, n0;
+    tile_origin(M, N, m0, n0);
+    const int tiles = Kp / BK;
+
+    const int tid = threadIdx.x;
+    // Copy map: 16-byte chunk cc of rows r, r + RS, r + 2 RS, ... of each panel (RS = NT / 8
+    // rows a pass, a multiple of 8, so every row of a thread has the same swizzle).
+    constexpr int RS = NT / 8;
+    static_assert(BM % RS == 0, "whole passes over A");
+    constexpr int B_PASSES = (BN + RS - 1) / RS;
+    const int cc = tid & 7, r = tid >> 3;
+    const unsigned soff = r * 128 + ((cc ^ (r & 7)) << 4);
+    const signed char* a_src = PA + (i64)(m0 + r) * Kp + cc * 16;
+    const signed char* b_src = PB + (i64)(n0 + r) * Kp + cc * 16;
+    auto load = [&](int stage, int kt) {
+        const unsigned s = base + stage * STAGE + soff;
+        const i64 k = (i64)kt * BK;
+#pragma unroll
+        for (int j = 0; j < BM / RS; ++j) cp16(s + j * RS * 128, a_src + (i64)(RS * j) * Kp + k);
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j)
+            if (BN % RS == 0 || r + RS * j < BN)
+                cp16(s + PANEL_A + j * RS * 128, b_src + (i64)(RS * j) * Kp + k);
+    };
+
+    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
+    int acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0;
+
+#pragma unroll
+    for (int s = 0; s < D; ++s) {
+        if (s < tiles) load(s, s);
+        cp_commit();
+    }
+    for (int i = 0; i < tiles; ++i) {
+        cp_wait<D - 1>();
+        fence_proxy_async();
+        __syncthreads();
+        // Every warpgroup has finished the wgmma groups of tile i - 1 - LAG: its stage is free.
+        if (i + D < tiles) load((i + D) % STAGES, i + D);
+        cp_commit();
+
+        const unsigned st = base + (i % STAGES) * STAGE;
+        const unsigned a_t = st + wg * 64 * 128, b_t = st + PANEL_A;
+        wg_fence();
+        fence_regs(acc);
+#pragma unroll
+        for (int k = 0; k < BK / 32; ++k) wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
+        wg_commit();
+        wg_wait<LAG>();
+        fence_regs(acc);
+    }
+    wg_wait<0>();
+    fence_regs(acc);
+    cp_wait<0>();
+
     // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
     // 8*q + 2*t + j % 2, within this warpgroup's 64 rows. |acc| <= 2^30; adding a multiple of
     // m just above 2^30 makes it a non-negative x < 2^31 + 2^8 for umod.
@@ -363,135 +453,6 @@ OZ_DEV void epilogue(const int (&acc)[BN / 2], int M, int N, int m0, int n0, uns
             }
         }
     }
-}
-
-// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0) of tile id.
-OZ_DEV void tile_origin(int tiles_m, int tiles_n, int id, int& m0, int& n0) {
-    constexpr int GROUP_M = 8;
-    const int group_size = GROUP_M * tiles_n;
-    const int first_m = (id / group_size) * GROUP_M;
-    const int gm = min(tiles_m - first_m, GROUP_M);
-    const int in_group = id % group_size;
-    m0 = (first_m + in_group % gm) * BM;
-    n0 = (in_group / gm) * BN;
-}
-
-// The modulus of layer z and its umod constant.
-OZ_DEV void modulus(const Consts& c, int z, unsigned& m, unsigned long long& mg) {
-    m = 256;
-    mg = 1ull << 32;
-#pragma unroll
-    for (int l = 0; l < MAX_MODULI; ++l)
-        if (l == z) {
-            m = c.moduli[l];
-            mg = c.magic[l];
-        }
-}
-
-// Persistent: block b makes the 192 x 256 tiles w = b, b + gridDim.x, ... of all the R[l]
-// (w = l * tiles + tile; fewer than 2^31 tiles, as M, N < 2^31 and c.count <= 18 with tiles
-// of 192 x 256), the K tiles of one after another through one pipeline, so that the first
-// loads of a tile are in flight while the previous one's epilogue runs.
-OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
-                 const signed char* __restrict__ PB, int Mp, int Np, int Kp,
-                 unsigned char* __restrict__ R, const Consts& c) {
-    constexpr int LAG = 1;               // wgmma groups left in flight at the end of a K tile
-    constexpr int D = STAGES - 1 - LAG;  // K tiles loaded ahead
-    static_assert(D >= 2, "a pipeline");
-    constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
-    extern __shared__ unsigned char oz_smem[];
-    const unsigned base = (smem_u32(oz_smem) + 1023u) & ~1023u;
-
-    const int tiles_m = (M - 1) / BM + 1, tiles_n = (N - 1) / BN + 1;
-    const int per_layer = tiles_m * tiles_n;
-    const int total = per_layer * c.count;
-    const int tiles_k = Kp / BK;
-
-    const int tid = threadIdx.x;
-    // Copy map: 16-byte chunk cc of rows r, r + RS, r + 2 RS, ... of each panel (RS = NT / 8
-    // rows a pass, a multiple of 8, so every row of a thread has the same swizzle).
-    constexpr int RS = NT / 8;
-    static_assert(BM % RS == 0, "whole passes over A");
-    constexpr int B_PASSES = (BN + RS - 1) / RS;
-    const int cc = tid & 7, r = tid >> 3;
-    const unsigned soff = r * 128 + ((cc ^ (r & 7)) << 4);
-    // The loads run ahead of the compute through the same sequence of (tile, K tile): their
-    // own cursor, with the panels' addresses of the tile it is in.
-    int load_w = blockIdx.x, load_kt = 0;
-    const signed char *a_src = nullptr, *b_src = nullptr;
-    auto load_origin = [&]() {
-        const int z = load_w / per_layer;
-        int m0, n0;
-        tile_origin(tiles_m, tiles_n, load_w - z * per_layer, m0, n0);
-        a_src = PA + ((i64)z * Mp + m0 + r) * Kp + cc * 16;
-        b_src = PB + ((i64)z * Np + n0 + r) * Kp + cc * 16;
-    };
-    auto load_next = [&](int stage) {
-        if (load_w >= total) return;
-        const i64 k = (i64)load_kt * BK;
-        const unsigned s = base + stage * STAGE + soff;
-#pragma unroll
-        for (int p = 0; p < BM / RS; ++p)
-            cp16(s + p * RS * 128, a_src + (i64)(RS * p) * Kp + k);
-#pragma unroll
-        for (int p = 0; p < B_PASSES; ++p)
-            if (BN % RS == 0 || r + RS * p < BN)
-                cp16(s + PANEL_A + p * RS * 128, b_src + (i64)(RS * p) * Kp + k);
-        if (++load_kt == tiles_k) {
-            load_kt = 0;
-            load_w += gridDim.x;
-            if (load_w < total) load_origin();
-        }
-    };
-    if ((int)blockIdx.x >= total) return;
-    load_origin();
-
-    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
-    int acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0;
-
-#pragma unroll
-    for (int s = 0; s < D; ++s) {
-        load_next(s);
-        cp_commit();
-    }
-    int stage = 0, kt = 0;
-    for (int w = blockIdx.x; w < total;) {
-        cp_wait<D - 1>();
-        fence_proxy_async();
-        __syncthreads();
-        // Every warpgroup has finished the wgmma groups of the K tile LAG + 1 before this
-        // one: its stage, D ahead of this one's, is free.
-        load_next(stage + D < STAGES ? stage + D : stage + D - STAGES);
-        cp_commit();
-
-        const unsigned st = base + stage * STAGE;
-        const unsigned a_t = st + wg * 64 * 128, b_t = st + PANEL_A;
-        wg_fence();
-        fence_regs(acc);
-#pragma unroll
-        for (int k = 0; k < BK / 32; ++k) wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
-        wg_commit();
-        wg_wait<LAG>();
-        fence_regs(acc);
-        stage = stage + 1 < STAGES ? stage + 1 : 0;
-        if (++kt < tiles_k) continue;
-        kt = 0;
-        wg_wait<0>();
-        fence_regs(acc);
-        const int z = w / per_layer;
-        int m0, n0;
-        tile_origin(tiles_m, tiles_n, w - z * per_layer, m0, n0);
-        unsigned m;
-        unsigned long long mg;
-        modulus(c, z, m, mg);
-        epilogue(acc, M, N, m0, n0, m, mg, R + (i64)z * M * N, tid, wg);
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] = 0;
-        w += gridDim.x;
-    }
-    cp_wait<0>();
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs
@@ -587,11 +548,11 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
         const i64 idx = (i64)i * N + j0;
         const int ea = EA[i];
         unsigned w[MAX_MODULI];
+        const unsigned char* r = R + idx;  // layer l's residues of the quad, l = 0, 1, ...
 #pragma unroll
-        for (int l = 0; l < MAX_MODULI; ++l) {
+        for (int l = 0; l < MAX_MODULI; ++l, r += mn) {
             w[l] = 0;
             if (l < c.count) {
-                const unsigned char* r = R + l * mn + idx;
                 if (words) {
                     w[l] = *reinterpret_cast<const unsigned*>(r);
                 } else {
@@ -682,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(oz::NT, 1)
         oz::rebuild<T, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);           \
     }
 OZ_REBUILD(ozaki_rebuild_d, double, 5, 4)
-OZ_REBUILD(ozaki_rebuild_s, float, 5, 4)
+OZ_REBUILD(ozaki_rebuild_s, float, 5, 3)
 OZ_REBUILD(ozaki_rebuild6_d, double, 6, 1)
 OZ_REBUILD(ozaki_rebuild6_s, float, 6, 1)
 

@@ -396,14 +396,9 @@ pub(crate) fn launch<T: Element>(
         // struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    // Persistent blocks, one an SM, sharing out the tiles of every modulus.
-    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1) * count;
-    if tiles > i32::MAX as usize {
-        return Err(OzError::Unavailable);
-    }
-    let sms = gpu.info.multiprocessors.max(1) as usize;
+    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1);
     let cfg = LaunchConfig {
-        grid_dim: (tiles.min(sms) as u32, 1, 1),
+        grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, count as u32),
         block_dim: (GEMM_THREADS, 1, 1),
         shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
     };
@@ -423,9 +418,8 @@ pub(crate) fn launch<T: Element>(
     // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA and PB are the
     // panels the split launches before it on this stream write (count·Mp·Kp and count·Np·Kp
     // bytes at 256-byte-aligned offsets, Mp a multiple of 192, Np of 256, Kp of 128); R is the
-    // workspace's section of count·M·N bytes, written whole; a one-dimensional grid of
-    // persistent blocks over the tiles (fewer than 2^31, checked above; any grid size
-    // works); 384 threads (the kernel's launch bound) and the
+    // workspace's section of count·M·N bytes, written whole; one block per 192 × 256 output
+    // tile and one grid layer per modulus; 384 threads (the kernel's launch bound) and the
     // table's dynamic shared memory, to which the function's limit was raised when the
     // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
