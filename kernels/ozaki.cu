@@ -46,10 +46,10 @@
 //      Y (Np x Kp) (Mp a multiple of 192, Np of 256, Kp of 128, 16-byte aligned); grid
 //      (ceil(M/192) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
 //      the dynamic shared memory limit to the table's smem first.
-// ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
+// ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
-//      i64 bsk, Consts c): C (M x N at ldc) from step 3 (ozaki_rebuild6_* for c.count 17
-//      and 18, ozaki_rebuild_* up to 16); X's element (i, k) at
+//      i64 bsk, Consts c): C (M x N at ldc) from step 3 (the entry of the fewest moduli
+//      that is at least c.count); X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
 //      any grid (rows on y, quads of columns on x, each looping over the rest).
 // ---------------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ struct Consts {
     // product, in 32-bit limbs: then sum_p T_p * W_p is congruent to C' modulo M.
     unsigned e[PAIRS][2];
     unsigned w[PAIRS][LIMBS];
-    unsigned nm[LIMBS];                        // 2^(32 n) - M, n = 4 up to 16 moduli, else 5
+    unsigned nm[LIMBS];  // 2^(32 n) - M in n limbs, n = 2 up to 8 moduli, 4 up to 16, else 5
     double inv_m;                              // 1 / M, rounded
 };
 static_assert(sizeof(Consts) == 720, "the host's layout");
@@ -455,11 +455,12 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     }
 }
 
-// C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs
-// (L = 5 up to 16 moduli, where S < 9 * 2^25 * M < 2^160; 6 beyond).
+// C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
+// L = 3 up to 8 moduli (S < 9 * 2^25 * M < 2^96), 5 up to 16 (< 2^160), 6 beyond.
 template <typename T, int L>
 OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) {
-    constexpr int NL = L - 1;  // limbs of D: |C'| <= M/4 < 2^124 (L = 5), < 2^139 (L = 6)
+    // Limbs of D = C' in two's complement: |C'| <= M/4 < 2^62, 2^124, 2^139 for L = 3, 5, 6.
+    constexpr int NL = L - 1;
     unsigned s[L];
     unsigned long long carry = 0;
 #pragma unroll
@@ -475,7 +476,7 @@ OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) 
     for (int t = L - 1; t >= 0; --t) sd = fma(sd, 0x1p32, (double)s[t]);
     const unsigned q = __double2uint_rn(sd * c.inv_m);
     // D = S - q*M = S + q*(2^(32 NL) - M) modulo 2^(32 NL): C' in two's complement.
-    unsigned d[NL];
+    unsigned d[5] = {0, 0, 0, 0, 0};
     carry = 0;
 #pragma unroll
     for (int t = 0; t < NL; ++t) {
@@ -496,10 +497,10 @@ OZ_DEV T finish(const unsigned long long (&acc)[L], int shift, const Consts& c) 
     }
     int e = 0;
     unsigned sticky = 0;
-    if (NL == 5 && d[NL - 1] != 0) {  // the window of the top four limbs
+    if (NL == 5 && d[4] != 0) {  // the window of the top four limbs
         sticky = d[0];
 #pragma unroll
-        for (int t = 0; t < 4; ++t) d[t] = d[t + NL - 4];
+        for (int t = 0; t < 4; ++t) d[t] = d[t + 1];
         e = 32;
     }
     const unsigned long long hi = ((unsigned long long)d[3] << 32) | d[2];
@@ -532,25 +533,26 @@ OZ_DEV void store4(float* p, const float (&v)[4]) {
 }
 
 // C_ij from the residues of C'_ij (see the file header). Each thread makes 4 adjacent outputs
-// of a row, reading each modulus's 4 residues as one word where N % 4 == 0.
-template <typename T, int L>
+// of a row, reading each modulus's 4 residues as one word where N % 4 == 0. For up to
+// 2 * P moduli: S in L limbs, each W_p in WL (M < 2^(32 WL)); the pairs past the count
+// have zero residues and constants and add nothing.
+template <typename T, int P, int WL, int L>
 OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                     const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
                     i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
                     i64 bsr, i64 bsk, const Consts& c) {
     const i64 mn = (i64)M * N;
     const bool words = (N & 3) == 0;  // R's layers and rows 4-byte aligned (R itself is)
-    const int pairs = (c.count + 1) / 2;
     // Rows on grid y, column quads on x.
     for (int i = blockIdx.y; i < M; i += gridDim.y)
     for (int j0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x); j0 < N;
          j0 += 4 * gridDim.x * blockDim.x) {
         const i64 idx = (i64)i * N + j0;
         const int ea = EA[i];
-        unsigned w[MAX_MODULI];
+        unsigned w[2 * P];
         const unsigned char* r = R + idx;  // layer l's residues of the quad, l = 0, 1, ...
 #pragma unroll
-        for (int l = 0; l < MAX_MODULI; ++l, r += mn) {
+        for (int l = 0; l < 2 * P; ++l, r += mn) {
             w[l] = 0;
             if (l < c.count) {
                 if (words) {
@@ -584,16 +586,14 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
 #pragma unroll
             for (int t = 0; t < L; ++t) acc[t] = 0;
 #pragma unroll
-            for (int p = 0; p < PAIRS; ++p) {
-                if (p < pairs) {
-                    const unsigned ra = __byte_perm(w[2 * p], 0, 0x4440 + e);
-                    const unsigned rb = __byte_perm(w[2 * p + 1], 0, 0x4440 + e);
-                    const unsigned t = ra * c.e[p][0] + rb * c.e[p][1];
-                    // 32 x 32 -> 64-bit multiply-adds.
+            for (int p = 0; p < P; ++p) {
+                const unsigned ra = __byte_perm(w[2 * p], 0, 0x4440 + e);
+                const unsigned rb = __byte_perm(w[2 * p + 1], 0, 0x4440 + e);
+                const unsigned t = ra * c.e[p][0] + rb * c.e[p][1];
+                // 32 x 32 -> 64-bit multiply-adds.
 #pragma unroll
-                    for (int u = 0; u < LIMBS; ++u)
-                        acc[u] += (unsigned long long)t * (unsigned long long)c.w[p][u];
-                }
+                for (int u = 0; u < WL; ++u)
+                    acc[u] += (unsigned long long)t * (unsigned long long)c.w[p][u];
             }
             *out = finish<T, L>(acc, ea + eb, c);
         }
@@ -634,17 +634,19 @@ extern "C" __global__ void __launch_bounds__(oz::NT, 1)
                unsigned char* R, oz::Consts c) {
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c);
 }
-// Up to 16 moduli (S in five limbs) and, as ozaki_rebuild6_*, 17 and 18 (six).
-#define OZ_REBUILD(NAME, T, L, MIN_BLOCKS)                                                     \
+// ozaki_rebuildN_*: up to N moduli.
+#define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \
     extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
         NAME(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB, T* C, \
              i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr, i64 bsk,           \
              oz::Consts c) {                                                                  \
-        oz::rebuild<T, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);           \
+        oz::rebuild<T, P, WL, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);    \
     }
-OZ_REBUILD(ozaki_rebuild_d, double, 5, 4)
-OZ_REBUILD(ozaki_rebuild_s, float, 5, 3)
-OZ_REBUILD(ozaki_rebuild6_d, double, 6, 1)
-OZ_REBUILD(ozaki_rebuild6_s, float, 6, 1)
+OZ_REBUILD(ozaki_rebuild8_d, double, 4, 2, 3, 4)
+OZ_REBUILD(ozaki_rebuild8_s, float, 4, 2, 3, 4)
+OZ_REBUILD(ozaki_rebuild16_d, double, 8, 4, 5, 4)
+OZ_REBUILD(ozaki_rebuild16_s, float, 8, 4, 5, 3)
+OZ_REBUILD(ozaki_rebuild18_d, double, 9, 5, 6, 1)
+OZ_REBUILD(ozaki_rebuild18_s, float, 9, 5, 6, 1)
 
 #endif

@@ -44,14 +44,15 @@ pub(crate) const FLAG: i32 = i32::MIN;
 const LIMBS: usize = 5;
 /// The 32-bit limbs of the sum the reconstruction makes for `count` moduli (S < 9·2^25·M).
 fn s_limbs(count: usize) -> usize {
-    if count <= 16 {
-        LIMBS
-    } else {
-        LIMBS + 1
+    match count {
+        ..=8 => 3,
+        ..=16 => LIMBS,
+        _ => LIMBS + 1,
     }
 }
 
-/// … and of C' (|C'| ≤ M/4 < 2^124 up to 16 moduli, < 2^139 beyond), in two's complement.
+/// … and of C' (|C'| ≤ M/4 < 2^62 up to 8 moduli, < 2^124 up to 16, < 2^139 beyond), in two's
+/// complement.
 fn d_limbs(count: usize) -> usize {
     s_limbs(count) - 1
 }
@@ -319,9 +320,13 @@ pub(crate) fn launch<T: Element>(
     let scale = function(&format!("ozaki_scale_{suffix}"))?;
     let split = function(&format!("ozaki_split_{suffix}"))?;
     let gemm = function("ozaki_gemm")?;
-    // S = Σ T_p·W_p < 9·2^25·M fits five limbs up to 16 moduli, six beyond.
-    let wide = if count > 16 { "6" } else { "" };
-    let rebuild = function(&format!("ozaki_rebuild{wide}_{suffix}"))?;
+    // The reconstruction for the fewest moduli that covers `count` (its limbs fit them).
+    let upto = match count {
+        ..=8 => 8,
+        ..=16 => 16,
+        _ => 18,
+    };
+    let rebuild = function(&format!("ozaki_rebuild{upto}_{suffix}"))?;
     let (total, at) = workspace(count, (m, k, n));
     let work =
         scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
@@ -447,7 +452,7 @@ pub(crate) fn launch<T: Element>(
         .arg(&bsr)
         .arg(&bsk)
         .arg(&consts);
-    // SAFETY: arguments match `ozaki_rebuild{,6}_{d,s}(int M, int N, int K, const unsigned char*
+    // SAFETY: arguments match `ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char*
     // R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T*
     // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
     // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are

@@ -263,16 +263,18 @@ pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
 }
 
 /// The Ozaki family's entry points (kernels/ozaki.cu).
-const OZAKI_ENTRIES: [&str; 9] = [
+const OZAKI_ENTRIES: [&str; 11] = [
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_split_d",
     "ozaki_split_s",
     "ozaki_gemm",
-    "ozaki_rebuild_d",
-    "ozaki_rebuild_s",
-    "ozaki_rebuild6_d",
-    "ozaki_rebuild6_s",
+    "ozaki_rebuild8_d",
+    "ozaki_rebuild8_s",
+    "ozaki_rebuild16_d",
+    "ozaki_rebuild16_s",
+    "ozaki_rebuild18_d",
+    "ozaki_rebuild18_s",
 ];
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
