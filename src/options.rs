@@ -228,8 +228,10 @@ pub enum Precision {
     /// below the largest magnitude of its row (or column), so an element far smaller than
     /// its row's largest loses bits (BENCHMARKS.md has the study). `moduli: 0` chooses the
     /// fewest that keep 52 bits (`f64`, 50 beyond k = 2048: 15 moduli for k from 17 to
-    /// 32 768) or 25 (`f32`), at most 18; 1 or more than 18 run as 2 or 18; 2 to 18 asks for that
-    /// many. The route report names the count that ran. Inf and NaN give the native
+    /// 32 768) or 24 (`f32`: 8 moduli up to k = 8192), at most 18; 1 or more than 18 run as
+    /// 2 or 18; 2 to 18 asks for that many. For `f64` inputs whose rows span wide exponent
+    /// ranges (2^±30 in the study), 16 moduli keep the error below cuBLAS DGEMM's where 15
+    /// reach 1–4× it. The route report names the count that ran. Inf and NaN give the native
     /// product's pattern. Elsewhere (another device, `k` above 65 536, a workspace that does
     /// not fit, a matrix–vector product) the native kernels run and the report says so.
     Ozaki {
