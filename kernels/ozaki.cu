@@ -242,10 +242,11 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
                     const unsigned q = (x + __umulhi(x, lo)) >> 8;
                     b[e] = y - q * m;
                 }
-                *reinterpret_cast<uint2*>(p) = make_uint2(__byte_perm(__byte_perm(b[0], b[1], 0x0040),
-                                                     __byte_perm(b[2], b[3], 0x0040), 0x5410),
-                                         __byte_perm(__byte_perm(b[4], b[5], 0x0040),
-                                                     __byte_perm(b[6], b[7], 0x0040), 0x5410));
+                const unsigned w0 = __byte_perm(__byte_perm(b[0], b[1], 0x0040),
+                                                __byte_perm(b[2], b[3], 0x0040), 0x5410);
+                const unsigned w1 = __byte_perm(__byte_perm(b[4], b[5], 0x0040),
+                                                __byte_perm(b[6], b[7], 0x0040), 0x5410);
+                *reinterpret_cast<uint2*>(p) = make_uint2(w0, w1);
             }
         }
         __syncthreads();
