@@ -45,8 +45,8 @@ const LIMBS: usize = 5;
 /// The 32-bit limbs of the sum the reconstruction makes for `count` moduli (S < 9·2^25·M).
 fn s_limbs(count: usize) -> usize {
     match count {
-        ..=8 => 3,
-        ..=16 => LIMBS,
+        0..=8 => 3,
+        9..=16 => LIMBS,
         _ => LIMBS + 1,
     }
 }
@@ -163,9 +163,9 @@ impl Consts {
         // 2^(32 n) - M in n limbs: C' = S - qM is found modulo 2^(32 n).
         let n = d_limbs(count);
         let mut borrow = 0i64;
-        for t in 0..n {
-            let v = -(big_m[t] as i64) - borrow;
-            c.nm[t] = v as u32;
+        for (nm, &limb) in c.nm.iter_mut().zip(&big_m).take(n) {
+            let v = -(limb as i64) - borrow;
+            *nm = v as u32;
             borrow = (v < 0) as i64;
         }
         c.inv_m = 1.0 / big_f64(&big_m);
@@ -322,8 +322,8 @@ pub(crate) fn launch<T: Element>(
     let gemm = function("ozaki_gemm")?;
     // The reconstruction for the fewest moduli that covers `count` (its limbs fit them).
     let upto = match count {
-        ..=8 => 8,
-        ..=16 => 16,
+        0..=8 => 8,
+        9..=16 => 16,
         _ => 18,
     };
     let rebuild = function(&format!("ozaki_rebuild{upto}_{suffix}"))?;
