@@ -23,8 +23,8 @@ use crate::options::Precision;
 pub(crate) const MODULI: [u32; MAX_MODULI] = [
     256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181,
 ];
-/// The most moduli a product may use (the reconstruction's five 32-bit limbs hold
-/// `18 · 256 · M < 2^153`).
+/// The most moduli a product may use (M < 2^141: the reconstruction's sum
+/// `S < 9 · 2^25 · M` fits six 32-bit limbs).
 pub const MAX_MODULI: usize = 18;
 /// The fewest.
 pub const MIN_MODULI: usize = 2;
@@ -36,8 +36,8 @@ pub const MAX_K: usize = 65_536;
 const AUTO_BITS_F64: (i32, i32) = (52, 50);
 /// … and per `f32` one.
 const AUTO_BITS_F32: i32 = 24;
-/// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into chunks of 21, 21
-/// and 20 bits and a sign.
+/// The largest scaling: `rint(x · 2^s) ≤ 2^61`, split by the kernel into two chunks of 21
+/// bits and a signed rest of at most 2^19.
 const MAX_BITS: i32 = 61;
 /// The shift of a row that holds Inf or NaN.
 pub(crate) const FLAG: i32 = i32::MIN;
