@@ -7,45 +7,55 @@
 // `ozaki_` prefix.
 //
 // THE SCHEME. For C = op(A) (M x K) * op(B) (K x N), with X = op(A) and Y = op(B)^T (N x K):
-//   1. ozaki_scale_*: per row i of X a power of two 2^s_i, per row j of Y 2^t_j, such that the
-//      row's largest magnitude times it lies in [2^(bits-1), 2^bits) (bits_a for X, bits_b
-//      for Y; a zero row gets 0; a row holding Inf or NaN gets FLAG).
+//   1. ozaki_scale_*: per row i of X a power of two 2^s_i, per row j of Y 2^t_j: the larger
+//      of the shift that puts the row's largest magnitude in [2^(bits-1), 2^bits) (bits_a
+//      for X, bits_b for Y, with K * 2^(bits_a + bits_b) <= M / 4) and the largest that keeps
+//      the row's squared 2-norm within the host's bound (which leaves room for rounding to
+//      integers), capped below 2^61 per element; a zero row gets 0, a row holding Inf or NaN
+//      FLAG. Either way every integer row has 2-norm at most sqrt(M/4), so by Cauchy-Schwarz
+//      |X'Y'^T| <= M/4. A row whose elements span many binades keeps many more bits by its
+//      norm than by its largest element.
 //   2. ozaki_split_*: X' = rint(X * 2^s) and Y' = rint(Y * 2^t), integers of magnitude at most
-//      2^bits, written as their balanced residues (in [-m/2, m/2)) modulo each modulus m_l into
+//      2^61, written as their balanced residues (in [-m/2, m/2)) modulo each modulus m_l into
 //      K-major int8 panels P[l][Rp][Kp] (zero padding; FLAG rows are zero).
 //   3. ozaki_gemm: for every modulus l (blockIdx.z), the exact int32 product of the residue
 //      panels (|sum| <= K * 2^14 <= 2^30 for K <= 65536), reduced modulo m_l into the byte
 //      matrix R[l][M][N] (row-major, residues in [0, m_l)).
 //   4. ozaki_rebuild_*: C'_ij = the integer congruent to the residues R[l]_ij modulo
 //      M = prod m_l that lies in (-M/2, M/2) (from the residues of pairs of moduli, see
-//      Consts), which is X'Y'^T exactly because the host chose
-//      bits_a + bits_b with K * 2^(bits_a + bits_b) <= M / 4; then C_ij = C'_ij * 2^-(s_i + t_j),
+//      Consts), which is X'Y'^T exactly because |X'Y'^T| <= M / 4 (step 1); then
+//      C_ij = C'_ij * 2^-(s_i + t_j),
 //      rounded once (to nearest, ties to even) to the output type. An output whose row of X or
 //      row of Y is FLAG is the plain dot product of the inputs instead (so Inf and NaN give
 //      the pattern of the native product).
 //
 // ACCURACY. The only errors are the rounding of X' and Y' to integers (at most 2^-bits of
-// the row's largest magnitude per element) and the final rounding; more moduli, more bits.
+// the row's largest magnitude per element, and about 2^-(log2(M/4)/2) of the row's 2-norm
+// where that is finer) and the final rounding; more moduli, more bits.
 // A result in the subnormal range may be rounded twice (the integer rounding, then ldexp).
 //
 // ---------------------------------------------------------------------------------------------
 // LAUNCH TABLE  (block = blockDim, smem = dynamic shared memory bytes)
 // ---------------------------------------------------------------------------------------------
-// @launch ozaki_gemm tile=192x256 block=384 smem=230400 bk=128 minsm=90
+// @launch ozaki_gemm tile=192x256 block=384 smem=230464 bk=128 minsm=90
 //
-// ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, int* E): element
-//      (r, k) of the R x K operand at X[r*sr + k*sk]; block (32, 8), grid (ceil(R/32), y) with
-//      y = 1 when sr == 1 and sk != 1 (rows along the contiguous index), else 1 to 4; writes
-//      E[r] for r < R.
+// ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, double bound,
+//      int* E): element (r, k) of the R x K operand at X[r*sr + k*sk]; grid (ceil(R/32), y):
+//      when sr == 1 and sk != 1 (rows along the contiguous index) block (32, y') with
+//      y' <= 32 and y = 1, else block (32, 8) and y from 1 to 4; writes E[r] for r < R.
 // ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* E, signed char* P,
-//      int Rp, int Kp, Consts c): block (32, 8), grid (Kp/64, any y <= Rp/32: the kernel
-//      loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
-//      multiple of 32, Kp of 128).
+//      int Rp, int Kp, int TM, Consts c): block (32, 8), grid (Kp/64, any y <= Rp/32: the
+//      kernel loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
+//      multiple of TM, TM of 32 (192 for X, 256 for Y), Kp of 128), in the GEMM's tiles (see
+//      PANELS).
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, unsigned char* R, Consts c): PA, PB the panels of step 2 for X (Mp x Kp) and
-//      Y (Np x Kp) (Mp a multiple of 192, Np of 256, Kp of 128, 16-byte aligned); grid
-//      (ceil(M/192) * ceil(N/256), 1, c.count); writes R[l][M][N] whole. The host MUST raise
-//      the dynamic shared memory limit to the table's smem first.
+//      int Kp, unsigned char* R, Consts c, int pair_m): PA, PB the panels of step 2 for X
+//      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a multiple of 128, 16-byte aligned);
+//      clusters of two blocks (compiled in): pair_m != 0 pairs tile rows (Mp a multiple of
+//      384 and Np of 256; grid x = 2 * ceil(ceil(M/192) / 2) * ceil(N/256)), else tile
+//      columns (Mp a multiple of 192 and Np of 512; grid x = 2 * ceil(M/192) *
+//      ceil(ceil(N/256) / 2)); grid (x, 1, c.count); writes R[l][M][N] whole. The host MUST
+//      raise the dynamic shared memory limit to the table's smem first.
 // ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
 //      i64 bsk, Consts c): C (M x N at ldc) from step 3 (the entry of the fewest moduli
@@ -54,10 +64,21 @@
 //      any grid (rows on y, quads of columns on x, each looping over the rest).
 // ---------------------------------------------------------------------------------------------
 //
-// DESIGN of ozaki_gemm: the TF32 warpgroup GEMM of sgemm_wg.cu with bytes for floats. Block
-// tile 192 x 256, three warpgroups (rows 0-63, 64-127, 128-191), each issuing wgmma.m64n256k32 (s8
-// inputs, s32 accumulators) with both operands in shared memory; a 128-wide K tile is 128
-// bytes a row, in the 128-byte swizzle, four k32 steps of 32 bytes; 4 stages of cp.async.
+// PANELS. The residues of modulus l are panel l of P, Rp x Kp bytes in tiles of TM rows x 128
+// k, tile (tr, kt) at ((tr * Kp/128) + kt) * TM * 128: row rr of a tile at rr * 128, its 16-byte
+// chunk j at (j ^ (rr % 8)) * 16. A tile is thus one contiguous block, already in the 128-byte
+// swizzle the GEMM's shared-memory descriptors read, and one bulk copy moves it.
+//
+// DESIGN of ozaki_gemm: block tile 192 x 256, three warpgroups (rows 0-63, 64-127, 128-191),
+// each issuing wgmma.m64n256k32 (s8 inputs, s32 accumulators) with both operands in shared
+// memory; a 128-wide K tile is 128 bytes a row, four k32 steps of 32 bytes. Operand tiles
+// come by bulk copy (cp.async.bulk, the TMA unit) into 4 stages, each stage with a "full"
+// mbarrier (the copies' bytes) and an "empty" one (every consumer warp of the cluster done
+// with it). The two blocks of a cluster share one operand tile, Y's when they hold adjacent
+// tile rows (pair_m) or X's when adjacent tile columns: each block copies half of it to both
+// blocks' shared memory at once (multicast), so the pair reads it from L2 once; this takes a
+// quarter off the L2 traffic, which the INT8 tensor cores otherwise outrun. Warp 0 issues
+// the copies, refilling a stage as soon as both blocks have released it.
 #include "common.cuh"
 
 #define OZ_DEV __device__ __forceinline__
@@ -72,8 +93,8 @@ constexpr int BM = 64 * WGS, BN = 256, BK = 128, NT = 128 * WGS;  // BK: int8 el
 constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
 constexpr int STAGE = PANEL_A + PANEL_B;
 constexpr int STAGES = 4;
-constexpr int SMEM_BYTES = STAGES * STAGE + 1024;  // + alignment slack
-static_assert(SMEM_BYTES == 230400, "keep the @launch line in sync");
+constexpr int SMEM_BYTES = STAGES * STAGE + 1024 + 64;  // + alignment slack, 8 mbarriers
+static_assert(SMEM_BYTES == 230464, "keep the @launch line in sync");
 constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
 
 // The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
@@ -123,41 +144,104 @@ OZ_DEV bool finite(double v) {
     return (__double_as_longlong(v) & 0x7ff0000000000000ll) != 0x7ff0000000000000ll;
 }
 
-// The shift of a row whose largest magnitude is mx: mx * 2^s in [2^(bits-1), 2^bits).
-OZ_DEV int shift_for(double mx, int bad, int bits) {
-    if (bad) return FLAG;
-    if (mx == 0.0) return 0;
-    return bits - 1 - ilogb(mx);
-}
+// A row's size, gathered one element at a time: its largest magnitude mx, whether it holds
+// Inf or NaN, and its squared 2-norm as s * 4^anchor, s the sum of (|x| * 2^-anchor)^2 with
+// anchor = max(-1000, ilogb of the largest |x| so far) (each term below 4; a larger binade
+// rescales s by a power of four, exactly or down to nothing).
+struct RowSize {
+    double mx = 0.0, s = 0.0;
+    double inv = 0x1p1000, cap = 0x1p-999;  // 2^-anchor and 2^(anchor + 1)
+    int anchor = -1000, bad = 0;
+
+    OZ_DEV void add(double v) {
+        const double x = fabs(v);
+        bad |= !(x <= 0x1.fffffffffffffp1023);  // Inf or NaN
+        mx = fmax(mx, x);
+        if (x >= cap && x <= 0x1.fffffffffffffp1023) grow(x);
+        const double r = x * inv;
+        s = fma(r, r, s);
+    }
+    // A larger binade: s rescaled to it.
+    OZ_DEV void grow(double x) {
+        const int e = ilogb(x);
+        s = scale_t(s, 2 * (anchor - e));
+        anchor = e;
+        inv = scale_t(1.0, -e);
+        cap = scale_t(1.0, e + 1);
+    }
+    // Elements k0, k0 + step, ... below K of the row at x (k-stride sk), eight loads at a time.
+    template <typename T>
+    OZ_DEV void add_row(const T* __restrict__ x, i64 sk, int k0, int step, int K) {
+        int k = k0;
+        for (; k + 7 * step < K; k += 8 * step) {
+            double v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = (double)x[(i64)(k + j * step) * sk];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) add(v[j]);
+        }
+        for (; k < K; k += step) add((double)x[(i64)k * sk]);
+    }
+    // Takes in another part of the same row.
+    OZ_DEV void merge(double omx, double os, int oanchor, int obad) {
+        const int a = max(anchor, oanchor);
+        s = scale_t(s, 2 * (anchor - a)) + scale_t(os, 2 * (oanchor - a));
+        anchor = a;
+        mx = fmax(mx, omx);
+        bad |= obad;
+    }
+    OZ_DEV void merge_lane(int o) {
+        const double omx = __shfl_xor_sync(0xffffffffu, mx, o);
+        const double os = __shfl_xor_sync(0xffffffffu, s, o);
+        const int oa = __shfl_xor_sync(0xffffffffu, anchor, o);
+        const int ob = __shfl_xor_sync(0xffffffffu, bad, o);
+        merge(omx, os, oa, ob);
+    }
+
+    // The row's shift: the larger of two that keep every product of the scaled operands'
+    // integer rows below M/4 (the other operand's rows scaled by either), capped so that
+    // |x| * 2^shift < 2^61:
+    //  - by its largest magnitude: mx * 2^shift in [2^(bits-1), 2^bits), with
+    //    K * 4^bits <= M/4 (so |row| <= sqrt(K) * 2^bits <= sqrt(M/4));
+    //  - by its 2-norm, where bound > 0: the largest shift with |row * 2^shift|^2 <= bound,
+    //    where the host made (sqrt(bound) + sqrt(K)/2)^2 < M/4 with room for the rounding of
+    //    s (rounding the row to integers adds at most sqrt(K)/2 to its norm).
+    // Then |C'_ij| <= |row_i| |row_j| <= M/4 (Cauchy-Schwarz) for every pair of rows.
+    OZ_DEV int shift(int bits, double bound) const {
+        if (bad) return FLAG;
+        if (mx == 0.0) return 0;
+        const int e = ilogb(mx);
+        const int by_max = bits - 1 - e;
+        if (!(bound > 0.0)) return by_max;
+        // The largest t with s * 4^(anchor + t) <= bound, from a guess within one.
+        int t = ((ilogb(bound) - ilogb(s)) >> 1) - anchor;
+        while (scale_t(s, 2 * (anchor + t + 1)) <= bound) ++t;
+        while (scale_t(s, 2 * (anchor + t)) > bound) --t;
+        return max(by_max, min(t, 60 - e));
+    }
+};
 
 template <typename T>
-OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bits,
+OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bits, double bound,
                   int* __restrict__ E) {
-    __shared__ double part[8][33];
-    __shared__ int bad_part[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int r0 = blockIdx.x * 32;
     if (sk != 1 && sr == 1) {
-        // Rows along the contiguous index: thread column tx is row r0 + tx.
-        const int r = r0 + tx;
-        double mx = 0.0;
-        int bad = 0;
-        if (r < R)
-            for (int k = ty; k < K; k += 8) {
-                const double v = (double)X[(i64)r * sr + (i64)k * sk];
-                bad |= !finite(v);
-                mx = fmax(mx, fabs(v));
-            }
-        part[ty][tx] = mx;
-        bad_part[ty][tx] = bad;
+        // Rows along the contiguous index: thread column tx is row r0 + tx, the block's
+        // blockDim.y (at most 32) rows of threads take every blockDim.y-th k.
+        __shared__ double part_mx[32][33], part_s[32][33];
+        __shared__ int part_a[32][33], part_bad[32][33];
+        const int r = r0 + tx, ny = blockDim.y;
+        RowSize z;
+        if (r < R) z.add_row(X + (i64)r * sr, sk, ty, ny, K);
+        part_mx[ty][tx] = z.mx;
+        part_s[ty][tx] = z.s;
+        part_a[ty][tx] = z.anchor;
+        part_bad[ty][tx] = z.bad;
         __syncthreads();
         if (ty == 0 && r < R) {
-#pragma unroll
-            for (int i = 1; i < 8; ++i) {
-                mx = fmax(mx, part[i][tx]);
-                bad |= bad_part[i][tx];
-            }
-            E[r] = shift_for(mx, bad, bits);
+            for (int i = 1; i < ny; ++i) z.merge(part_mx[i][tx], part_s[i][tx], part_a[i][tx], part_bad[i][tx]);
+            E[r] = z.shift(bits, bound);
         }
     } else {
         // K along the contiguous index (or neither): a warp per row, the block's 32 rows
@@ -165,20 +249,11 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 #pragma unroll 1
         for (int i = blockIdx.y; i < 4; i += gridDim.y) {
             const int r = r0 + ty + 8 * i;
-            double mx = 0.0;
-            int bad = 0;
-            if (r < R)
-                for (int k = tx; k < K; k += 32) {
-                    const double v = (double)X[(i64)r * sr + (i64)k * sk];
-                    bad |= !finite(v);
-                    mx = fmax(mx, fabs(v));
-                }
+            RowSize z;
+            if (r < R) z.add_row(X + (i64)r * sr, sk, tx, 32, K);
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-                bad |= __shfl_xor_sync(0xffffffffu, bad, o);
-            }
-            if (tx == 0 && r < R) E[r] = shift_for(mx, bad, bits);
+            for (int o = 16; o > 0; o >>= 1) z.merge_lane(o);
+            if (tx == 0 && r < R) E[r] = z.shift(bits, bound);
         }
     }
 }
@@ -195,7 +270,7 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 // stored as -128, the same residue).
 template <typename T>
 OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* __restrict__ E,
-                  signed char* __restrict__ P, int Rp, int Kp, const Consts& c) {
+                  signed char* __restrict__ P, int Rp, int Kp, int TM, const Consts& c) {
     constexpr int TK = 64;  // k of a tile: each thread makes 8 consecutive k of one row
     __shared__ double tile[32][TK + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -227,7 +302,11 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
             c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
             c2[e] = (int)(v >> 42);
         }
-        signed char* p = P + (i64)row * Kp + k0 + q8;  // layer l's bytes, l = 0, 1, ...
+        // Layer l's bytes, l = 0, 1, ..., in the tiled and swizzled layout (see PANELS): the
+        // 8 bytes stay together within one 16-byte chunk.
+        const int kk = k0 + q8, tr = row / TM;
+        signed char* p = P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
+                         ((((kk & 127) >> 4) ^ (row & 7)) << 4) + (kk & 15);
 #pragma unroll
         for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
             if (l < c.count) {
@@ -260,17 +339,64 @@ OZ_DEV unsigned smem_u32(const void* p) {
                  : "l"(p));
     return r;
 }
-OZ_DEV void cp16(unsigned dst, const signed char* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+OZ_DEV void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-OZ_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-OZ_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+// The helpers below that take `pred` act only where it is 1, by a predicate inside the asm
+// and with no memory clobber: a branch on the lane, or a clobber, around them while wgmma
+// groups are in flight makes ptxas serialize the wgmma pipeline. (Their order against the
+// wgmma and barrier asm, all volatile, is kept.)
+
+// Arrives on the barrier, first raising the bytes its phase waits for by `bytes`.
+OZ_DEV void mbar_arrive_expect(unsigned bar, unsigned bytes, unsigned pred) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, %2, 1;\n"
+        " @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n}\n" ::"r"(bar),
+        "r"(bytes), "r"(pred));
 }
-OZ_DEV void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+// Waits for the completion of the barrier's phase of this parity.
+OZ_DEV void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
 }
+// Arrives on the barrier at the same offset in block `rank` of the cluster. Release at CTA
+// scope only: the arrival publishes no data (it tells that wgmma reads, already complete, are
+// done), and a cluster-scope release would fence every arrival at a cost of half the GEMM.
+OZ_DEV void mbar_arrive_at(unsigned bar, unsigned rank, unsigned pred) {
+    asm volatile(
+        "{\n .reg .pred p;\n .reg .b32 ra;\n setp.eq.u32 p, %2, 1;\n"
+        " @p mapa.shared::cluster.u32 ra, %0, %1;\n"
+        " @p mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "r"(rank), "r"(pred));
+}
+// `bytes` from global src to this block's shared dst by the TMA unit, counted on `bar`.
+OZ_DEV void bulk_copy(unsigned dst, const signed char* src, unsigned bytes, unsigned bar,
+                      unsigned pred) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, %4, 1;\n"
+        " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n}\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "r"(pred));
+}
+// … to the same offsets in both blocks of the cluster, counted on each one's `bar`.
+OZ_DEV void bulk_copy_both(unsigned dst, const signed char* src, unsigned bytes, unsigned bar,
+                           unsigned pred) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, %5, 1;\n"
+        " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1], %2, [%3], %4;\n}\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "h"((unsigned short)3), "r"(pred));
+}
+OZ_DEV unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+OZ_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+OZ_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 OZ_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 OZ_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -334,30 +460,39 @@ OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long
         : "l"(da), "l"(db));
 }
 
-// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0).
-OZ_DEV void tile_origin(int M, int N, int& m0, int& n0) {
+// The block's tile (m0, n0): the cluster's pair of tiles in grouped order (8 tile rows share
+// their Y panels in L2), this block's one of the two by its rank in the cluster.
+OZ_DEV void tile_origin(int M, int N, int pair_m, unsigned rank, int& m0, int& n0) {
     constexpr long long GROUP_M = 8;
     const long long tiles_m = (M - 1) / BM + 1;
     const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
+    const long long id = blockIdx.x >> 1;  // the pair
+    // Pairs of tile rows (each pair a unit of the grouped order, 4 to a group), or of
+    // tile columns.
+    const long long units_m = pair_m ? (tiles_m + 1) / 2 : tiles_m;
+    const long long units_n = pair_m ? tiles_n : (tiles_n + 1) / 2;
+    const long long group = pair_m ? GROUP_M / 2 : GROUP_M;
+    const long long group_size = group * units_n;
+    const long long first_m = (id / group_size) * group;
+    const long long gm = (units_m - first_m) < group ? (units_m - first_m) : group;
     const long long in_group = id % group_size;
-    m0 = (int)((first_m + in_group % gm) * BM);
-    n0 = (int)((in_group / gm) * BN);
+    const long long um = first_m + in_group % gm, un = in_group / gm;
+    m0 = (int)((pair_m ? 2 * um + rank : um) * BM);
+    n0 = (int)((pair_m ? un : 2 * un + rank) * BN);
 }
 
 // The block's 192 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
 OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
                  const signed char* __restrict__ PB, int Mp, int Np, int Kp,
-                 unsigned char* __restrict__ R, const Consts& c) {
-    constexpr int LAG = 1;               // wgmma groups left in flight at the end of a K tile
-    constexpr int D = STAGES - 1 - LAG;  // tiles loaded ahead
-    static_assert(D >= 2, "a pipeline");
+                 unsigned char* __restrict__ R, const Consts& c, int pair_m) {
     constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
+    constexpr unsigned WARPS = 2 * NT / 32;  // consumer warps of the cluster
     extern __shared__ unsigned char oz_smem[];
     const unsigned base = (smem_u32(oz_smem) + 1023u) & ~1023u;
+    // mbarriers after the stages: full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s).
+    const unsigned bars = base + STAGES * STAGE;
+    auto full = [&](int st) { return bars + 8 * st; };
+    auto empty = [&](int st) { return bars + 8 * (STAGES + st); };
 
     const int z = blockIdx.z;
     unsigned m = 256;
@@ -372,29 +507,44 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     PB += (i64)z * Np * Kp;
     R += (i64)z * M * N;
 
+    const unsigned rank = cluster_rank();
     int m0, n0;
-    tile_origin(M, N, m0, n0);
+    tile_origin(M, N, pair_m, rank, m0, n0);
     const int tiles = Kp / BK;
-
     const int tid = threadIdx.x;
-    // Copy map: 16-byte chunk cc of rows r, r + RS, r + 2 RS, ... of each panel (RS = NT / 8
-    // rows a pass, a multiple of 8, so every row of a thread has the same swizzle).
-    constexpr int RS = NT / 8;
-    static_assert(BM % RS == 0, "whole passes over A");
-    constexpr int B_PASSES = (BN + RS - 1) / RS;
-    const int cc = tid & 7, r = tid >> 3;
-    const unsigned soff = r * 128 + ((cc ^ (r & 7)) << 4);
-    const signed char* a_src = PA + (i64)(m0 + r) * Kp + cc * 16;
-    const signed char* b_src = PB + (i64)(n0 + r) * Kp + cc * 16;
-    auto load = [&](int stage, int kt) {
-        const unsigned s = base + stage * STAGE + soff;
-        const i64 k = (i64)kt * BK;
+
+    if (tid == 0) {
 #pragma unroll
-        for (int j = 0; j < BM / RS; ++j) cp16(s + j * RS * 128, a_src + (i64)(RS * j) * Kp + k);
-#pragma unroll
-        for (int j = 0; j < B_PASSES; ++j)
-            if (BN % RS == 0 || r + RS * j < BN)
-                cp16(s + PANEL_A + j * RS * 128, b_src + (i64)(RS * j) * Kp + k);
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full(st), 1);
+            mbar_init(empty(st), WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    // Both blocks' barriers exist before either copies into or arrives on the other's.
+    cluster_arrive();
+    cluster_wait();
+
+    // This block's operand tiles for K tile kt: X's (m0 / 192, kt) and Y's (n0 / 256, kt), each
+    // one contiguous block (PANELS). The shared one comes half from each block, to both.
+    // Lane 0 of warp 0 copies (the whole warp runs the code, see the helpers).
+    const int lane = tid & 31;
+    const signed char* a_src = PA + (i64)(m0 / BM) * tiles * PANEL_A;
+    const signed char* b_src = PB + (i64)(n0 / BN) * tiles * PANEL_B;
+    auto load = [&](int st, int kt) {
+        const unsigned dst = base + st * STAGE, bar = full(st), pred = lane == 0;
+        mbar_arrive_expect(bar, STAGE, pred);
+        const signed char* a = a_src + (i64)kt * PANEL_A;
+        const signed char* b = b_src + (i64)kt * PANEL_B;
+        if (pair_m) {
+            bulk_copy(dst, a, PANEL_A, bar, pred);
+            const int h = rank * (PANEL_B / 2);
+            bulk_copy_both(dst + PANEL_A + h, b + h, PANEL_B / 2, bar, pred);
+        } else {
+            bulk_copy(dst + PANEL_A, b, PANEL_B, bar, pred);
+            const int h = rank * (PANEL_A / 2);
+            bulk_copy_both(dst + h, a + h, PANEL_A / 2, bar, pred);
+        }
     };
 
     const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
@@ -402,38 +552,41 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0;
 
-#pragma unroll
-    for (int s = 0; s < D; ++s) {
-        if (s < tiles) load(s, s);
-        cp_commit();
-    }
+    if (tid < 32)
+        for (int st = 0; st < STAGES && st < tiles; ++st) load(st, st);
     for (int i = 0; i < tiles; ++i) {
-        cp_wait<D - 1>();
-        fence_proxy_async();
-        __syncthreads();
-        // Every warpgroup has finished the wgmma groups of tile i - 1 - LAG: its stage is free.
-        if (i + D < tiles) load((i + D) % STAGES, i + D);
-        cp_commit();
-
-        const unsigned st = base + (i % STAGES) * STAGE;
-        const unsigned a_t = st + wg * 64 * 128, b_t = st + PANEL_A;
+        const int st = i % STAGES;
+        mbar_wait(full(st), (i / STAGES) & 1);
+        const unsigned a_t = base + st * STAGE + wg * 64 * 128, b_t = base + st * STAGE + PANEL_A;
         wg_fence();
         fence_regs(acc);
 #pragma unroll
         for (int k = 0; k < BK / 32; ++k) wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
         wg_commit();
-        wg_wait<LAG>();
+        // Tile i - 1's products are done: each warp releases its stage in both blocks, and
+        // warp 0 refills it once every warp of the two has.
+        wg_wait<1>();
         fence_regs(acc);
+        if (i > 0) {
+            const int ps = (i - 1) % STAGES;
+            mbar_arrive_at(empty(ps), 0, lane == 0);
+            mbar_arrive_at(empty(ps), 1, lane == 0);
+            if (tid < 32 && i - 1 + STAGES < tiles) {
+                mbar_wait(empty(ps), ((i - 1) / STAGES) & 1);
+                load(ps, i - 1 + STAGES);
+            }
+        }
     }
     wg_wait<0>();
     fence_regs(acc);
-    cp_wait<0>();
+    // No more arrivals on the other block's barriers from this one.
+    cluster_arrive();
 
     // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
     // 8*q + 2*t + j % 2, within this warpgroup's 64 rows. |acc| <= 2^30; adding a multiple of
     // m just above 2^30 makes it a non-negative x < 2^31 + 2^8 for umod.
     const unsigned off = (0x40000000u + m - 1) / m * m;
-    const int lane = tid & 31, warp = (tid >> 5) & 3;
+    const int warp = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -454,6 +607,8 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
             }
         }
     }
+    // Stay until the other block has made its last arrival here.
+    cluster_wait();
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
@@ -612,28 +767,30 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
 
 }  // namespace oz
 
-extern "C" __global__ void __launch_bounds__(256) ozaki_scale_d(int R, int K, const double* X,
-                                                                i64 sr, i64 sk, int bits, int* E) {
-    oz::scale<double>(R, K, X, sr, sk, bits, E);
+extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_d(int R, int K, const double* X,
+                                                                i64 sr, i64 sk, int bits,
+                                                                double bound, int* E) {
+    oz::scale<double>(R, K, X, sr, sk, bits, bound, E);
 }
-extern "C" __global__ void __launch_bounds__(256) ozaki_scale_s(int R, int K, const float* X,
-                                                                i64 sr, i64 sk, int bits, int* E) {
-    oz::scale<float>(R, K, X, sr, sk, bits, E);
+extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_s(int R, int K, const float* X,
+                                                                i64 sr, i64 sk, int bits,
+                                                                double bound, int* E) {
+    oz::scale<float>(R, K, X, sr, sk, bits, bound, E);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E, signed char* P,
-                  int Rp, int Kp, oz::Consts c) {
-    oz::split<double>(R, K, X, sr, sk, E, P, Rp, Kp, c);
+                  int Rp, int Kp, int TM, oz::Consts c) {
+    oz::split<double>(R, K, X, sr, sk, E, P, Rp, Kp, TM, c);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
-                  int Rp, int Kp, oz::Consts c) {
-    oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, c);
+                  int Rp, int Kp, int TM, oz::Consts c) {
+    oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, TM, c);
 }
-extern "C" __global__ void __launch_bounds__(oz::NT, 1)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
-               unsigned char* R, oz::Consts c) {
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c);
+               unsigned char* R, oz::Consts c, int pair_m) {
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c, pair_m);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

@@ -220,20 +220,23 @@ pub enum Precision {
     /// error near 2⁻¹¹ per factor): fastest, least accurate. Never chosen unless asked for.
     Tf32,
     /// Ozaki scheme II on the INT8 tensor cores (compute capability 9.0; `f64` and `f32`):
-    /// each row of op(A) and column of op(B) scaled by a power of two and rounded to an
-    /// integer of `bits` bits, the integer product recovered exactly from its residues modulo
-    /// `moduli` small coprime moduli (one exact INT8 GEMM each) by the Chinese remainder
-    /// theorem, and scaled back with one rounding. The accuracy knob is `moduli`: with `n`
-    /// of them and inner dimension `k`, each element keeps about `(8n − 3 − log₂k) / 2` bits
-    /// below the largest magnitude of its row (or column), so an element far smaller than
-    /// its row's largest loses bits (BENCHMARKS.md has the study). `moduli: 0` chooses the
-    /// fewest that keep 52 bits (`f64`, 50 beyond k = 2048: 15 moduli for k from 17 to
-    /// 32 768) or 24 (`f32`: 8 moduli up to k = 8192), at most 18; 1 or more than 18 run as
-    /// 2 or 18; 2 to 18 asks for that many. For `f64` inputs whose rows span wide exponent
-    /// ranges (2^±30 in the study), 16 moduli keep the error below cuBLAS DGEMM's where 15
-    /// reach 1–4× it. The route report names the count that ran. Inf and NaN give the native
-    /// product's pattern. Elsewhere (another device, `k` above 65 536, a workspace that does
-    /// not fit, a matrix–vector product) the native kernels run and the report says so.
+    /// each row of op(A) and column of op(B) scaled by a power of two and rounded to
+    /// integers, the integer product recovered exactly from its residues modulo `moduli`
+    /// small coprime moduli (one exact INT8 GEMM each) by the Chinese remainder theorem, and
+    /// scaled back with one rounding. The accuracy knob is `moduli`: with `n` of them and
+    /// inner dimension `k`, each element keeps at least about `(8n − 3 − log₂k) / 2` bits
+    /// below the largest magnitude of its row (or column), and about `(8n − 3) / 2` bits below
+    /// the row's 2-norm where that is finer (a row whose elements span many binades, whose
+    /// norm is close to its largest element: every row is scaled by whichever of the two
+    /// keeps more bits, and Cauchy–Schwarz keeps the integer products within range either
+    /// way). `moduli: 0` chooses the fewest that keep 52 bits below the largest magnitude
+    /// (`f64`, 50 beyond k = 2048: 15 moduli for k from 17 to 32 768) or 24 (`f32`: 8 moduli
+    /// up to k = 8192), at most 18; 1 or more than 18 run as 2 or 18; 2 to 18 asks for that
+    /// many. BENCHMARKS.md has the accuracy study (uniform, 2^±30, cancelling and integer
+    /// inputs against cuBLAS DGEMM). The route report names the count that ran. Inf and NaN
+    /// give the native product's pattern. Elsewhere (another device, `k` above 65 536, a
+    /// workspace that does not fit, a matrix–vector product) the native kernels run and the
+    /// report says so.
     Ozaki {
         /// How many moduli (0: automatic).
         moduli: u8,

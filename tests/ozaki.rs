@@ -41,6 +41,13 @@ fn uniform(rng: &mut impl Rng, rows: usize, cols: usize) -> Array2<f64> {
     Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0..1.0))
 }
 
+/// Entries uniform in [-1, 1) times 2^e, e a uniform integer in [-span, span].
+fn wide(rng: &mut impl Rng, rows: usize, cols: usize, span: i32) -> Array2<f64> {
+    Array2::from_shape_simple_fn((rows, cols), || {
+        rng.random_range(-1.0..1.0) * 2f64.powi(rng.random_range(-span..=span))
+    })
+}
+
 /// The model's answer for `a · b` on `moduli` moduli.
 fn model<S1: Data<Elem = f64>, S2: Data<Elem = f64>>(
     a: &ArrayBase<S1, Ix2>,
@@ -89,6 +96,7 @@ fn f64_products_equal_the_exact_model_bit_for_bit() {
         (300, 1000, 517),
         (64, 4097, 70),
         (700, 96, 900),
+        (150, 200, 400),
     ];
     for &(m, k, n) in &shapes {
         let a = uniform(&mut rng, m, k);
@@ -130,6 +138,35 @@ fn f64_products_equal_the_exact_model_bit_for_bit() {
             );
             let p = a_s.gpu_dot_with(&b_s, &opts).expect(&what);
             same_bits(&p.c, &model(&a_s, &b_s, moduli), &format!("{what} strided"));
+        }
+    }
+}
+
+/// Entries spanning 2^±30, with a row of A far below the rest and a column of B far above:
+/// rows scaled by their norm (the kernels' `RowSize`, with its rescaling as larger binades
+/// come) give the model's result bit for bit, on both of the scaling kernel's paths.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn wide_range_products_equal_the_exact_model_bit_for_bit() {
+    let mut rng = rng();
+    for &(m, k, n) in &[(150, 700, 300), (64, 4097, 70), (33, 20_000, 40)] {
+        let mut a = wide(&mut rng, m, k, 30);
+        let mut b = wide(&mut rng, k, n, 30);
+        a.row_mut(m / 2).mapv_inplace(|x| x * 2f64.powi(-600));
+        b.column_mut(n / 3).mapv_inplace(|x| x * 2f64.powi(600));
+        let a_f = a.t().as_standard_layout().reversed_axes().to_owned();
+        let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
+        for precision in [Precision::OZAKI, Precision::Ozaki { moduli: 8 }] {
+            let opts = options(precision);
+            let what = format!("{m}×{k}×{n} 2^±30 {precision}");
+            let p = a.gpu_dot_with(&b, &opts).expect(&what);
+            let want = model(&a, &b, moduli_of(&p.route));
+            same_bits(&p.c, &want, &what);
+            same_bits(
+                &a_f.gpu_dot_with(&b_f, &opts).expect(&what).c,
+                &want,
+                &format!("{what} F·F"),
+            );
         }
     }
 }
@@ -185,6 +222,34 @@ fn automatic_moduli_are_as_accurate_as_native_fp64_on_uniform_inputs() {
             e_oz <= e_native.max(2f64.powi(-52)),
             "{e_oz:e} above native {e_native:e}"
         );
+    }
+}
+
+/// Relative Frobenius error of `c` against `r`.
+fn frobenius(c: &Array2<f64>, r: &Array2<f64>) -> f64 {
+    let diff: f64 = c.iter().zip(r.iter()).map(|(x, y)| (x - y) * (x - y)).sum();
+    (diff / r.iter().map(|y| y * y).sum::<f64>()).sqrt()
+}
+
+/// On entries spanning 2^±30, where an element far below its row's largest keeps few bits
+/// by that element alone, the automatic choice is still at least as accurate as the native
+/// FP64 product.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn automatic_moduli_are_as_accurate_as_native_fp64_over_a_wide_range() {
+    let mut rng = rng();
+    for &(m, k, n) in &[(256, 1024, 256), (128, 4096, 96)] {
+        let a = wide(&mut rng, m, k, 30);
+        let b = wide(&mut rng, k, n, 30);
+        let r = compensated(&a, &b);
+        let oz = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
+        let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+        let (e_oz, e_native) = (frobenius(&oz.c, &r), frobenius(&native.c, &r));
+        println!(
+            "{m}×{k}×{n} 2^±30: ozaki-{} {e_oz:.3e}, native {e_native:.3e}",
+            moduli_of(&oz.route)
+        );
+        assert!(e_oz <= e_native, "{e_oz:e} above native {e_native:e}");
     }
 }
 

@@ -216,6 +216,84 @@ pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
     (a, a)
 }
 
+/// The bound on the squared 2-norm of a scaled row, for rows the kernels scale by their norm
+/// rather than their largest magnitude (`ozaki_scale_*`'s `bound`): the largest `B` with
+/// `(√B · (1 + 2^-30) + √k / 2)² < M / 4` (rounding a row to integers adds at most `√k / 2`
+/// to its norm; the factor leaves room for the rounding of the sums of squares). Then any two
+/// rows with `|x|² ≤ B`, or scaled by [`scaling_bits`], have integer products below `M / 4`
+/// (Cauchy–Schwarz). 0, scaling by the largest magnitude alone, where `count` gives fewer
+/// than 8 bits for `k`.
+pub fn norm_bound(count: usize, k: usize) -> f64 {
+    let (bits, _) = scaling_bits(count, k);
+    if bits < 8 {
+        return 0.0;
+    }
+    let root =
+        (big_f64(&product(count)) / 4.0).sqrt() * (1.0 - 2f64.powi(-30)) - (k as f64).sqrt() / 2.0;
+    root * root
+}
+
+/// A row's size as `ozaki_scale_*` gathers it (`oz::RowSize`, step for step): its largest
+/// magnitude, whether it holds Inf or NaN, and its squared norm `s · 4^anchor`.
+struct RowSize {
+    mx: f64,
+    s: f64,
+    anchor: i32,
+    bad: bool,
+}
+
+impl RowSize {
+    fn of(row: impl Iterator<Item = f64>) -> RowSize {
+        let mut z = RowSize {
+            mx: 0.0,
+            s: 0.0,
+            anchor: -1000,
+            bad: false,
+        };
+        let (mut inv, mut cap) = (2f64.powi(1000), 2f64.powi(-999));
+        for v in row {
+            let x = v.abs();
+            z.bad |= !v.is_finite();
+            z.mx = z.mx.max(x);
+            if x >= cap && v.is_finite() {
+                let e = ilogb(x);
+                z.s = ldexp(z.s, 2 * (z.anchor - e));
+                z.anchor = e;
+                inv = ldexp(1.0, -e);
+                cap = ldexp(1.0, e + 1);
+            }
+            let r = x * inv;
+            z.s = r.mul_add(r, z.s);
+        }
+        z
+    }
+
+    /// The row's shift (`oz::RowSize::shift`): the larger of the one by its largest
+    /// magnitude (`bits`) and the one by its norm (`bound`, where above 0), capped so that
+    /// the scaled elements stay below 2^61.
+    fn shift(&self, bits: i32, bound: f64) -> i32 {
+        if self.bad {
+            return FLAG;
+        }
+        if self.mx == 0.0 {
+            return 0;
+        }
+        let e = ilogb(self.mx);
+        let by_max = bits - 1 - e;
+        if bound <= 0.0 {
+            return by_max;
+        }
+        let mut t = ((ilogb(bound) - ilogb(self.s)) >> 1) - self.anchor;
+        while ldexp(self.s, 2 * (self.anchor + t + 1)) <= bound {
+            t += 1;
+        }
+        while ldexp(self.s, 2 * (self.anchor + t)) > bound {
+            t -= 1;
+        }
+        by_max.max(t.min(MAX_BITS - 1 - e))
+    }
+}
+
 /// The moduli an `auto` Ozaki product (`Precision::Ozaki { moduli: 0 }`) of `dtype` with
 /// inner dimension `k` uses: the fewest that keep 52 bits of each `f64` element (50 beyond
 /// k = 2048; 24 of each `f32` one) below the largest magnitude of its row, at most
@@ -256,14 +334,32 @@ const ALIGN: usize = 256;
 const GEMM_TILE: (usize, usize) = OZAKI_GEMM_TILE.0;
 const GEMM_THREADS: u32 = OZAKI_GEMM_TILE.1;
 
+/// How the INT8 GEMM's clusters of two blocks pair their tiles for an `m × n` result: tile
+/// rows (sharing op(B)'s tiles) where their count is even or that of tile columns odd, else
+/// tile columns (sharing op(A)'s); and the panels' padded extents `(Mp, Np)`, whole pairs.
+fn pairing(m: usize, n: usize) -> (bool, usize, usize) {
+    let (tiles_m, tiles_n) = (m.div_ceil(GEMM_TILE.0), n.div_ceil(GEMM_TILE.1));
+    let pair_m = tiles_m % 2 == 0 || tiles_n % 2 == 1;
+    if pair_m {
+        (
+            true,
+            tiles_m.next_multiple_of(2) * GEMM_TILE.0,
+            tiles_n * GEMM_TILE.1,
+        )
+    } else {
+        (
+            false,
+            tiles_m * GEMM_TILE.0,
+            tiles_n.next_multiple_of(2) * GEMM_TILE.1,
+        )
+    }
+}
+
 /// Bytes of the workspace of an `m × k × n` product on `count` moduli, and the sections'
 /// offsets: (total, [EA, EB, PA, PB, R]).
 fn workspace(count: usize, (m, k, n): (usize, usize, usize)) -> (usize, [usize; 5]) {
-    let (mp, np, kp) = (
-        m.next_multiple_of(GEMM_TILE.0),
-        n.next_multiple_of(GEMM_TILE.1),
-        k.next_multiple_of(128),
-    );
+    let (_, mp, np) = pairing(m, n);
+    let kp = k.next_multiple_of(128);
     let sizes = [
         4 * mp,
         4 * np,
@@ -299,12 +395,10 @@ pub(crate) fn launch<T: Element>(
     if bits_a < 1 || bits_b < 1 {
         return Err(OzError::Unavailable);
     }
+    let bound = norm_bound(count, k);
     let consts = Consts::cached(count);
-    let (mp, np, kp) = (
-        m.next_multiple_of(GEMM_TILE.0),
-        n.next_multiple_of(GEMM_TILE.1),
-        k.next_multiple_of(128),
-    );
+    let (pair_m, mp, np) = pairing(m, n);
+    let kp = k.next_multiple_of(128);
     // Padded extents past `int`: the native kernels, which need no padding, may still run it.
     check_dims(mp, kp, np).map_err(|_| OzError::Unavailable)?;
     let function = |entry: &str| {
@@ -343,11 +437,12 @@ pub(crate) fn launch<T: Element>(
     let (a_buf, b_buf) = args.bufs();
     let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, kp as i32);
     // Scales, then residue panels, of op(A) (m × k) and op(B)ᵀ (n × k).
-    for (rows, rows_p, x, (sr, sk), e, p, bits) in [
-        (mi, mp, a_buf, a_strides, ea, pa, bits_a),
-        (ni, np, b_buf, b_strides, eb, pb, bits_b),
+    for (rows, rows_p, tile_rows, x, (sr, sk), e, p, bits) in [
+        (mi, mp, GEMM_TILE.0 as i32, a_buf, a_strides, ea, pa, bits_a),
+        (ni, np, GEMM_TILE.1 as i32, b_buf, b_strides, eb, pb, bits_b),
     ] {
-        // Rows along the contiguous index: one block per 32 rows; else a warp per row.
+        // Rows along the contiguous index: one block of 32 × 32 threads per 32 rows; else a
+        // warp per row.
         let along_r = sk != 1 && sr == 1;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -355,7 +450,7 @@ pub(crate) fn launch<T: Element>(
                 if along_r { 1 } else { 4 },
                 1,
             ),
-            block_dim: (32, 8, 1),
+            block_dim: (32, if along_r { 32 } else { 8 }, 1),
             shared_mem_bytes: 0,
         };
         let mut builder = stream.launch_builder(&scale);
@@ -366,14 +461,16 @@ pub(crate) fn launch<T: Element>(
             .arg(&sr)
             .arg(&sk)
             .arg(&bits)
+            .arg(&bound)
             .arg(&e);
         // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
-        // int bits, int* E)` in order and type (T the entry's element type by its suffix);
-        // element (r, k) of the R × K operand at X[r·sr + k·sk] lies in the buffer (the
-        // operand covers its matrix, checked when the arguments were made) and the kernel
-        // reads only r < R, k < K; E is the workspace's section of Rp ≥ R ints; one block of
-        // (32, 8) per 32 rows, grid y 1 where rows run along the contiguous index (the
-        // kernel's own test) and 4 otherwise; static shared memory only.
+        // int bits, double bound, int* E)` in order and type (T the entry's element type by
+        // its suffix); element (r, k) of the R × K operand at X[r·sr + k·sk] lies in the
+        // buffer (the operand covers its matrix, checked when the arguments were made) and
+        // the kernel reads only r < R, k < K; E is the workspace's section of Rp ≥ R ints; one
+        // block per 32 rows, of (32, 32) threads and grid y 1 where rows run along the
+        // contiguous index (the kernel's own test), else of (32, 8) and grid y 4; static
+        // shared memory only.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
         let cfg = LaunchConfig {
             grid_dim: ((kp / 64) as u32, (rows_p / 32).min(65_535) as u32, 1),
@@ -392,22 +489,25 @@ pub(crate) fn launch<T: Element>(
             .arg(&p)
             .arg(&rp)
             .arg(&kpi)
+            .arg(&tile_rows)
             .arg(&consts);
         // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
-        // const int* E, signed char* P, int Rp, int Kp, Consts c)`; X as for the scaling,
-        // whose E (R ints) the launch before it on this stream wrote; P is the workspace's
-        // section of count·Rp·Kp bytes, written whole; grid x = Kp/64, grid y ≤ Rp/32 with
-        // the kernel looping over the rest, block (32, 8); `Consts` matches the kernel's
-        // struct by value.
+        // const int* E, signed char* P, int Rp, int Kp, int TM, Consts c)`; X as for the
+        // scaling, whose E (R ints) the launch before it on this stream wrote; P is the
+        // workspace's section of count·Rp·Kp bytes, written whole (Rp a multiple of the GEMM
+        // tile's rows TM, 192 or 256, themselves multiples of 32); grid x = Kp/64, grid
+        // y ≤ Rp/32 with the kernel looping over the rest, block (32, 8); `Consts` matches the
+        // kernel's struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    let tiles = m.div_ceil(GEMM_TILE.0) * n.div_ceil(GEMM_TILE.1);
+    // Every block of a pair launched, the second of a pair past the result included.
+    let blocks = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1);
     let cfg = LaunchConfig {
-        grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, count as u32),
+        grid_dim: (grid_x(blocks).map_err(OzError::Gpu)?, 1, count as u32),
         block_dim: (GEMM_THREADS, 1, 1),
         shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
     };
-    let (mpi, npi) = (mp as i32, np as i32);
+    let (mpi, npi, pair_mi) = (mp as i32, np as i32, pair_m as i32);
     let mut builder = stream.launch_builder(&gemm);
     builder
         .arg(&mi)
@@ -418,15 +518,19 @@ pub(crate) fn launch<T: Element>(
         .arg(&npi)
         .arg(&kpi)
         .arg(&r)
-        .arg(&consts);
+        .arg(&consts)
+        .arg(&pair_mi);
     // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const signed
-    // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA and PB are the
-    // panels the split launches before it on this stream write (count·Mp·Kp and count·Np·Kp
-    // bytes at 256-byte-aligned offsets, Mp a multiple of 192, Np of 256, Kp of 128); R is the
-    // workspace's section of count·M·N bytes, written whole; one block per 192 × 256 output
-    // tile and one grid layer per modulus; 384 threads (the kernel's launch bound) and the
-    // table's dynamic shared memory, to which the function's limit was raised when the
-    // module was loaded; the kernel's instructions exist on sm_90 only, checked above.
+    // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int pair_m)`; PA and PB
+    // are the panels the split launches before it on this stream write, in tiles of 192 and
+    // 256 rows (count·Mp·Kp and count·Np·Kp bytes at 256-byte-aligned offsets, Kp a multiple
+    // of 128); `pairing` made Mp a multiple of 384 and Np of 256 where pair_m, else Mp of 192
+    // and Np of 512, and the grid one block per 192 × 256 tile of Mp × Np, an even count (the
+    // kernel's clusters of two); R is the workspace's section of count·M·N bytes, written
+    // whole (blocks past M or N store nothing); one grid layer per modulus; 384 threads (the
+    // kernel's launch bound) and the table's dynamic shared memory, to which the function's
+    // limit was raised when the module was loaded; the kernel's instructions exist on sm_90
+    // only, checked above.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(4 * 256) as u32, m.min(65_535) as u32, 1),
@@ -470,20 +574,8 @@ pub(crate) fn launch<T: Element>(
 /// (they round twice there).
 pub fn reference(a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize), count: usize) -> Vec<f64> {
     let (bits_a, bits_b) = scaling_bits(count, k);
-    let shift = |row: &mut dyn Iterator<Item = f64>, bits: i32| {
-        let (mut mx, mut bad) = (0f64, false);
-        for v in row {
-            bad |= !v.is_finite();
-            mx = mx.max(v.abs());
-        }
-        if bad {
-            FLAG
-        } else if mx == 0.0 {
-            0
-        } else {
-            bits - 1 - ilogb(mx)
-        }
-    };
+    let bound = norm_bound(count, k);
+    let shift = |row: &mut dyn Iterator<Item = f64>, bits: i32| RowSize::of(row).shift(bits, bound);
     let sa: Vec<i32> = (0..m)
         .map(|i| shift(&mut (0..k).map(|p| a[i * k + p]), bits_a))
         .collect();
@@ -880,6 +972,117 @@ mod tests {
         assert_eq!(auto_moduli(Dtype::F64, 256), 15);
         assert_eq!(auto_moduli(Dtype::F32, 8192), 8);
         assert!(auto_moduli(Dtype::F64, 64) <= auto_moduli(Dtype::F64, 65_536));
+    }
+
+    #[test]
+    fn the_gemm_pairs_whole_tiles() {
+        // (m, n) → (tile rows paired, Mp, Np)
+        assert_eq!(pairing(4096, 4096), (true, 4224, 4096));
+        assert_eq!(pairing(8192, 8192), (false, 8256, 8192));
+        assert_eq!(pairing(100, 100), (true, 384, 256));
+        assert_eq!(pairing(150, 400), (false, 192, 512));
+        assert_eq!(pairing(150, 600), (true, 384, 768));
+        for m in [1, 191, 192, 193, 384, 385, 5000] {
+            for n in [1, 255, 256, 257, 512, 513, 5000] {
+                let (pair_m, mp, np) = pairing(m, n);
+                assert!(mp >= m && np >= n && mp % 192 == 0 && np % 256 == 0);
+                let pairs_of = if pair_m { mp / 192 } else { np / 256 };
+                assert_eq!(pairs_of % 2, 0, "{m} × {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_norm_bound_leaves_room_for_rounding_to_integers() {
+        for count in MIN_MODULI..=MAX_MODULI {
+            let quarter = big_f64(&product(count)) / 4.0;
+            for k in [1, 2, 3, 100, 1024, 3000, 8192, 65_536] {
+                let bound = norm_bound(count, k);
+                if scaling_bits(count, k).0 < 8 {
+                    assert_eq!(bound, 0.0, "{count} moduli, k {k}");
+                    continue;
+                }
+                // A row at the bound, its sum of squares rounded low by 2^-36, then rounded
+                // to integers: its norm squared stays below M/4.
+                let norm = (bound * (1.0 + 2f64.powi(-36))).sqrt() + (k as f64).sqrt() / 2.0;
+                assert!(norm * norm < quarter, "{count} moduli, k {k}");
+                // … and the bound gives away no more than that room.
+                let given = quarter.sqrt() * (1.0 - 2f64.powi(-29)) - (k as f64).sqrt() / 2.0;
+                assert!(bound.sqrt() > given, "{count} moduli, k {k}");
+            }
+        }
+    }
+
+    /// The exact integer product of two rows scaled as the kernels scale them.
+    fn scaled_dot(x: &[f64], y: &[f64], count: usize) -> f64 {
+        let k = x.len();
+        let (bits, bound) = (scaling_bits(count, k).0, norm_bound(count, k));
+        let int = |row: &[f64]| -> Vec<i128> {
+            let s = RowSize::of(row.iter().copied()).shift(bits, bound);
+            row.iter()
+                .map(|&v| ldexp(v, s).round_ties_even() as i128)
+                .collect()
+        };
+        let (xi, yi) = (int(x), int(y));
+        xi.iter().zip(&yi).map(|(&a, &b)| (a * b) as f64).sum()
+    }
+
+    #[test]
+    fn rows_are_scaled_by_their_norm_where_it_keeps_more_bits() {
+        let k = 4096;
+        let (bits, bound) = (scaling_bits(15, k).0, norm_bound(15, k));
+        let by_max = |row: &[f64]| bits - 1 - ilogb(row.iter().fold(0f64, |m, v| m.max(v.abs())));
+        let shift = |row: &[f64]| RowSize::of(row.iter().copied()).shift(bits, bound);
+        // One large element among tiny ones: the norm is the largest element's, and the row
+        // keeps about log2(k)/2 = 6 bits more than by its largest element.
+        let mut spiky = vec![2f64.powi(-40); k];
+        spiky[17] = -1.5;
+        assert!(shift(&spiky) >= by_max(&spiky) + 5, "{}", shift(&spiky));
+        // Equal magnitudes: Cauchy–Schwarz is tight, and the norm gains only what rounding k
+        // up to a power of two gave away; the product of two such rows stays below M/4 for
+        // every k, including values just below a power of two.
+        let quarter = big_f64(&product(15)) / 4.0;
+        for k in [1, 3, 1000, 3000, 4095, 4096, 65_536] {
+            for v in [1.0, 1.0 - f64::EPSILON / 2.0, 0.75, -1.0 + f64::EPSILON] {
+                let row = vec![v; k];
+                let c = scaled_dot(&row, &row, 15);
+                assert!(c.abs() <= quarter, "k {k}, {v}: {c:e} against {quarter:e}");
+                assert!(RowSize::of(row.iter().copied()).shift(bits, bound) >= by_max(&row));
+            }
+        }
+        // Rows with entries over 2^±30 (random binades): every integer product stays below
+        // M/4, for every count.
+        let mut rng = Rng(777);
+        for count in [4, 8, 12, 15, 18] {
+            for _ in 0..4 {
+                let mut row = || -> Vec<f64> {
+                    (0..k)
+                        .map(|_| {
+                            let e = (rng.unit() * 30.0).round() as i32;
+                            ldexp(rng.unit(), e)
+                        })
+                        .collect()
+                };
+                let (x, y) = (row(), row());
+                let quarter = big_f64(&product(count)) / 4.0;
+                for c in [scaled_dot(&x, &y, count), scaled_dot(&x, &x, count)] {
+                    assert!(
+                        c.abs() <= quarter,
+                        "{count} moduli: {c:e} against {quarter:e}"
+                    );
+                }
+            }
+        }
+        // Tiny, huge and subnormal rows scale like any other.
+        for v in [f64::MIN_POSITIVE / 8.0, 1e300, -1e-300] {
+            let row = vec![v; 64];
+            let s = RowSize::of(row.iter().copied()).shift(bits, bound);
+            let scaled = ldexp(v.abs(), s);
+            assert!(
+                (2f64.powi(40)..2f64.powi(61)).contains(&scaled),
+                "{v:e}: {scaled:e}"
+            );
+        }
     }
 
     #[test]

@@ -278,7 +278,7 @@ const OZAKI_ENTRIES: [&str; 11] = [
 ];
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
-pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_400);
+pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_464);
 /// … its output tile (rows, columns) and threads.
 pub(crate) const OZAKI_GEMM_TILE: ((usize, usize), u32) = ((192, 256), 384);
 
