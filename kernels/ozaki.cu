@@ -12,12 +12,14 @@
 //      for X, bits_b for Y, with K * 2^(bits_a + bits_b) <= M / 4) and the largest that keeps
 //      the row's squared 2-norm within the host's bound (which leaves room for rounding to
 //      integers), capped below 2^61 per element; a zero row gets 0, a row holding Inf or NaN
-//      FLAG. Either way every integer row has 2-norm at most sqrt(M/4), so by Cauchy-Schwarz
-//      |X'Y'^T| <= M/4. A row whose elements span many binades keeps many more bits by its
+//      FLAG. Either way every integer row has 2-norm at most sqrt(M/4) (by its largest
+//      magnitude: sqrt(K) * 2^bits, which needs K * 4^max(bits_a, bits_b) <= M/4; the host
+//      keeps bits_a = bits_b), so by Cauchy-Schwarz |X'Y'^T| <= M/4. A row whose elements span many binades keeps many more bits by its
 //      norm than by its largest element.
 //   2. ozaki_split_*: X' = rint(X * 2^s) and Y' = rint(Y * 2^t), integers of magnitude at most
 //      2^61, written as their balanced residues (in [-m/2, m/2)) modulo each modulus m_l into
-//      K-major int8 panels P[l][Rp][Kp] (zero padding; FLAG rows are zero).
+//      K-major int8 panels P[l] of Rp x Kp bytes in the GEMM's tiles (see PANELS; zero
+//      padding; FLAG rows are zero).
 //   3. ozaki_gemm: for every modulus l (blockIdx.z), the exact int32 product of the residue
 //      panels (|sum| <= K * 2^14 <= 2^30 for K <= 65536), reduced modulo m_l into the byte
 //      matrix R[l][M][N] (row-major, residues in [0, m_l)).
@@ -31,7 +33,8 @@
 //
 // ACCURACY. The only errors are the rounding of X' and Y' to integers (at most 2^-bits of
 // the row's largest magnitude per element, and about 2^-(log2(M/4)/2) of the row's 2-norm
-// where that is finer) and the final rounding; more moduli, more bits.
+// where that is finer, but never finer than 2^-60 of the largest magnitude: the cap, which
+// binds from about 16 moduli) and the final rounding; more moduli, more bits.
 // A result in the subnormal range may be rounded twice (the integer rounding, then ldexp).
 //
 // ---------------------------------------------------------------------------------------------
@@ -182,7 +185,8 @@ struct RowSize {
         }
         for (; k < K; k += step) add((double)x[(i64)k * sk]);
     }
-    // Takes in another part of the same row.
+    // Takes in another part of the same row (s, anchor, mx and bad only: add no elements
+    // after a merge, inv and cap are left as they were).
     OZ_DEV void merge(double omx, double os, int oanchor, int obad) {
         const int a = max(anchor, oanchor);
         s = scale_t(s, 2 * (anchor - a)) + scale_t(os, 2 * (oanchor - a));

@@ -217,9 +217,10 @@ pub fn scaling_bits(count: usize, k: usize) -> (i32, i32) {
 }
 
 /// The bound on the squared 2-norm of a scaled row, for rows the kernels scale by their norm
-/// rather than their largest magnitude (`ozaki_scale_*`'s `bound`): the largest `B` with
-/// `(√B · (1 + 2^-30) + √k / 2)² < M / 4` (rounding a row to integers adds at most `√k / 2`
-/// to its norm; the factor leaves room for the rounding of the sums of squares). Then any two
+/// rather than their largest magnitude (`ozaki_scale_*`'s `bound`): `B` with
+/// `√B = √(M/4) · (1 − 2^-30) − √k / 2`, so that `(√B · (1 + 2^-31) + √k / 2)² < M / 4`
+/// (rounding a row to integers adds at most `√k / 2` to its norm; the factor leaves room
+/// for the rounding of the sums of squares, below 2^-36 at k = 65 536). Then any two
 /// rows with `|x|² ≤ B`, or scaled by [`scaling_bits`], have integer products below `M / 4`
 /// (Cauchy–Schwarz). 0, scaling by the largest magnitude alone, where `count` gives fewer
 /// than 8 bits for `k`.
@@ -233,8 +234,13 @@ pub fn norm_bound(count: usize, k: usize) -> f64 {
     root * root
 }
 
-/// A row's size as `ozaki_scale_*` gathers it (`oz::RowSize`, step for step): its largest
-/// magnitude, whether it holds Inf or NaN, and its squared norm `s · 4^anchor`.
+/// A row's size as `ozaki_scale_*` gathers it (`oz::RowSize`, step for step, but for the order
+/// of the sum of squares: the kernel's threads each take every 32nd element and their sums
+/// are merged): its largest magnitude, whether it holds Inf or NaN, and its squared norm
+/// `s · 4^anchor`. The order can move `s` by a few units in the last place, and so, for a row
+/// whose `s · 4^t` lies that close to the bound (about one row in 2^40), the shift by one
+/// between the kernel and this model, or between the two paths of the kernel (rows along the
+/// contiguous index or not): both results are then within the bound, but their bits differ.
 struct RowSize {
     mx: f64,
     s: f64,
@@ -959,6 +965,9 @@ mod tests {
             for k in [1, 2, 3, 100, 1024, 8191, 8192, 65_536] {
                 let (a, b) = scaling_bits(count, k);
                 assert!(a <= MAX_BITS && b <= MAX_BITS);
+                // Equal halves: rows scaled by their largest magnitude then have norms of at
+                // most √(k · 4^a) ≤ √(M/4), which the mixing with the norm rule needs.
+                assert_eq!(a, b, "{count} moduli, k {k}");
                 if a < 1 || b < 1 {
                     // Too few moduli for this k: `launch` refuses such products.
                     continue;
