@@ -225,19 +225,27 @@ fn operands<A: Element>(
     }
 }
 
+/// The accuracy studies' shapes: two with `quick`, else five from 256³ to 512×16384×512, and
+/// with `odd` one more of no round size.
+fn study_shapes(quick: bool, odd: bool) -> Vec<(usize, usize, usize)> {
+    if quick {
+        return vec![(512, 512, 512), (1024, 4096, 1024)];
+    }
+    let mut shapes = vec![
+        (256, 256, 256),
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (1024, 4096, 1024),
+        (512, 16384, 512),
+    ];
+    if odd {
+        shapes.push((1000, 3000, 700));
+    }
+    shapes
+}
+
 fn accuracy_study(quick: bool) -> Vec<Case> {
-    let shapes: &[(usize, usize, usize)] = if quick {
-        &[(512, 512, 512), (1024, 4096, 1024)]
-    } else {
-        &[
-            (256, 256, 256),
-            (1024, 1024, 1024),
-            (2048, 2048, 2048),
-            (1024, 4096, 1024),
-            (512, 16384, 512),
-            (1000, 3000, 700),
-        ]
-    };
+    let shapes = study_shapes(quick, true);
     println!("\n| inputs | m×k×n | fp32 | tf32x3 | tf32 | cuBLAS FP32 | tf32x3 / cuBLAS FP32 |");
     println!("|---|---|---|---|---|---|---|");
     let mut cases = Vec::new();
@@ -279,17 +287,7 @@ fn accuracy_study(quick: bool) -> Vec<Case> {
 }
 
 fn f64_study(quick: bool) -> Vec<Case> {
-    let shapes: &[(usize, usize, usize)] = if quick {
-        &[(512, 512, 512), (1024, 4096, 1024)]
-    } else {
-        &[
-            (256, 256, 256),
-            (1024, 1024, 1024),
-            (2048, 2048, 2048),
-            (1024, 4096, 1024),
-            (512, 16384, 512),
-        ]
-    };
+    let shapes = study_shapes(quick, false);
     println!("\n| inputs | m×k×n | native | ozaki auto (moduli) | auto−1 | auto+1 | cuBLAS DGEMM | ozaki auto / cuBLAS |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut cases = Vec::new();
