@@ -20,7 +20,7 @@
 //      2^61, written as their balanced residues (in [-m/2, m/2)) modulo each modulus m_l into
 //      K-major int8 panels P[l] of Rp x Kp bytes in the GEMM's tiles (see PANELS; zero
 //      padding; FLAG rows are zero).
-//   3. ozaki_gemm: for every modulus l (blockIdx.z), the exact int32 product of the residue
+//   3. ozaki_gemm: for every modulus l, the exact int32 product of the residue
 //      panels (|sum| <= K * 2^14 <= 2^30 for K <= 65536), reduced modulo m_l into the byte
 //      matrix R[l][M][N] (row-major, residues in [0, m_l)).
 //   4. ozaki_rebuild_*: C'_ij = the integer congruent to the residues R[l]_ij modulo
@@ -41,6 +41,7 @@
 // LAUNCH TABLE  (block = blockDim, smem = dynamic shared memory bytes)
 // ---------------------------------------------------------------------------------------------
 // @launch ozaki_gemm tile=192x256 block=384 smem=230464 bk=128 minsm=90
+// @launch ozaki_gemm_mma tile=128x128 block=256 smem=98432 bk=128 minsm=80
 //
 // ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, double bound,
 //      int* E): element (r, k) of the R x K operand at X[r*sr + k*sk]; grid (ceil(R/32), y):
@@ -55,10 +56,17 @@
 //      int Kp, unsigned char* R, Consts c, int pair_m): PA, PB the panels of step 2 for X
 //      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a multiple of 128, 16-byte aligned);
 //      clusters of two blocks (compiled in): pair_m != 0 pairs tile rows (Mp a multiple of
-//      384 and Np of 256; grid x = 2 * ceil(ceil(M/192) / 2) * ceil(N/256)), else tile
-//      columns (Mp a multiple of 192 and Np of 512; grid x = 2 * ceil(M/192) *
-//      ceil(ceil(N/256) / 2)); grid (x, 1, c.count); writes R[l][M][N] whole. The host MUST
-//      raise the dynamic shared memory limit to the table's smem first.
+//      384 and Np of 256), else tile columns (Mp a multiple of 192 and Np of 512); the
+//      units of work are the pairs of tiles of every layer, (Mp/192) * (Np/256) / 2 *
+//      c.count; grid (2 * clusters, 1, 1), any number of clusters (each loops over every
+//      clusters-th unit; one more than can be resident at once leaves it idle until one
+//      finishes); writes R[l][M][N] whole. The host MUST raise the dynamic shared memory
+//      limit to the table's smem first.
+// ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
+//      int Kp, unsigned char* R, Consts c): the INT8 GEMM on mma.sync (sm_80 on), from
+//      panels in tiles of 128 rows (TM = 128 for X and Y; Mp, Np multiples of 128); grid
+//      ((Mp/128) * (Np/128), 1, c.count), one block per tile and layer; writes R[l][M][N]
+//      whole. The host MUST raise the dynamic shared memory limit to the table's smem first.
 // ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
 //      i64 bsk, Consts c): C (M x N at ldc) from step 3 (the entry of the fewest moduli
@@ -81,23 +89,18 @@
 // tile rows (pair_m) or X's when adjacent tile columns: each block copies half of it to both
 // blocks' shared memory at once (multicast), so the pair reads it from L2 once; this takes a
 // quarter off the L2 traffic, which the INT8 tensor cores otherwise outrun. Warp 0 issues
-// the copies, refilling a stage as soon as both blocks have released it.
+// the copies, refilling a stage as soon as both blocks have released it. The grid is
+// persistent (as many clusters as fit at once): each cluster loops over pairs of tiles of
+// every layer, and the copies run ahead across them, so a tile's epilogue overlaps the next
+// one's first copies, and no block waits to be launched.
 #include "common.cuh"
 
 #define OZ_DEV __device__ __forceinline__
 
-#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
 namespace oz {
 
 constexpr int MAX_MODULI = 18, PAIRS = MAX_MODULI / 2, LIMBS = 5;
-constexpr int WGS = 3;                                  // consumer warpgroups, 64 rows each
-constexpr int BM = 64 * WGS, BN = 256, BK = 128, NT = 128 * WGS;  // BK: int8 elements = bytes
-constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
-constexpr int STAGE = PANEL_A + PANEL_B;
-constexpr int STAGES = 4;
-constexpr int SMEM_BYTES = STAGES * STAGE + 1024 + 64;  // + alignment slack, 8 mbarriers
-static_assert(SMEM_BYTES == 230464, "keep the @launch line in sync");
+constexpr int BK = 128;  // the panels' K tile: int8 elements = bytes
 constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
 
 // The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
@@ -343,6 +346,44 @@ OZ_DEV unsigned smem_u32(const void* p) {
                  : "l"(p));
     return r;
 }
+
+// The modulus of layer z and its umod constant.
+OZ_DEV void modulus(const Consts& c, int z, unsigned& m, unsigned long long& mg) {
+    m = 256;
+    mg = 1ull << 32;
+#pragma unroll
+    for (int l = 0; l < MAX_MODULI; ++l)
+        if (l == z) {
+            m = c.moduli[l];
+            mg = c.magic[l];
+        }
+}
+
+// Stores the residues x0, x1 of columns col, col + 1 of a row of R (at rrow, N columns):
+// one 2-byte store where the pair is whole and aligned (`even`: rrow is).
+OZ_DEV void store_pair(unsigned char* rrow, int col, int N, bool even, unsigned x0, unsigned x1) {
+    if (even && col + 1 < N) {
+        *reinterpret_cast<unsigned short*>(rrow + col) = (unsigned short)(x0 | (x1 << 8));
+    } else {
+        if (col < N) rrow[col] = (unsigned char)x0;
+        if (col + 1 < N) rrow[col + 1] = (unsigned char)x1;
+    }
+}
+
+// |acc| <= 2^30 (see the scheme); adding the multiple of m just above 2^30 makes it a
+// non-negative x < 2^31 + 2^8 for umod.
+OZ_DEV unsigned acc_offset(unsigned m) { return (0x40000000u + m - 1) / m * m; }
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ---- The warpgroup GEMM (sm_90a) ----
+constexpr int WGS = 3;                                  // consumer warpgroups, 64 rows each
+constexpr int BM = 64 * WGS, BN = 256, NT = 128 * WGS;
+constexpr int PANEL_A = BM * BK, PANEL_B = BN * BK;     // bytes of one stage's tiles
+constexpr int STAGE = PANEL_A + PANEL_B;
+constexpr int STAGES = 4;
+constexpr int SMEM_BYTES = STAGES * STAGE + 1024 + 64;  // + alignment slack, 8 mbarriers
+static_assert(SMEM_BYTES == 230464, "keep the @launch line in sync");
+
 OZ_DEV void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -464,28 +505,40 @@ OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long
         : "l"(da), "l"(db));
 }
 
-// The block's tile (m0, n0): the cluster's pair of tiles in grouped order (8 tile rows share
-// their Y panels in L2), this block's one of the two by its rank in the cluster.
-OZ_DEV void tile_origin(int M, int N, int pair_m, unsigned rank, int& m0, int& n0) {
-    constexpr long long GROUP_M = 8;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x >> 1;  // the pair
+// Tile pair `id` of a layer (the cluster's two tiles) in grouped order (8 tile rows share
+// their Y panels in L2), and this block's tile (m0, n0) of the two by its rank in the cluster.
+OZ_DEV void tile_origin(int M, int N, int pair_m, unsigned rank, int id, int& m0, int& n0) {
+    constexpr int GROUP_M = 8;
+    const int tiles_m = (M - 1) / BM + 1;
+    const int tiles_n = (N - 1) / BN + 1;
     // Pairs of tile rows (each pair a unit of the grouped order, 4 to a group), or of
     // tile columns.
-    const long long units_m = pair_m ? (tiles_m + 1) / 2 : tiles_m;
-    const long long units_n = pair_m ? tiles_n : (tiles_n + 1) / 2;
-    const long long group = pair_m ? GROUP_M / 2 : GROUP_M;
-    const long long group_size = group * units_n;
-    const long long first_m = (id / group_size) * group;
-    const long long gm = (units_m - first_m) < group ? (units_m - first_m) : group;
-    const long long in_group = id % group_size;
-    const long long um = first_m + in_group % gm, un = in_group / gm;
-    m0 = (int)((pair_m ? 2 * um + rank : um) * BM);
-    n0 = (int)((pair_m ? un : 2 * un + rank) * BN);
+    const int units_m = pair_m ? (tiles_m + 1) / 2 : tiles_m;
+    const int units_n = pair_m ? tiles_n : (tiles_n + 1) / 2;
+    const int group = pair_m ? GROUP_M / 2 : GROUP_M;
+    const int group_size = group * units_n;
+    const int first_m = (id / group_size) * group;
+    const int gm = min(units_m - first_m, group);
+    const int in_group = id % group_size;
+    const int um = first_m + in_group % gm, un = in_group / gm;
+    m0 = (pair_m ? 2 * um + (int)rank : um) * BM;
+    n0 = (pair_m ? un : 2 * un + (int)rank) * BN;
 }
 
-// The block's 192 x 256 tile of R[l] (l = blockIdx.z) from the residue panels of modulus l.
+// Work unit u of the GEMM: a pair of tiles of one layer, u = layer * pairs + pair. This
+// block's tile of it: its layer z and origin (m0, n0).
+struct Unit {
+    int z, m0, n0;
+    OZ_DEV Unit(int u, int pairs, int M, int N, int pair_m, unsigned rank) {
+        z = u / pairs;
+        tile_origin(M, N, pair_m, rank, u - z * pairs, m0, n0);
+    }
+};
+
+// Every unit u = cluster, cluster + clusters, ... (clusters = gridDim.x / 2): the block's
+// 192 x 256 tile of R[z] from the residue panels of modulus z. One K step is one 128-wide K
+// tile of both operands; the copies run STAGES steps ahead of the products across units, so
+// the next unit's first tiles arrive during a unit's epilogue.
 OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
                  const signed char* __restrict__ PB, int Mp, int Np, int Kp,
                  unsigned char* __restrict__ R, const Consts& c, int pair_m) {
@@ -498,23 +551,11 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (STAGES + st); };
 
-    const int z = blockIdx.z;
-    unsigned m = 256;
-    unsigned long long mg = 1ull << 32;
-#pragma unroll
-    for (int l = 0; l < MAX_MODULI; ++l)
-        if (l == z) {
-            m = c.moduli[l];
-            mg = c.magic[l];
-        }
-    PA += (i64)z * Mp * Kp;
-    PB += (i64)z * Np * Kp;
-    R += (i64)z * M * N;
-
     const unsigned rank = cluster_rank();
-    int m0, n0;
-    tile_origin(M, N, pair_m, rank, m0, n0);
-    const int tiles = Kp / BK;
+    const int tiles = Kp / BK;  // K steps of a unit
+    const int pairs = (Mp / BM) * (Np / BN) / 2;
+    const int units = pairs * c.count;
+    const int first = blockIdx.x >> 1, stride = gridDim.x >> 1;
     const int tid = threadIdx.x;
 
     if (tid == 0) {
@@ -529,17 +570,27 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     cluster_arrive();
     cluster_wait();
 
-    // This block's operand tiles for K tile kt: X's (m0 / 192, kt) and Y's (n0 / 256, kt), each
-    // one contiguous block (PANELS). The shared one comes half from each block, to both.
-    // Lane 0 of warp 0 copies (the whole warp runs the code, see the helpers).
+    // The copies (warp 0's cursor): the next step's unit lu and K tile lk, and where that
+    // unit's operand tiles start: X's tile row (m0 / 192) and Y's (n0 / 256) of layer z, each
+    // K tile one contiguous block (PANELS). The shared tile comes half from each block, to
+    // both. Lane 0 of warp 0 copies (the whole warp runs the code, see the helpers).
     const int lane = tid & 31;
-    const signed char* a_src = PA + (i64)(m0 / BM) * tiles * PANEL_A;
-    const signed char* b_src = PB + (i64)(n0 / BN) * tiles * PANEL_B;
-    auto load = [&](int st, int kt) {
+    int lu = first, lk = 0;
+    const signed char *la = PA, *lb = PB;
+    auto locate = [&]() {
+        if (lu < units) {
+            const Unit t(lu, pairs, M, N, pair_m, rank);
+            la = PA + ((i64)t.z * Mp + t.m0) * Kp;  // = tile row m0/192 of layer z
+            lb = PB + ((i64)t.z * Np + t.n0) * Kp;
+        }
+    };
+    // Copies the next step into stage st, if any is left.
+    auto load_next = [&](int st) {
+        if (lu >= units) return;
         const unsigned dst = base + st * STAGE, bar = full(st), pred = lane == 0;
         mbar_arrive_expect(bar, STAGE, pred);
-        const signed char* a = a_src + (i64)kt * PANEL_A;
-        const signed char* b = b_src + (i64)kt * PANEL_B;
+        const signed char* a = la + (i64)lk * PANEL_A;
+        const signed char* b = lb + (i64)lk * PANEL_B;
         if (pair_m) {
             bulk_copy(dst, a, PANEL_A, bar, pred);
             const int h = rank * (PANEL_B / 2);
@@ -549,70 +600,226 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
             const int h = rank * (PANEL_A / 2);
             bulk_copy_both(dst + h, a + h, PANEL_A / 2, bar, pred);
         }
+        if (++lk == tiles) {
+            lk = 0;
+            lu += stride;
+            locate();
+        }
+    };
+    // Step q's products are done: each warp releases its stage in both blocks, and warp 0
+    // refills it (with step q + STAGES) once every warp of the two has.
+    auto release = [&](unsigned q) {
+        const int ps = q % STAGES;
+        mbar_arrive_at(empty(ps), 0, lane == 0);
+        mbar_arrive_at(empty(ps), 1, lane == 0);
+        if (tid < 32 && lu < units) {
+            mbar_wait(empty(ps), (q / STAGES) & 1);
+            load_next(ps);
+        }
     };
 
-    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
-    int acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0;
-
-    if (tid < 32)
-        for (int st = 0; st < STAGES && st < tiles; ++st) load(st, st);
-    for (int i = 0; i < tiles; ++i) {
-        const int st = i % STAGES;
-        mbar_wait(full(st), (i / STAGES) & 1);
-        const unsigned a_t = base + st * STAGE + wg * 64 * 128, b_t = base + st * STAGE + PANEL_A;
-        wg_fence();
-        fence_regs(acc);
-#pragma unroll
-        for (int k = 0; k < BK / 32; ++k) wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
-        wg_commit();
-        // Tile i - 1's products are done: each warp releases its stage in both blocks, and
-        // warp 0 refills it once every warp of the two has.
-        wg_wait<1>();
-        fence_regs(acc);
-        if (i > 0) {
-            const int ps = (i - 1) % STAGES;
-            mbar_arrive_at(empty(ps), 0, lane == 0);
-            mbar_arrive_at(empty(ps), 1, lane == 0);
-            if (tid < 32 && i - 1 + STAGES < tiles) {
-                mbar_wait(empty(ps), ((i - 1) / STAGES) & 1);
-                load(ps, i - 1 + STAGES);
-            }
-        }
+    if (tid < 32) {
+        locate();
+        for (int st = 0; st < STAGES; ++st) load_next(st);
     }
-    wg_wait<0>();
-    fence_regs(acc);
-    // No more arrivals on the other block's barriers from this one.
-    cluster_arrive();
 
-    // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
-    // 8*q + 2*t + j % 2, within this warpgroup's 64 rows. |acc| <= 2^30; adding a multiple of
-    // m just above 2^30 makes it a non-negative x < 2^31 + 2^8 for umod.
-    const unsigned off = (0x40000000u + m - 1) / m * m;
+    const int wg = tid >> 7;  // rows 64*wg .. 64*wg + 63 of the tile
     const int warp = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
+    unsigned q = 0;  // K steps this block has consumed
+    bool arrived = false;
+    for (int u = first; u < units; u += stride) {
+        const Unit unit(u, pairs, M, N, pair_m, rank);
+        int acc[NACC];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
-        if (row >= M) continue;
-        unsigned char* rrow = R + (i64)row * N;
-        const bool pairs = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+        for (int i = 0; i < NACC; ++i) acc[i] = 0;
+        for (int i = 0; i < tiles; ++i, ++q) {
+            const int st = q % STAGES;
+            mbar_wait(full(st), (q / STAGES) & 1);
+            const unsigned a_t = base + st * STAGE + wg * 64 * 128, b_t = base + st * STAGE + PANEL_A;
+            wg_fence();
+            fence_regs(acc);
 #pragma unroll
-        for (int q = 0; q < BN / 8; ++q) {
-            const int col = n0 + 8 * q + 2 * t;
-            const unsigned x0 = umod((unsigned)acc[4 * q + 2 * h] + off, m, mg);
-            const unsigned x1 = umod((unsigned)acc[4 * q + 2 * h + 1] + off, m, mg);
-            if (pairs && col + 1 < N) {
-                *reinterpret_cast<unsigned short*>(rrow + col) = (unsigned short)(x0 | (x1 << 8));
-            } else {
-                if (col < N) rrow[col] = (unsigned char)x0;
-                if (col + 1 < N) rrow[col + 1] = (unsigned char)x1;
-            }
+            for (int k = 0; k < BK / 32; ++k)
+                wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
+            wg_commit();
+            // Step q - 1's products are done.
+            wg_wait<1>();
+            fence_regs(acc);
+            if (i > 0) release(q - 1);
+        }
+        wg_wait<0>();
+        fence_regs(acc);
+        release(q - 1);
+        if (u + stride >= units) {
+            // No more arrivals on the other block's barriers from this one.
+            cluster_arrive();
+            arrived = true;
+        }
+
+        // Epilogue. Accumulator i of n8 block j: row 16*warp + g (+8 for i % 4 >= 2), column
+        // 8*j + 2*t + i % 2, within this warpgroup's 64 rows.
+        unsigned m;
+        unsigned long long mg;
+        modulus(c, unit.z, m, mg);
+        const unsigned off = acc_offset(m);
+        unsigned char* rz = R + (i64)unit.z * M * N;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
+            if (row >= M) continue;
+            unsigned char* rrow = rz + (i64)row * N;
+            const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+                store_pair(rrow, unit.n0 + 8 * j + 2 * t, N, even,
+                           umod((unsigned)acc[4 * j + 2 * h] + off, m, mg),
+                           umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg));
         }
     }
+    if (!arrived) cluster_arrive();
     // Stay until the other block has made its last arrival here.
     cluster_wait();
+}
+
+#endif  // sm_90a
+
+// ---- The mma.sync GEMM (sm_80 on) ----
+// Block tile 128 x 128 from panels in tiles of 128 rows (PANELS, TM = 128 for both), eight
+// warps of 64 x 32 (two down, four across), mma.sync.m16n8k32 with s8 operands read from
+// shared memory by ldmatrix (the panels' 128-byte swizzle keeps its eight rows of 16 bytes in
+// distinct banks), K tiles of 128 bytes copied by cp.async into MMA_STAGES stages.
+constexpr int MMA_BM = 128, MMA_BN = 128, MMA_NT = 256, MMA_STAGES = 3;
+constexpr int MMA_PANEL_A = MMA_BM * BK, MMA_PANEL_B = MMA_BN * BK;
+constexpr int MMA_STAGE = MMA_PANEL_A + MMA_PANEL_B;
+constexpr int MMA_SMEM_BYTES = MMA_STAGES * MMA_STAGE + 128;  // + alignment slack
+static_assert(MMA_SMEM_BYTES == 98432, "keep the @launch line in sync");
+
+OZ_DEV void cp_async16(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+OZ_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+OZ_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+OZ_DEV void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+// D(16 x 8, s32) += A(16 x 32, s8, row-major) * B(32 x 8, s8, column-major).
+OZ_DEV void mma_s8(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The block's 128 x 128 tile of R[z] (z = blockIdx.z), tiles in grouped order (8 tile rows
+// share their Y panels in L2) on blockIdx.x.
+OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
+                     const signed char* __restrict__ PB, int Mp, int Np, int Kp,
+                     unsigned char* __restrict__ R, const Consts& c) {
+    extern __shared__ unsigned char oz_smem[];
+    const unsigned base = (smem_u32(oz_smem) + 127u) & ~127u;
+    const int z = blockIdx.z;
+    const int tiles_m = Mp / MMA_BM, tiles_n = Np / MMA_BN;
+    const int id = blockIdx.x, group = 8 * tiles_n;
+    const int first_m = (id / group) * 8;
+    const int gm = min(tiles_m - first_m, 8);
+    const int m0 = (first_m + (id % group) % gm) * MMA_BM, n0 = ((id % group) / gm) * MMA_BN;
+    const int ksteps = Kp / BK;
+    // Tile row m0 / 128 of X's panel z, its K tiles one after another (PANELS); Y's alike.
+    const signed char* a_src = PA + ((i64)z * Mp + m0) * Kp;
+    const signed char* b_src = PB + ((i64)z * Np + n0) * Kp;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+
+    // K tile kt of both operands into stage st, the tiles' bytes as they lie.
+    auto load = [&](int st, int kt) {
+        const unsigned dst = base + st * MMA_STAGE;
+        const signed char* a = a_src + (i64)kt * MMA_PANEL_A;
+        const signed char* b = b_src + (i64)kt * MMA_PANEL_B;
+#pragma unroll
+        for (int i = 0; i < MMA_PANEL_A / 16 / MMA_NT; ++i) {
+            const int ch = (tid + i * MMA_NT) * 16;
+            cp_async16(dst + ch, a + ch);
+            cp_async16(dst + MMA_PANEL_A + ch, b + ch);
+        }
+    };
+    int acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+#pragma unroll
+    for (int st = 0; st < MMA_STAGES - 1; ++st) {
+        if (st < ksteps) load(st, st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < ksteps; ++kt) {
+        // K tile kt has landed, and every warp is done with the stage refilled next.
+        cp_wait<MMA_STAGES - 2>();
+        __syncthreads();
+        const int next = kt + MMA_STAGES - 1;
+        if (next < ksteps) load(next % MMA_STAGES, next);
+        cp_commit();
+        const unsigned sa = base + (kt % MMA_STAGES) * MMA_STAGE, sb = sa + MMA_PANEL_A;
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            // A: rows 16i .. 16i + 15 of the warp's 64, k 32ks .. 32ks + 31 (chunks 2ks, 2ks + 1):
+            // lanes 0-15 give rows 0-15 of the low chunk, lanes 16-31 of the high one.
+            unsigned a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = wm * 64 + i * 16 + (lane & 15);
+                const int ch = 2 * ks + (lane >> 4);
+                ldsm_x4(sa + row * BK + ((ch ^ (row & 7)) << 4), a[i][0], a[i][1], a[i][2], a[i][3]);
+            }
+            // B: columns 16p .. 16p + 15 of the warp's 32 (two n8 blocks), both chunks.
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int row = wn * 32 + p * 16 + (lane & 7) + ((lane >> 4) << 3);
+                const int ch = 2 * ks + ((lane >> 3) & 1);
+                ldsm_x4(sb + row * BK + ((ch ^ (row & 7)) << 4), b[2 * p][0], b[2 * p][1],
+                        b[2 * p + 1][0], b[2 * p + 1][1]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma_s8(acc[i][j], a[i], b[j][0], b[j][1]);
+        }
+    }
+    cp_wait<0>();
+
+    // Epilogue. acc[i][j][e]: row 16i + g (+8 for e >= 2) of the warp's 64, column
+    // 8j + 2t + e % 2 of its 32.
+    unsigned m;
+    unsigned long long mg;
+    modulus(c, z, m, mg);
+    const unsigned off = acc_offset(m);
+    const int g = lane >> 2, t = lane & 3;
+    unsigned char* rz = R + (i64)z * M * N;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
+            if (row >= M) continue;
+            unsigned char* rrow = rz + (i64)row * N;
+            const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                store_pair(rrow, n0 + wn * 32 + 8 * j + 2 * t, N, even,
+                           umod((unsigned)acc[i][j][2 * h] + off, m, mg),
+                           umod((unsigned)acc[i][j][2 * h + 1] + off, m, mg));
+        }
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
@@ -791,10 +998,17 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                   int Rp, int Kp, int TM, oz::Consts c) {
     oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, TM, c);
 }
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
                unsigned char* R, oz::Consts c, int pair_m) {
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c, pair_m);
+}
+#endif
+extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
+    ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
+                   int Kp, unsigned char* R, oz::Consts c) {
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, R, c);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \
@@ -810,5 +1024,3 @@ OZ_REBUILD(ozaki_rebuild16_d, double, 8, 4, 5, 4)
 OZ_REBUILD(ozaki_rebuild16_s, float, 8, 4, 5, 3)
 OZ_REBUILD(ozaki_rebuild18_d, double, 9, 5, 6, 1)
 OZ_REBUILD(ozaki_rebuild18_s, float, 9, 5, 6, 1)
-
-#endif

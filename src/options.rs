@@ -219,7 +219,8 @@ pub enum Precision {
     /// One tensor-core product of the factors rounded to TF32 (10 mantissa bits, a relative
     /// error near 2⁻¹¹ per factor): fastest, least accurate. Never chosen unless asked for.
     Tf32,
-    /// Ozaki scheme II on the INT8 tensor cores (compute capability 9.0; `f64` and `f32`):
+    /// Ozaki scheme II on the INT8 tensor cores (compute capability 8.0 on, Hopper's
+    /// warpgroup instructions on 9.0; `f64` and `f32`):
     /// each row of op(A) and column of op(B) scaled by a power of two and rounded to
     /// integers, the integer product recovered exactly from its residues modulo `moduli`
     /// small coprime moduli (one exact INT8 GEMM each) by the Chinese remainder theorem, and

@@ -125,7 +125,7 @@ impl fmt::Display for Route {
                 match precision_unavailable {
                     Some(asked @ Precision::Ozaki { .. }) => write!(
                         f,
-                        "native ({asked} needs compute capability 9.0, a register-blocked \
+                        "native ({asked} needs compute capability 8.0, a register-blocked \
                          kernel, a matrix-matrix product with k ≤ 65 536, enough moduli for \
                          k and room for its workspace), "
                     )?,

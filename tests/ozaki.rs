@@ -3,7 +3,8 @@
 //! rectangular shapes, every operand layout, explicit and automatic moduli, batches and
 //! device matrices; accuracy against a compensated reference beside the native product; Inf
 //! and NaN as the native product gives them; the fallback where it cannot run. Parsing runs
-//! anywhere; the rest needs a device of compute capability 9.0.
+//! anywhere; the rest needs a device of compute capability 8.0 or more (9.0 for the
+//! warpgroup GEMM; a test pretends 8.0 for the mma.sync one).
 
 mod common;
 
@@ -87,8 +88,7 @@ fn same_bits(got: &Array2<f64>, want: &Array2<f64>, what: &str) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn f64_products_equal_the_exact_model_bit_for_bit() {
-    let mut rng = rng();
-    let shapes = [
+    products_equal_the_model(&[
         (2, 3, 2),
         (37, 129, 53),
         (128, 128, 256),
@@ -97,8 +97,68 @@ fn f64_products_equal_the_exact_model_bit_for_bit() {
         (64, 4097, 70),
         (700, 96, 900),
         (150, 200, 400),
-    ];
-    for &(m, k, n) in &shapes {
+    ]);
+}
+
+/// On a device that pretends to be an sm_80 (no warpgroup instructions), the mma.sync INT8
+/// GEMM runs the products: bit for bit the model's, as the warpgroup GEMM's are. (Other tests
+/// of this binary that run meanwhile may run it too; both GEMMs are exact, so their answers
+/// are the same bits.)
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_mma_sync_gemm_serves_devices_before_hopper_bit_for_bit() {
+    // f32 products and a batch, first on the device's own GEMM.
+    let mut rng = rng();
+    let a32 = uniform(&mut rng, 257, 1000).mapv(|x| x as f32);
+    let b32 = uniform(&mut rng, 1000, 130).mapv(|x| x as f32);
+    let opts = options(Precision::OZAKI);
+    let own = a32.gpu_dot_with(&b32, &opts).unwrap();
+    let batch_a = Array3::from_shape_simple_fn((3, 130, 200), || rng.random_range(-1.0..1.0));
+    let batch_b = Array3::from_shape_simple_fn((3, 200, 140), || rng.random_range(-1.0..1.0));
+    gpu_dot::__testing::pretend_compute_capability(Some(80));
+    let result = std::panic::catch_unwind(|| {
+        let p = a32.gpu_dot_with(&b32, &opts).unwrap();
+        assert_eq!(moduli_of(&p.route), moduli_of(&own.route));
+        assert!(
+            p.c.iter()
+                .zip(own.c.iter())
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "f32: the two GEMMs differ"
+        );
+        let p = batch_a.gpu_dot_with(&batch_b, &opts).unwrap();
+        let moduli = moduli_of(&p.route);
+        for z in 0..3 {
+            let want = model(
+                &batch_a.slice(s![z, .., ..]),
+                &batch_b.slice(s![z, .., ..]),
+                moduli,
+            );
+            same_bits(
+                &p.c.slice(s![z, .., ..]).to_owned(),
+                &want,
+                &format!("item {z}"),
+            );
+        }
+        products_equal_the_model(&[
+            (2, 3, 2),
+            (37, 129, 53),
+            (128, 128, 128),
+            (129, 257, 255),
+            (300, 1000, 517),
+            (64, 4097, 70),
+            (700, 96, 900),
+        ]);
+        wide_products_equal_the_model(&[(150, 700, 300), (33, 20_000, 40)]);
+    });
+    gpu_dot::__testing::pretend_compute_capability(None);
+    result.unwrap();
+}
+
+/// Uniform inputs of each shape, in every layout and a strided view, with the automatic
+/// count of moduli, 8 and (smaller shapes) 17: the model's results bit for bit.
+fn products_equal_the_model(shapes: &[(usize, usize, usize)]) {
+    let mut rng = rng();
+    for &(m, k, n) in shapes {
         let a = uniform(&mut rng, m, k);
         let b = uniform(&mut rng, k, n);
         let a_f = a.t().as_standard_layout().reversed_axes().to_owned();
@@ -148,8 +208,12 @@ fn f64_products_equal_the_exact_model_bit_for_bit() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn wide_range_products_equal_the_exact_model_bit_for_bit() {
+    wide_products_equal_the_model(&[(150, 700, 300), (64, 4097, 70), (33, 20_000, 40)]);
+}
+
+fn wide_products_equal_the_model(shapes: &[(usize, usize, usize)]) {
     let mut rng = rng();
-    for &(m, k, n) in &[(150, 700, 300), (64, 4097, 70), (33, 20_000, 40)] {
+    for &(m, k, n) in shapes {
         let mut a = wide(&mut rng, m, k, 30);
         let mut b = wide(&mut rng, k, n, 30);
         a.row_mut(m / 2).mapv_inplace(|x| x * 2f64.powi(-600));

@@ -280,6 +280,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuModuleUnload",
     "cuFuncSetAttribute",
     "cuLaunchKernel",
+    "cuOccupancyMaxActiveClusters",
     "cuGetErrorName",
     "cuGetErrorString",
 ];

@@ -834,10 +834,10 @@ pub(crate) fn launch_batched<T: Element>(
         return Ok((None, Precision::Fp32));
     }
     let dtype = T::DTYPE;
-    // Matrix-matrix items on sm_90 only: a single product with one row or column runs the
-    // native GEMV, and an item of a batch gives the same bits; elsewhere the whole batch runs
-    // natively in one launch.
-    let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() == 90;
+    // Matrix-matrix items from sm_80 on only: a single product with one row or column runs
+    // the native GEMV, and an item of a batch gives the same bits; elsewhere the whole batch
+    // runs natively in one launch.
+    let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() >= 80;
     if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
         // One product after another, sharing one workspace; an item the Ozaki kernels cannot
         // run (and so every item: they share shape and device) runs natively.

@@ -15,7 +15,9 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::launch::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
-use crate::engine::table::{Family, OZAKI_GEMM_TILE};
+use crate::engine::table::{
+    Family, OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE,
+};
 use crate::error::GpuDotError;
 use crate::options::Precision;
 
@@ -328,7 +330,7 @@ pub(crate) fn moduli_for(dtype: Dtype, moduli: u8, k: usize) -> usize {
 
 /// Why [`launch`] launched nothing, or failed.
 pub(crate) enum OzError {
-    /// The product cannot run this way here (not compute capability 9.0, k above
+    /// The product cannot run this way here (compute capability below 8.0, k above
     /// [`MAX_K`], no room for the workspace, or the family does not build): nothing was
     /// enqueued, and the native kernels run it.
     Unavailable,
@@ -361,10 +363,45 @@ fn pairing(m: usize, n: usize) -> (bool, usize, usize) {
     }
 }
 
-/// Bytes of the workspace of an `m × k × n` product on `count` moduli, and the sections'
-/// offsets: (total, [EA, EB, PA, PB, R]).
-fn workspace(count: usize, (m, k, n): (usize, usize, usize)) -> (usize, [usize; 5]) {
-    let (_, mp, np) = pairing(m, n);
+/// The INT8 GEMM that runs a product: the warpgroup one (sm_90a), its clusters pairing tile
+/// rows or tile columns, or the mma.sync one (sm_80 on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gemm {
+    Wg { pair_m: bool },
+    Mma,
+}
+
+impl Gemm {
+    /// The GEMM for an `m × n` result on a device of compute capability `sm` (≥ 80).
+    fn of(sm: u32, m: usize, n: usize) -> Gemm {
+        if sm == 90 {
+            Gemm::Wg {
+                pair_m: pairing(m, n).0,
+            }
+        } else {
+            Gemm::Mma
+        }
+    }
+
+    /// The rows of the panels' tiles (X's, Y's) and the panels' padded extents `(Mp, Np)`.
+    fn panels(self, m: usize, n: usize) -> ((usize, usize), (usize, usize)) {
+        match self {
+            Gemm::Wg { .. } => {
+                let (_, mp, np) = pairing(m, n);
+                (GEMM_TILE, (mp, np))
+            }
+            Gemm::Mma => {
+                let t = OZAKI_GEMM_MMA_TILE.0;
+                (t, (m.next_multiple_of(t.0), n.next_multiple_of(t.1)))
+            }
+        }
+    }
+}
+
+/// Bytes of the workspace of an `m × k × n` product on `count` moduli by `gemm`, and the
+/// sections' offsets: (total, [EA, EB, PA, PB, R]).
+fn workspace(count: usize, (m, k, n): (usize, usize, usize), gemm: Gemm) -> (usize, [usize; 5]) {
+    let (_, (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
     let sizes = [
         4 * mp,
@@ -393,7 +430,8 @@ pub(crate) fn launch<T: Element>(
     ws: &mut Option<DevBuf>,
 ) -> Result<Precision, OzError> {
     let (m, k, n) = args.dims();
-    if gpu.kernel_sm() != 90 || k > MAX_K {
+    let sm = gpu.kernel_sm();
+    if sm < 80 || k > MAX_K {
         return Err(OzError::Unavailable);
     }
     let count = moduli_for(T::DTYPE, moduli, k);
@@ -403,7 +441,8 @@ pub(crate) fn launch<T: Element>(
     }
     let bound = norm_bound(count, k);
     let consts = Consts::cached(count);
-    let (pair_m, mp, np) = pairing(m, n);
+    let gemm_kind = Gemm::of(sm, m, n);
+    let (tile_rows, (mp, np)) = gemm_kind.panels(m, n);
     let kp = k.next_multiple_of(128);
     // Padded extents past `int`: the native kernels, which need no padding, may still run it.
     check_dims(mp, kp, np).map_err(|_| OzError::Unavailable)?;
@@ -419,7 +458,10 @@ pub(crate) fn launch<T: Element>(
     };
     let scale = function(&format!("ozaki_scale_{suffix}"))?;
     let split = function(&format!("ozaki_split_{suffix}"))?;
-    let gemm = function("ozaki_gemm")?;
+    let gemm = function(match gemm_kind {
+        Gemm::Wg { .. } => OZAKI_GEMM.0,
+        Gemm::Mma => OZAKI_GEMM_MMA.0,
+    })?;
     // The reconstruction for the fewest moduli that covers `count` (its limbs fit them).
     let upto = match count {
         0..=8 => 8,
@@ -427,7 +469,7 @@ pub(crate) fn launch<T: Element>(
         _ => 18,
     };
     let rebuild = function(&format!("ozaki_rebuild{upto}_{suffix}"))?;
-    let (total, at) = workspace(count, (m, k, n));
+    let (total, at) = workspace(count, (m, k, n), gemm_kind);
     let work =
         scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
     let base = work.addr(stream);
@@ -444,8 +486,8 @@ pub(crate) fn launch<T: Element>(
     let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, kp as i32);
     // Scales, then residue panels, of op(A) (m × k) and op(B)ᵀ (n × k).
     for (rows, rows_p, tile_rows, x, (sr, sk), e, p, bits) in [
-        (mi, mp, GEMM_TILE.0 as i32, a_buf, a_strides, ea, pa, bits_a),
-        (ni, np, GEMM_TILE.1 as i32, b_buf, b_strides, eb, pb, bits_b),
+        (mi, mp, tile_rows.0 as i32, a_buf, a_strides, ea, pa, bits_a),
+        (ni, np, tile_rows.1 as i32, b_buf, b_strides, eb, pb, bits_b),
     ] {
         // Rows along the contiguous index: one block of 32 × 32 threads per 32 rows; else a
         // warp per row.
@@ -500,44 +542,100 @@ pub(crate) fn launch<T: Element>(
         // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
         // const int* E, signed char* P, int Rp, int Kp, int TM, Consts c)`; X as for the
         // scaling, whose E (R ints) the launch before it on this stream wrote; P is the
-        // workspace's section of count·Rp·Kp bytes, written whole (Rp a multiple of the GEMM
-        // tile's rows TM, 192 or 256, themselves multiples of 32); grid x = Kp/64, grid
+        // workspace's section of count·Rp·Kp bytes, written whole (Rp a multiple of the GEMM's
+        // tile rows TM: 192 or 256, or 128 for the mma.sync GEMM, all multiples of 32); grid
+        // x = Kp/64, grid
         // y ≤ Rp/32 with the kernel looping over the rest, block (32, 8); `Consts` matches the
         // kernel's struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    // Every block of a pair launched, the second of a pair past the result included.
-    let blocks = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1);
-    let cfg = LaunchConfig {
-        grid_dim: (grid_x(blocks).map_err(OzError::Gpu)?, 1, count as u32),
-        block_dim: (GEMM_THREADS, 1, 1),
-        shared_mem_bytes: Family::shared_bytes("ozaki_gemm").expect("a table row"),
-    };
-    let (mpi, npi, pair_mi) = (mp as i32, np as i32, pair_m as i32);
-    let mut builder = stream.launch_builder(&gemm);
-    builder
-        .arg(&mi)
-        .arg(&ni)
-        .arg(&pa)
-        .arg(&pb)
-        .arg(&mpi)
-        .arg(&npi)
-        .arg(&kpi)
-        .arg(&r)
-        .arg(&consts)
-        .arg(&pair_mi);
-    // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const signed
-    // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int pair_m)`; PA and PB
-    // are the panels the split launches before it on this stream write, in tiles of 192 and
-    // 256 rows (count·Mp·Kp and count·Np·Kp bytes at 256-byte-aligned offsets, Kp a multiple
-    // of 128); `pairing` made Mp a multiple of 384 and Np of 256 where pair_m, else Mp of 192
-    // and Np of 512, and the grid one block per 192 × 256 tile of Mp × Np, an even count (the
-    // kernel's clusters of two); R is the workspace's section of count·M·N bytes, written
-    // whole (blocks past M or N store nothing); one grid layer per modulus; 384 threads (the
-    // kernel's launch bound) and the table's dynamic shared memory, to which the function's
-    // limit was raised when the module was loaded; the kernel's instructions exist on sm_90
-    // only, checked above.
-    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+    let (mpi, npi) = (mp as i32, np as i32);
+    match gemm_kind {
+        Gemm::Wg { pair_m } => {
+            // A persistent grid: as many clusters as fit on the device at once (at most one per
+            // unit of work, a pair of tiles of one layer), each looping over its units.
+            let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * count;
+            let block_dim = (GEMM_THREADS, 1, 1);
+            let shared_mem_bytes = OZAKI_GEMM.1;
+            let fit = gemm
+                .occupancy_max_active_clusters(
+                    LaunchConfig {
+                        grid_dim: (2, 1, 1),
+                        block_dim,
+                        shared_mem_bytes,
+                    },
+                    stream,
+                )
+                .ok()
+                .filter(|&n| n > 0)
+                .map_or(gpu.info.multiprocessors.max(2) as usize / 2, |n| n as usize);
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
+                block_dim,
+                shared_mem_bytes,
+            };
+            let pair_mi = pair_m as i32;
+            let mut builder = stream.launch_builder(&gemm);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi)
+                .arg(&r)
+                .arg(&consts)
+                .arg(&pair_mi);
+            // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
+            // pair_m)`; PA and PB are the panels the split launches before it on this stream
+            // write, in tiles of 192 and 256 rows (count·Mp·Kp and count·Np·Kp bytes at
+            // 256-byte-aligned offsets, Kp a multiple of 128); `pairing` made Mp a multiple of
+            // 384 and Np of 256 where pair_m, else Mp of 192 and Np of 512, so the units
+            // (pairs of tiles of a layer) are whole; the grid an even count of blocks (the
+            // kernel's clusters of two), each cluster looping over its units; R is the
+            // workspace's section of count·M·N bytes, written whole (tiles past M or N store
+            // nothing); 384 threads (the kernel's launch bound) and the table's dynamic shared
+            // memory, to which the function's limit was raised when the module was loaded;
+            // the kernel's instructions exist on sm_90 only (`Gemm::of`).
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+        Gemm::Mma => {
+            let (tile, threads) = OZAKI_GEMM_MMA_TILE;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
+                    1,
+                    count as u32,
+                ),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: OZAKI_GEMM_MMA.1,
+            };
+            let mut builder = stream.launch_builder(&gemm);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi)
+                .arg(&r)
+                .arg(&consts);
+            // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
+            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA
+            // and PB are the panels the split launches before it on this stream write, in
+            // tiles of 128 rows (count·Mp·Kp and count·Np·Kp bytes at 256-byte-aligned
+            // offsets, Mp and Np multiples of 128, Kp of 128); one block per 128 × 128 tile of
+            // Mp × Np in x and per modulus in z; R is the workspace's section of count·M·N
+            // bytes, written whole (tiles past M or N store nothing); 256 threads (the
+            // kernel's launch bound) and the table's dynamic shared memory, to which the
+            // function's limit was raised when the module was loaded; mma.sync, ldmatrix and
+            // cp.async exist from sm_80 on, checked above.
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+    }
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(4 * 256) as u32, m.min(65_535) as u32, 1),
         block_dim: (256, 1, 1),
@@ -999,6 +1097,25 @@ mod tests {
                 assert_eq!(pairs_of % 2, 0, "{m} × {n}");
             }
         }
+    }
+
+    #[test]
+    fn the_mma_sync_gemm_serves_sm_80_to_89_in_whole_tiles_of_128() {
+        assert_eq!(Gemm::of(90, 4096, 4096), Gemm::Wg { pair_m: true });
+        assert_eq!(Gemm::of(90, 8192, 8192), Gemm::Wg { pair_m: false });
+        for sm in [80, 86, 89] {
+            assert_eq!(Gemm::of(sm, 4096, 4096), Gemm::Mma);
+        }
+        for m in [1, 127, 128, 129, 4097] {
+            for n in [1, 127, 128, 129, 4097] {
+                let (tiles, (mp, np)) = Gemm::Mma.panels(m, n);
+                assert_eq!(tiles, (128, 128));
+                assert!(mp >= m && np >= n && mp - m < 128 && np - n < 128);
+                assert!(mp % 128 == 0 && np % 128 == 0, "{m} × {n}");
+            }
+        }
+        let (_, (mp, np)) = Gemm::Wg { pair_m: true }.panels(4096, 4096);
+        assert_eq!((mp, np), (4224, 4096));
     }
 
     #[test]

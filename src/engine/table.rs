@@ -36,8 +36,8 @@ pub(crate) enum Family {
     /// SGEMM on Hopper's warpgroup tensor-core instructions (sm_90a), 3xTF32 and TF32, from
     /// K-major panels that its pack kernel makes first ([`WG`]).
     SgemmWg,
-    /// Products on the INT8 tensor cores by Ozaki scheme II (sm_90a): scaling, residue
-    /// panels, the INT8 GEMM of every modulus and the reconstruction
+    /// Products on the INT8 tensor cores by Ozaki scheme II (sm_80 on; its warpgroup GEMM on
+    /// sm_90a): scaling, residue panels, the INT8 GEMM of every modulus and the reconstruction
     /// ([`crate::engine::ozaki`]).
     Ozaki,
 }
@@ -127,7 +127,7 @@ impl Family {
     ) -> Vec<Family> {
         let fast = Family::fast(dtype);
         if let Precision::Ozaki { .. } = precision {
-            if sm == 90 && !matches!(kernel, Kernel::Naive | Kernel::Tiled16 | Kernel::Tiled32) {
+            if sm >= 80 && !matches!(kernel, Kernel::Naive | Kernel::Tiled16 | Kernel::Tiled32) {
                 // The native kernels run what the Ozaki kernels cannot (GEMVs among them).
                 return vec![Family::Ozaki, fast];
             }
@@ -165,7 +165,8 @@ impl Family {
     }
 
     /// Whether the family has entry points on a device of architecture `arch` (`sm_XY`): every
-    /// family but the warpgroup and Ozaki ones, which exist on `sm_90` alone.
+    /// family but the warpgroup one, which exists on `sm_90` alone (and the Ozaki one, from
+    /// `sm_80` on).
     pub(crate) fn has_code_for(self, arch: &str) -> bool {
         let sm = arch
             .strip_prefix("sm_")
@@ -178,8 +179,12 @@ impl Family {
     /// (`major·10 + minor`).
     pub(crate) fn entries(self, sm: u32) -> Vec<String> {
         let mut e = Vec::new();
-        if self == Family::Ozaki && sm == 90 {
+        if self == Family::Ozaki && sm >= 80 {
             e.extend(OZAKI_ENTRIES.iter().map(|s| s.to_string()));
+            e.push(OZAKI_GEMM_MMA.0.to_string());
+            if sm == 90 {
+                e.push(OZAKI_GEMM.0.to_string());
+            }
         }
         if self == Family::SgemmWg && WG.iter().any(|r| r.sm == sm) {
             e.push(WgRow::PACK.to_string());
@@ -218,7 +223,12 @@ impl Family {
             })
             .map(|r| r.smem)
             .or_else(|| WG.iter().find(|r| r.stem == entry).map(|r| r.smem))
-            .or_else(|| (entry == OZAKI_GEMM.0).then_some(OZAKI_GEMM.1))
+            .or_else(|| {
+                [OZAKI_GEMM, OZAKI_GEMM_MMA]
+                    .into_iter()
+                    .find(|g| g.0 == entry)
+                    .map(|g| g.1)
+            })
             .filter(|&smem| smem > 48 * 1024)
     }
 }
@@ -262,13 +272,13 @@ pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
     true
 }
 
-/// The Ozaki family's entry points (kernels/ozaki.cu).
-const OZAKI_ENTRIES: [&str; 11] = [
+/// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
+/// for its INT8 GEMMs.
+const OZAKI_ENTRIES: [&str; 10] = [
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_split_d",
     "ozaki_split_s",
-    "ozaki_gemm",
     "ozaki_rebuild8_d",
     "ozaki_rebuild8_s",
     "ozaki_rebuild16_d",
@@ -281,6 +291,10 @@ const OZAKI_ENTRIES: [&str; 11] = [
 pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_464);
 /// … its output tile (rows, columns) and threads.
 pub(crate) const OZAKI_GEMM_TILE: ((usize, usize), u32) = ((192, 256), 384);
+/// The Ozaki INT8 GEMM on mma.sync (sm_80 on) and its dynamic shared memory.
+pub(crate) const OZAKI_GEMM_MMA: (&str, u32) = ("ozaki_gemm_mma", 98_432);
+/// … its output tile (rows, columns) and threads.
+pub(crate) const OZAKI_GEMM_MMA_TILE: ((usize, usize), u32) = ((128, 128), 256);
 
 const LAYOUTS: [&str; 4] = ["nn", "nt", "tn", "tt"];
 
@@ -841,14 +855,24 @@ mod tests {
                         .map(|r| (r.stem, r.tile, r.threads, r.smem, r.bk, r.sm)),
                 )
                 .chain(
-                    [(
-                        OZAKI_GEMM.0,
-                        OZAKI_GEMM_TILE.0,
-                        OZAKI_GEMM_TILE.1,
-                        OZAKI_GEMM.1,
-                        128,
-                        90,
-                    )]
+                    [
+                        (
+                            OZAKI_GEMM.0,
+                            OZAKI_GEMM_TILE.0,
+                            OZAKI_GEMM_TILE.1,
+                            OZAKI_GEMM.1,
+                            128,
+                            90,
+                        ),
+                        (
+                            OZAKI_GEMM_MMA.0,
+                            OZAKI_GEMM_MMA_TILE.0,
+                            OZAKI_GEMM_MMA_TILE.1,
+                            OZAKI_GEMM_MMA.1,
+                            128,
+                            80,
+                        ),
+                    ]
                     .into_iter()
                     .filter(|_| family == Family::Ozaki),
                 )
