@@ -374,6 +374,28 @@ OZ_DEV void store_pair(unsigned char* rrow, int col, int N, bool even, unsigned 
 // non-negative x < 2^31 + 2^8 for umod.
 OZ_DEV unsigned acc_offset(unsigned m) { return (0x40000000u + m - 1) / m * m; }
 
+// The residues of four n8 blocks of a row held by a quad of lanes (lane t: columns 2t, 2t + 1
+// of each block; w0 = blocks 0 and 1, w1 = blocks 2 and 3, 16 bits each) traded so that lane
+// t holds block t's 8 bytes, for one 8-byte store a lane. Every lane of the warp must take
+// part.
+OZ_DEV uint2 quad_trade(unsigned w0, unsigned w1, int t) {
+    unsigned o0 = 0, o1 = 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+        // Lane t ^ d wants block t ^ d's pair; it gives back its pair of block t, which lands
+        // at bits 16 (s % 2) of o[s / 2], s = t ^ d the giver.
+        const int to = t ^ d;
+        const unsigned give = ((to & 2 ? w1 : w0) >> (16 * (to & 1))) & 0xffffu;
+        const unsigned got = d ? __shfl_xor_sync(0xffffffffu, give, d) : give;
+        const unsigned v = got << (16 * (to & 1));
+        if (to & 2)
+            o1 |= v;
+        else
+            o0 |= v;
+    }
+    return make_uint2(o0, o1);
+}
+
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- The warpgroup GEMM (sm_90a) ----
 constexpr int WGS = 3;                                  // consumer warpgroups, 64 rows each
@@ -664,17 +686,41 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
         modulus(c, unit.z, m, mg);
         const unsigned off = acc_offset(m);
         unsigned char* rz = R + (i64)unit.z * M * N;
+        if ((N & 7) == 0) {
+            // Rows 8-byte aligned: the quad's lanes trade residues so that lane t holds the 8
+            // bytes of n8 block 4q + t, one 8-byte store each (a warp fills whole 32-byte
+            // sectors). Every lane trades; the bounds' test comes after.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
-            if (row >= M) continue;
-            unsigned char* rrow = rz + (i64)row * N;
-            const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+            for (int q = 0; q < BN / 32; ++q)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-                store_pair(rrow, unit.n0 + 8 * j + 2 * t, N, even,
-                           umod((unsigned)acc[4 * j + 2 * h] + off, m, mg),
-                           umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg));
+                for (int h = 0; h < 2; ++h) {
+                    unsigned w[2];  // the pairs of n8 blocks 4q + 0 .. 4q + 3, 16 bits each
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const int j = 4 * q + 2 * r;
+                        w[r] = umod((unsigned)acc[4 * j + 2 * h] + off, m, mg) |
+                               umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg) << 8 |
+                               umod((unsigned)acc[4 * j + 4 + 2 * h] + off, m, mg) << 16 |
+                               umod((unsigned)acc[4 * j + 4 + 2 * h + 1] + off, m, mg) << 24;
+                    }
+                    const uint2 o = quad_trade(w[0], w[1], t);
+                    const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
+                    const int col = unit.n0 + 8 * (4 * q + t);
+                    if (row < M && col < N) *reinterpret_cast<uint2*>(rz + (i64)row * N + col) = o;
+                }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
+                if (row >= M) continue;
+                unsigned char* rrow = rz + (i64)row * N;
+                const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+                    store_pair(rrow, unit.n0 + 8 * j + 2 * t, N, even,
+                               umod((unsigned)acc[4 * j + 2 * h] + off, m, mg),
+                               umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg));
+            }
         }
     }
     if (!arrived) cluster_arrive();
@@ -811,14 +857,27 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
-            if (row >= M) continue;
             unsigned char* rrow = rz + (i64)row * N;
-            const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+            if ((N & 7) == 0) {
+                // As the warpgroup GEMM's epilogue: one 8-byte store a lane.
+                unsigned w[2];
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                store_pair(rrow, n0 + wn * 32 + 8 * j + 2 * t, N, even,
-                           umod((unsigned)acc[i][j][2 * h] + off, m, mg),
-                           umod((unsigned)acc[i][j][2 * h + 1] + off, m, mg));
+                for (int r = 0; r < 2; ++r)
+                    w[r] = umod((unsigned)acc[i][2 * r][2 * h] + off, m, mg) |
+                           umod((unsigned)acc[i][2 * r][2 * h + 1] + off, m, mg) << 8 |
+                           umod((unsigned)acc[i][2 * r + 1][2 * h] + off, m, mg) << 16 |
+                           umod((unsigned)acc[i][2 * r + 1][2 * h + 1] + off, m, mg) << 24;
+                const uint2 o = quad_trade(w[0], w[1], t);
+                const int col = n0 + wn * 32 + 8 * t;
+                if (row < M && col < N) *reinterpret_cast<uint2*>(rrow + col) = o;
+            } else if (row < M) {
+                const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    store_pair(rrow, n0 + wn * 32 + 8 * j + 2 * t, N, even,
+                               umod((unsigned)acc[i][j][2 * h] + off, m, mg),
+                               umod((unsigned)acc[i][j][2 * h + 1] + off, m, mg));
+            }
         }
 }
 
