@@ -5,7 +5,10 @@
 //!
 //!     cargo run --release --features cublas --example ladder -- \
 //!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
-//!         [--plot PATH.svg]
+//!         [--plot PATH.svg] [--pretend-sm NN]
+//!
+//! `--pretend-sm 80` chooses kernels as a device of compute capability 8.0 would (the
+//! mma.sync kernels in place of Hopper's warpgroup ones), to measure them on a Hopper.
 //!
 //! Prints the table the crate's history is told in (GFLOP/s per kernel at 1024³ and 4096³,
 //! speed-up over naive, fraction of cuBLAS), then the whole suite, and writes one JSON record
@@ -432,6 +435,12 @@ fn main() {
             "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
             "--quick" => quick = true,
             "--auto-only" => auto_only = true,
+            "--pretend-sm" => {
+                let sm = args.next().expect("--pretend-sm takes a compute capability like 80");
+                let sm = sm.parse().expect("--pretend-sm: a number like 80");
+                gpu_dot::__testing::pretend_compute_capability(Some(sm));
+                println!("choosing kernels as a device of compute capability {sm} would");
+            }
             "--sizes" => {
                 let list = args.next().expect("--sizes takes a list like 4096,8192");
                 sizes = Some(
@@ -449,7 +458,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN]"
             ),
         }
     }

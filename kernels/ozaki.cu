@@ -50,11 +50,12 @@
 // ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* E, signed char* P,
 //      int Rp, int Kp, int TM, Consts c): block (32, 8), grid (Kp/64, any y <= Rp/32: the
 //      kernel loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
-//      multiple of TM, TM of 32 (192 for X, 256 for Y), Kp of 128), in the GEMM's tiles (see
-//      PANELS).
+//      multiple of TM, TM of 32: 192 for X and 256 for Y for ozaki_gemm, 128 for both for
+//      ozaki_gemm_mma; Kp of 128), in the GEMM's tiles (see PANELS).
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, unsigned char* R, Consts c, int pair_m): PA, PB the panels of step 2 for X
-//      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a multiple of 128, 16-byte aligned);
+//      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a positive multiple of 128, 16-byte
+//      aligned);
 //      clusters of two blocks (compiled in): pair_m != 0 pairs tile rows (Mp a multiple of
 //      384 and Np of 256), else tile columns (Mp a multiple of 192 and Np of 512); the
 //      units of work are the pairs of tiles of every layer, (Mp/192) * (Np/256) / 2 *
@@ -688,16 +689,16 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
         unsigned char* rz = R + (i64)unit.z * M * N;
         if ((N & 7) == 0) {
             // Rows 8-byte aligned: the quad's lanes trade residues so that lane t holds the 8
-            // bytes of n8 block 4q + t, one 8-byte store each (a warp fills whole 32-byte
+            // bytes of n8 block 4 blk + t, one 8-byte store each (a warp fills whole 32-byte
             // sectors). Every lane trades; the bounds' test comes after.
 #pragma unroll
-            for (int q = 0; q < BN / 32; ++q)
+            for (int blk = 0; blk < BN / 32; ++blk)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    unsigned w[2];  // the pairs of n8 blocks 4q + 0 .. 4q + 3, 16 bits each
+                    unsigned w[2];  // the pairs of n8 blocks 4 blk + 0 .. 3, 16 bits each
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
-                        const int j = 4 * q + 2 * r;
+                        const int j = 4 * blk + 2 * r;
                         w[r] = umod((unsigned)acc[4 * j + 2 * h] + off, m, mg) |
                                umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg) << 8 |
                                umod((unsigned)acc[4 * j + 4 + 2 * h] + off, m, mg) << 16 |
@@ -705,7 +706,7 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
                     }
                     const uint2 o = quad_trade(w[0], w[1], t);
                     const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
-                    const int col = unit.n0 + 8 * (4 * q + t);
+                    const int col = unit.n0 + 8 * (4 * blk + t);
                     if (row < M && col < N) *reinterpret_cast<uint2*>(rz + (i64)row * N + col) = o;
                 }
         } else {

@@ -330,7 +330,7 @@ pub(crate) fn moduli_for(dtype: Dtype, moduli: u8, k: usize) -> usize {
 
 /// Why [`launch`] launched nothing, or failed.
 pub(crate) enum OzError {
-    /// The product cannot run this way here (compute capability below 8.0, k above
+    /// The product cannot run this way here (compute capability below 8.0, k of 0 or above
     /// [`MAX_K`], no room for the workspace, or the family does not build): nothing was
     /// enqueued, and the native kernels run it.
     Unavailable,
@@ -431,7 +431,7 @@ pub(crate) fn launch<T: Element>(
 ) -> Result<Precision, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
-    if sm < 80 || k > MAX_K {
+    if sm < 80 || k == 0 || k > MAX_K {
         return Err(OzError::Unavailable);
     }
     let count = moduli_for(T::DTYPE, moduli, k);
@@ -553,7 +553,10 @@ pub(crate) fn launch<T: Element>(
     match gemm_kind {
         Gemm::Wg { pair_m } => {
             // A persistent grid: as many clusters as fit on the device at once (at most one per
-            // unit of work, a pair of tiles of one layer), each looping over its units.
+            // unit of work, a pair of tiles of one layer), each looping over its units; one
+            // cluster per unit where the driver cannot say how many fit (a cluster beyond them
+            // would wait for another's whole share). The query needs the context current on
+            // this thread, which the launches above made it.
             let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * count;
             let block_dim = (GEMM_THREADS, 1, 1);
             let shared_mem_bytes = OZAKI_GEMM.1;
@@ -568,7 +571,7 @@ pub(crate) fn launch<T: Element>(
                 )
                 .ok()
                 .filter(|&n| n > 0)
-                .map_or(gpu.info.multiprocessors.max(2) as usize / 2, |n| n as usize);
+                .map_or(units, |n| n as usize);
             let cfg = LaunchConfig {
                 grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
                 block_dim,
