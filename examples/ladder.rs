@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --features cublas --example ladder -- \
 //!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
-//!         [--plot PATH.svg] [--pretend-sm NN]
+//!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R]
 //!
 //! `--pretend-sm 80` chooses kernels as a device of compute capability 8.0 would (the
 //! mma.sync kernels in place of Hopper's warpgroup ones), to measure them on a Hopper.
@@ -17,6 +17,12 @@
 //! the naive and tiled f64 kernels are checked by the tests. The f32 ladder also times `auto`
 //! in 3xTF32 and TF32 and cuBLAS with TF32: JSON records carry `precision` (`fp32`,
 //! `tf32x3`, `tf32`), TF32 records `cublas_tf32_gflops` too.
+//!
+//! `--rounds R` (with cuBLAS) then times `auto` in the native precision and cuBLAS in turn R
+//! more times per shape, the order swapped every round, and prints the median of the per-round
+//! ratios; JSON: `alternating_rounds_ratio_to_cublas` and `alternating_rounds_median_ratio` on
+//! the `auto` record. Single timings on a power-limited card move by several percent from one
+//! minute to the next; the alternating median is the steadier ratio.
 
 use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, SampledReference, Timing};
 use gpu_dot::{device_status, DeviceStatus, Dtype, Element, Kernel, Precision};
@@ -58,6 +64,8 @@ struct Record {
     ms: f64,
     gflops: f64,
     rel_err: f64,
+    /// `--rounds`: this kernel's speed over cuBLAS's in each round of alternating timings.
+    rounds: Vec<f64>,
 }
 
 fn reps_for(first_ms: f64) -> usize {
@@ -109,6 +117,7 @@ fn measure<A: Element>(
         ms: t.median_ms,
         gflops: t.gflops,
         rel_err,
+        rounds: Vec::new(),
     }
 }
 
@@ -130,7 +139,11 @@ fn civil_date() -> String {
 }
 
 /// Measures every kernel of `kernels` (and cuBLAS, with the feature) over `suite` in `A`.
-fn run_suite<A: Element>(suite: &[(usize, usize, usize)], kernels: &[Kernel]) -> Vec<Record>
+fn run_suite<A: Element>(
+    suite: &[(usize, usize, usize)],
+    kernels: &[Kernel],
+    rounds: usize,
+) -> Vec<Record>
 where
     DeviceProblem<A>: Cublas<A>,
 {
@@ -152,6 +165,47 @@ where
                 &mut |p, reps| p.time(kernel, 1, reps).expect("kernel timing"),
             );
             records.push(r);
+        }
+        // `--rounds`: `auto` in the native precision and cuBLAS timed in turn, the order
+        // swapped every round, so that clock and power drift fall on both alike.
+        if rounds > 0 && kernels.contains(&Kernel::Auto) {
+            let reps = records
+                .iter()
+                .find(|r| r.dims == (m, k, n) && r.name == "cublas")
+                .map(|c| reps_for(c.ms));
+            if let Some(reps) = reps {
+                let mut ratios = Vec::with_capacity(rounds);
+                for round in 0..rounds {
+                    let ours = |p: &mut DeviceProblem<A>| {
+                        p.time(Kernel::Auto, 1, reps)
+                            .expect("kernel timing")
+                            .median_ms
+                    };
+                    let (ms, cublas_ms) = if round % 2 == 0 {
+                        let ms = ours(&mut problem);
+                        (ms, problem.cublas_ms(reps))
+                    } else {
+                        let c = problem.cublas_ms(reps);
+                        (ours(&mut problem), c)
+                    };
+                    ratios.push(cublas_ms.unwrap_or(f64::NAN) / ms);
+                }
+                let mut sorted = ratios.clone();
+                sorted.sort_by(f64::total_cmp);
+                println!(
+                    "{} {m:>5}×{k:>5}×{n:>5} auto / cublas over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+                    A::DTYPE,
+                    sorted[rounds / 2],
+                    sorted[0],
+                    sorted[rounds - 1]
+                );
+                if let Some(r) = records
+                    .iter_mut()
+                    .find(|r| r.dims == (m, k, n) && r.name == "auto")
+                {
+                    r.rounds = ratios;
+                }
+            }
         }
         // Ozaki scheme II on the INT8 tensor cores (compute capability 8.0 on): the automatic
         // count of moduli, one fewer and (f64) one more.
@@ -240,6 +294,8 @@ trait Cublas<A: Element> {
         dims: (usize, usize, usize),
         tf32: bool,
     ) -> Option<Record>;
+    /// cuBLAS's median time over `reps` products, in ms (FP32).
+    fn cublas_ms(&mut self, reps: usize) -> Option<f64>;
 }
 
 impl<A: Element> Cublas<A> for DeviceProblem<A>
@@ -254,6 +310,9 @@ where
     ) -> Option<Record> {
         self.cublas_record(reference, dims, tf32)
     }
+    fn cublas_ms(&mut self, reps: usize) -> Option<f64> {
+        self.cublas_median_ms(reps)
+    }
 }
 
 trait MaybeCublas<A: Element> {
@@ -263,6 +322,7 @@ trait MaybeCublas<A: Element> {
         dims: (usize, usize, usize),
         tf32: bool,
     ) -> Option<Record>;
+    fn cublas_median_ms(&mut self, reps: usize) -> Option<f64>;
 }
 
 #[cfg(feature = "cublas")]
@@ -291,6 +351,9 @@ where
         }
         Some(r)
     }
+    fn cublas_median_ms(&mut self, reps: usize) -> Option<f64> {
+        Some(self.time_cublas(1, reps).expect("cuBLAS timing").median_ms)
+    }
 }
 
 #[cfg(not(feature = "cublas"))]
@@ -301,6 +364,9 @@ impl<A: Element> MaybeCublas<A> for DeviceProblem<A> {
         _: (usize, usize, usize),
         _: bool,
     ) -> Option<Record> {
+        None
+    }
+    fn cublas_median_ms(&mut self, _: usize) -> Option<f64> {
         None
     }
 }
@@ -427,6 +493,7 @@ fn precision_report(suite: &[(usize, usize, usize)], find: &Find<'_, '_>) {
 fn main() {
     let (mut json_path, mut plot_path, mut quick) = (None, None, false);
     let (mut sizes, mut auto_only): (Option<Vec<usize>>, bool) = (None, false);
+    let mut rounds = 0;
     let mut dtypes = vec![Dtype::F32, Dtype::F64];
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -435,6 +502,10 @@ fn main() {
             "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
             "--quick" => quick = true,
             "--auto-only" => auto_only = true,
+            "--rounds" => {
+                let r = args.next().expect("--rounds takes a count like 9");
+                rounds = r.parse().expect("--rounds: a whole number");
+            }
             "--pretend-sm" => {
                 let sm = args.next().expect("--pretend-sm takes a compute capability like 80");
                 let sm = sm.parse().expect("--pretend-sm: a number like 80");
@@ -458,7 +529,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R]"
             ),
         }
     }
@@ -487,11 +558,14 @@ fn main() {
         let only_auto = [Kernel::Auto];
         let (kernels, got) = match dtype {
             _ if auto_only && dtype == Dtype::F32 => {
-                (&only_auto[..], run_suite::<f32>(&suite, &only_auto))
+                (&only_auto[..], run_suite::<f32>(&suite, &only_auto, rounds))
             }
-            _ if auto_only => (&only_auto[..], run_suite::<f64>(&suite, &only_auto)),
-            Dtype::F32 => (&KERNELS[..], run_suite::<f32>(&suite, &KERNELS)),
-            _ => (&f64_kernels[..], run_suite::<f64>(&suite, &f64_kernels)),
+            _ if auto_only => (&only_auto[..], run_suite::<f64>(&suite, &only_auto, rounds)),
+            Dtype::F32 => (&KERNELS[..], run_suite::<f32>(&suite, &KERNELS, rounds)),
+            _ => (
+                &f64_kernels[..],
+                run_suite::<f64>(&suite, &f64_kernels, rounds),
+            ),
         };
         report(dtype, kernels, &suite, &got);
         records.extend(got);
@@ -526,6 +600,13 @@ fn main() {
                     "rel_err": r.rel_err,
                     "cublas_rel_err": c.map(|c| c.rel_err),
                 });
+                if !r.rounds.is_empty() {
+                    let mut sorted = r.rounds.clone();
+                    sorted.sort_by(f64::total_cmp);
+                    record["alternating_rounds_ratio_to_cublas"] = serde_json::json!(r.rounds);
+                    record["alternating_rounds_median_ratio"] =
+                        serde_json::json!(sorted[sorted.len() / 2]);
+                }
                 if r.precision == Precision::Tf32 {
                     let t = reference(r, "cublas tf32");
                     record["cublas_tf32_gflops"] = serde_json::json!(t.map(|t| t.gflops));

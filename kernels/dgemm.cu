@@ -26,7 +26,10 @@
 //      block 128, smem 92160 (> 48 KB: host MUST set
 //      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES >= 92160 on each function first)
 //      grid = (ceil(M/128) * ceil(N/64), 1, 1)   [tile index on gridDim.x, grouped order inside]
-//      2 blocks / SM. For large shapes.
+//      2 blocks / SM. For large shapes. In modules for sm_90 the unsplit entries hold only the
+//      pipelined loop (any K is correct, but K < 128 runs it slowly): run K < 128 through the
+//      _splitk entry as one split (gridDim.z = 1, k_per_split >= K, C and ldc the output's),
+//      whose loop switches to the classic one for short K. _batched entries keep both loops.
 // dgemm_tc_64x64_{nn,nt,tn,tt}[_u]            (only in modules compiled for sm_80 or newer)
 //      block 128, smem 61440 (> 48 KB: attribute needed too), grid = (ceil(M/64)*ceil(N/64),1,1)
 //      3 blocks / SM. For mid-size shapes (few 128x64 tiles) and the split-K path.
@@ -62,7 +65,8 @@
 // DESIGN (tensor-core kernels): block tile BM x BN x 16, STAGES-deep cp.async pipeline in
 // dynamic shared memory, one __syncthreads per K tile. Each warp owns a WTM x WTN warp tile
 // made of 16x8 mma tiles. Two main loops:
-//   classic (64x64 everywhere, 128x64 before sm_90 and for K < 8 tiles): after the barrier the
+//   classic (64x64 everywhere, 128x64 before sm_90, and in the 128x64 _splitk and _batched
+//       entries for K < 8 tiles): after the barrier the
 //       warp loads the K tile's fragments and issues one mma.m16n8k16.f64 (sm_90) or eight
 //       mma.m8n8k4.f64 (sm_80/86/89) per 16x8 tile;
 //   pipelined (128x64 on sm_90, TcPipe): two mma.m16n8k8 per 16x8 tile per K tile, each step's
@@ -98,6 +102,14 @@
 // pipelined loop for K < 8 tiles (-13% at 8192 x 64 x 8192). Without the classic fallback
 // compiled in (-DDGM_PIPE_MIN_KT=0), ptxas gives the pipelined loop 254 registers: 2-12% faster
 // on most shapes of the lab suite (8192^3 0.93x; 4096^3 tt 6% slower), 13% slower at K = 64.
+// The unsplit 128x64 entries on sm_90 are now built so (PIPE_ONLY). Alternating rounds of the
+// lab on an H100 (`lab rounds:7:...`, medians of per-round ratios to cuBLAS DGEMM): 8192^3 nn
+// 0.934 / 0.952 against 0.839 / 0.881 for the same loop with the fallback compiled in (the
+// _splitk entry as one split); 4096^3 nn 0.963 / 0.937 against 0.965 / 0.913; 16384^3 0.912
+// against 0.832; 8192 x 64 x 8192: 0.933 against 1.057 (hence the one-split route for short
+// K). Tried and no faster on the H100: clusters of 2 or 4 consecutive tiles (co-scheduled: DRAM
+// reads at 8192^3 26.6 -> 24.5 / 19.8 GB, cuBLAS 19.7 GB, but 0.949 / 0.903), GROUP_M 4 or 16,
+// the cp.async L2::128B / L2::256B prefetch hints. Run to run, single timings move by +-5%.
 #include "common.cuh"
 
 #define DGM_DEV __device__ __forceinline__
@@ -467,7 +479,7 @@ struct TcPipe {
 // ---------------------------------------------------------------------------------------------
 // Main GEMM body
 // ---------------------------------------------------------------------------------------------
-template <class CF, bool TA, bool TB, bool AL, bool SPLIT>
+template <class CF, bool TA, bool TB, bool AL, bool SPLIT, bool PIPE_ONLY = false>
 DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long long lda,
                      const double* __restrict__ B, long long ldb, double* __restrict__ C,
                      long long ldc, int k_per_split) {
@@ -579,7 +591,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
     };
 
     if constexpr (CF::PIPE) {
-        if (KT >= CF::PIPE_MIN_KT) {
+        if (PIPE_ONLY || KT >= CF::PIPE_MIN_KT) {
             // Interior blocks, full K tile: unguarded copies, no branch.
             auto copy_fast = [&](int slot) {
                 const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 8u;
@@ -598,7 +610,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
             };
             TcPipe<CF, TA, TB> pipe(acc, smem, aoff, boff);
             pipe.run(K, KT, interior, copy_fast, copy_guarded);
-        } else {
+        } else if constexpr (!PIPE_ONLY) {
             classic();
         }
     } else {
@@ -897,7 +909,7 @@ DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ld
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define DGM_TC_ENTRY(NAME, CFG, TA, TB, AL)                                                  \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(double)) {   \
-        dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
+        dgm::tc_body<CFG, TA, TB, AL, false, CFG::PIPE>(M, N, K, A, lda, B, ldb, C, ldc, 0); \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
         NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \

@@ -420,6 +420,26 @@ pub(crate) fn launch_plan<T: Element>(
             let aligned = args.a.aligned() && args.b.aligned();
             let grid_tiles = grid_x(row.tiles(m, n))?;
             let block = (row.threads, 1, 1);
+            if splits <= 1 && k < row.short_k {
+                // The split-K entry keeps the loop for short K: one split, straight into C.
+                let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
+                let cfg = LaunchConfig {
+                    grid_dim: (grid_tiles, 1, 1),
+                    block_dim: block,
+                    shared_mem_bytes: row.smem,
+                };
+                let kps = k.max(1).next_multiple_of(row.bk) as i32;
+                let mut builder = stream.launch_builder(&func);
+                args.push(&mut builder, c);
+                builder.arg(&kps);
+                // SAFETY: as for the unsplit entry below, plus the trailing `int
+                // k_per_split`, a positive multiple of the row's K tile not below K; with
+                // gridDim.z = 1 the one split covers all of K and writes its product to C
+                // itself (z = 0) at the arguments' ldc.
+                return unsafe { builder.launch(cfg) }
+                    .map(|_| row.precision)
+                    .map_err(GpuDotError::at("launching a GEMM kernel"));
+            }
             if splits <= 1 {
                 let func = gpu.function(row.family, &row.entry(trans, aligned, false))?;
                 let cfg = LaunchConfig {

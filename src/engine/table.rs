@@ -356,6 +356,9 @@ pub(crate) struct TileRow {
     /// Whether it has 16-byte-load entries beside the `_u` ones (else its entries take any
     /// alignment and carry no `_u`).
     pub(crate) variants: bool,
+    /// Unsplit products with K below this run the `_splitk` entry as one split straight into
+    /// C (0: never). Set where the unsplit entry's main loop is built for long K only.
+    pub(crate) short_k: usize,
 }
 
 /// Every tiled GEMM. Checked against the `// @launch` lines of the sources by a unit test.
@@ -372,6 +375,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 16,
         min_sm: 0,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::Sgemm,
@@ -385,6 +389,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 16,
         min_sm: 0,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::Dgemm,
@@ -398,6 +403,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 16,
         min_sm: 80,
         variants: true,
+        short_k: 128,
     },
     TileRow {
         family: Family::Dgemm,
@@ -411,6 +417,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 16,
         min_sm: 80,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::Dgemm,
@@ -424,6 +431,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 16,
         min_sm: 0,
         variants: false,
+        short_k: 0,
     },
     TileRow {
         family: Family::SgemmTf32x3,
@@ -437,6 +445,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 32,
         min_sm: 80,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::SgemmTf32x3,
@@ -450,6 +459,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 32,
         min_sm: 80,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::SgemmTf32,
@@ -463,6 +473,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 32,
         min_sm: 80,
         variants: true,
+        short_k: 0,
     },
     TileRow {
         family: Family::SgemmTf32,
@@ -476,6 +487,7 @@ pub(crate) const TILES: [TileRow; 9] = [
         bk: 32,
         min_sm: 80,
         variants: true,
+        short_k: 0,
     },
 ];
 

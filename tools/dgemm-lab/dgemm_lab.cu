@@ -94,8 +94,8 @@ static SplitFn simt_split_fn[2][2] = {{dgemm_simt_nn_splitk, dgemm_simt_nt_split
 static GemmFn m1_fn[2][2] = {{dgemv_m1_nn, dgemv_m1_nt}, {dgemv_m1_tn, dgemv_m1_tt}};
 static GemmFn n1_fn[2][2] = {{dgemv_n1_nn, dgemv_n1_nt}, {dgemv_n1_tn, dgemv_n1_tt}};
 
-enum Kind { BIG, SMALL, SIMT, GEMV, CUBLAS };
-static const char* kind_name[] = {"tc128x64", "tc64", "simt", "gemv", "cublas"};
+enum Kind { BIG, SMALL, SIMT, GEMV, CUBLAS, BIG_SK1, BIG_CL2, BIG_CL4 };
+static const char* kind_name[] = {"tc128x64", "tc64", "simt", "gemv", "cublas", "tc128x64_sk1", "tc128x64_cl2", "tc128x64_cl4"};
 
 struct Plan {
     Kind kind;
@@ -140,6 +140,27 @@ static void launch(const Plan& p, const Prob& q) {
     if (p.kind == GEMV) {
         if (M == 1) m1_fn[ta][tb]<<<(unsigned)(tb ? cdiv(N, 8) : cdiv(N, 16)), 256>>>(M, N, K, q.A, q.lda, q.B, q.ldb, q.C, q.ldc);
         else n1_fn[ta][tb]<<<(unsigned)(ta ? cdiv(M, 16) : cdiv(M, 8)), 256>>>(M, N, K, q.A, q.lda, q.B, q.ldb, q.C, q.ldc);
+        CK(cudaGetLastError());
+        return;
+    }
+    if (p.kind == BIG_CL2 || p.kind == BIG_CL4) {  // clusters of consecutive tiles (co-scheduled)
+        const int cl = p.kind == BIG_CL2 ? 2 : 4;
+        const unsigned tiles = (unsigned)(cdiv(cdiv(M, dgm::TcBig::BM) * cdiv(N, dgm::TcBig::BN), cl) * cl);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(tiles, 1, 1);
+        cfg.blockDim = dim3(dgm::TcBig::NT, 1, 1);
+        cfg.dynamicSmemBytes = dgm::TcBig::SMEM_BYTES;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = cl; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+        cfg.attrs = at; cfg.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&cfg, big_fn[al][ta][tb], M, N, K, q.A, q.lda, q.B, q.ldb, q.C, q.ldc));
+        return;
+    }
+    if (p.kind == BIG_SK1) {  // the split-K entry as one split straight into C
+        const unsigned tiles = (unsigned)(cdiv(M, dgm::TcBig::BM) * cdiv(N, dgm::TcBig::BN));
+        big_split_fn[al][ta][tb]<<<tiles, dgm::TcBig::NT, dgm::TcBig::SMEM_BYTES>>>(
+            M, N, K, q.A, q.lda, q.B, q.ldb, q.C, q.ldc, (int)(cdiv(K, 16) * 16));
         CK(cudaGetLastError());
         return;
     }
@@ -483,6 +504,45 @@ static void timed(int M, int K, int N, int ta, int tb, bool unal, bool all_kinds
     fflush(stdout);
 }
 
+// Alternating timing rounds of cuBLAS and the 128x64 entries (plain, split-K entry as one
+// split), per-round ratios and their medians.
+static void rounds(int R, int M, int K, int N, int ta, int tb) {
+    Inst in(M, K, N, ta, tb, false, 0, 1ll << 26, 17);
+    const double flop = 2.0 * M * N * K;
+    const int reps = flop > 2e11 ? 10 : (flop > 1e10 ? 20 : 50);
+    std::vector<Plan> plans = {Plan{CUBLAS}, Plan{BIG}, Plan{BIG_SK1}, Plan{BIG_CL2}, Plan{BIG_CL4}};
+    std::string why;
+    const double cerr = in.run_check(plans[0], why);
+    for (size_t i = 1; i < plans.size(); ++i) {
+        const double e = in.run_check(plans[i], why);
+        if (!(e >= 0 && e <= 2.0 * cerr + 1e-300)) { printf("FAIL %s err %g%s\n", plans[i].name().c_str(), e, why.c_str()); g_fail = 1; }
+    }
+    std::vector<std::vector<double>> ratio(plans.size());
+    std::vector<std::vector<double>> tfs(plans.size());
+    for (int r = 0; r < R; ++r) {
+        double cub = 0;
+        printf("%dx%dx%d %s round %d:", M, K, N, opn[ta][tb], r);
+        for (size_t i = 0; i < plans.size(); ++i) {
+            const double ms = time_ms([&]() { launch(plans[i], in.q); }, reps);
+            const double tf = flop / ms * 1e-9;
+            if (i == 0) cub = tf;
+            ratio[i].push_back(tf / cub);
+            tfs[i].push_back(tf);
+            printf("  %s %.2f", plans[i].name().c_str(), tf);
+        }
+        printf("\n");
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+        std::sort(ratio[i].begin(), ratio[i].end());
+        std::sort(tfs[i].begin(), tfs[i].end());
+        printf("%dx%dx%d %s %-14s median %.2f TF  ratio median %.3f  [%.3f, %.3f]\n", M, K, N, opn[ta][tb], plans[i].name().c_str(),
+               tfs[i][R / 2], ratio[i][R / 2], ratio[i][0], ratio[i][R - 1]);
+    }
+    std::string w2;
+    if (in.check(w2) < 0) { printf("FAIL after timing%s\n", w2.c_str()); g_fail = 1; }
+    fflush(stdout);
+}
+
 static void summary() {
     printf("\n%-22s %-14s %8s %8s %6s %10s %10s\n", "M x K x N op", "best", "TF", "cuBLAS", "ratio", "err", "cublas_err");
     double lg = 0;
@@ -514,6 +574,13 @@ int main(int argc, char** argv) {
                                 {4096, 4096, 4096, 0, 1}, {4096, 4096, 4096, 1, 1}, {8192, 8192, 8192, 0, 0},
                                 {4096, 1024, 8192, 0, 0}, {8192, 64, 8192, 0, 0}};
             for (auto& s : S) timed(s[0], s[1], s[2], s[3], s[4], false, false);
+        } else if (a.rfind("rounds", 0) == 0) {  // rounds:R:M,K,N[,op]
+            int R, M, K, N;
+            char op[8] = "nn";
+            if (sscanf(a.c_str(), "rounds:%d:%d,%d,%d,%7s", &R, &M, &K, &N, op) < 4) { fprintf(stderr, "bad arg %s\n", a.c_str()); return 2; }
+            const std::string o = op;
+            rounds(R, M, K, N, o == "tn" || o == "tt", o == "nt" || o == "tt");
+            continue;
         } else if (a == "suite") {
             const int S[][3] = {{256, 256, 256}, {512, 512, 512}, {1000, 1000, 1000}, {1024, 1024, 1024},
                                 {2048, 2048, 2048}, {4096, 4096, 4096}, {4097, 4097, 4097}, {8192, 8192, 8192},
@@ -541,7 +608,7 @@ int main(int argc, char** argv) {
             timed(M, K, N, ta, tb, r.find(",u") != std::string::npos, true);
         }
     }
-    if (args.size() > 1 || (args[0] != "quick" && args[0] != "sanity")) summary();
+    if (!g_rows.empty()) summary();
     cublasDestroy(g_h);
     printf("%s\n", g_fail ? "RESULT: FAIL" : "RESULT: OK");
     return g_fail;
