@@ -1017,6 +1017,26 @@ mod tests {
     }
 
     #[test]
+    fn short_k_matches_the_k_from_which_the_source_runs_its_pipelined_loop() {
+        // Only the 128 × 64 DGEMM builds its unsplit entries for long K alone; its split-K
+        // entry switches loops at PIPE_MIN_KT K tiles, the bound the host routes by.
+        for row in TILES.iter() {
+            if row.stem == "dgemm_tc_128x64" {
+                let kt = row.short_k / row.bk;
+                assert_eq!(kt * row.bk, row.short_k);
+                let line = format!("static constexpr int PIPE_MIN_KT = {kt};");
+                assert!(row.family.raw_source().contains(&line), "{line}");
+                assert!(row
+                    .family
+                    .raw_source()
+                    .contains("dgm::tc_body<CFG, TA, TB, AL, false, CFG::PIPE>"));
+            } else {
+                assert_eq!(row.short_k, 0, "{}", row.stem);
+            }
+        }
+    }
+
+    #[test]
     fn the_warpgroup_family_is_compiled_for_sm_90a_and_serves_tf32_tiles_there() {
         assert_eq!(Family::SgemmWg.arch("sm_90"), "sm_90a");
         assert_eq!(Family::SgemmWg.arch("sm_100"), "sm_100");
