@@ -164,7 +164,7 @@ fn decide<T: Element>(
         }
     }
     let mut on_gpu = || -> Result<Route, GpuDotError> {
-        crate::engine::launch::check_dims(m, k, n)?;
+        crate::engine::args::check_dims(m, k, n)?;
         let gpu = context::gpu_on(route::device_for(opts, [])?)?;
         let ordinal = gpu.info.ordinal;
         let c = out.insert(fresh3::<T>((batch, m, n))?);

@@ -139,6 +139,16 @@ pub enum GpuDotError {
     },
 }
 
+/// What a driver error that poisons its context runs before it becomes a
+/// [`GpuDotError::DeviceFault`]: set by the device layer before it makes its first context
+/// (no context, no such fault), so that the next GPU call rebuilds the faulted one.
+static ON_STICKY_FAULT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets [`ON_STICKY_FAULT`] (the first call wins; the device layer makes only one).
+pub(crate) fn on_sticky_fault(note: fn()) {
+    let _ = ON_STICKY_FAULT.set(note);
+}
+
 impl GpuDotError {
     /// Wraps a driver error, turning `CUDA_ERROR_OUT_OF_MEMORY` into [`OutOfMemory`](Self::OutOfMemory).
     /// A fault that poisons the context ([`DeviceFault`](Self::DeviceFault)) is recorded, so
@@ -147,7 +157,9 @@ impl GpuDotError {
         if error.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             GpuDotError::OutOfMemory { bytes }
         } else if is_sticky(error.0) {
-            crate::device::context::note_fault();
+            if let Some(note) = ON_STICKY_FAULT.get() {
+                note();
+            }
             GpuDotError::DeviceFault {
                 context,
                 source: CudaError::from(error),

@@ -239,7 +239,7 @@ pub use device::context::{
     context_rebuilds, device_status, module_loads, nvrtc_compilations,
     nvrtc_compilations_in_flight, Device, DeviceInfo, DeviceStatus, ModuleLoad,
 };
-pub use device::testing::ENV_PREBUILT;
+pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;
@@ -261,11 +261,8 @@ pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};
 pub use warm::{warm_up, WarmUp};
 
-/// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
-/// changes whenever a kernel does, so compiled code can be identified across processes. For
-/// the crate's own benches and tools; not part of the API.
 #[doc(hidden)]
-pub const KERNELS_HASH: &str = env!("GPU_DOT_KERNELS_HASH");
+pub use device::KERNELS_HASH;
 
 /// ndarray's `dot` on the GPU, for `f32` and `f64` arrays, with ndarray's `dot` as fallback:
 /// every form ndarray's [`Dot`](ndarray::linalg::Dot) has, with the same result types.
@@ -570,10 +567,8 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 /// compilation, kernels chosen for an older device); not part of the API.
 #[doc(hidden)]
 pub mod __testing {
-    pub use crate::device::testing::{
-        pretend_compute_capability, raise_device_fault, raise_device_fault_on,
-        use_prebuilt_kernels, Fault,
-    };
+    pub use crate::device::overrides::{pretend_compute_capability, use_prebuilt_kernels};
+    pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::table::override_kernel_source;
 
     /// Ozaki scheme II on the CPU, exactly as the kernels compute it (the tests' oracle):

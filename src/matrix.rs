@@ -28,7 +28,7 @@ use ndarray::{Array2, ArrayBase, Data, DataMut, Ix2};
 
 use crate::device::context::{self, Device, Gpu, Home};
 use crate::element::Element;
-use crate::engine::launch::{self, Elementwise};
+use crate::engine::aux::{self, Elementwise};
 use crate::error::GpuDotError;
 use crate::options::DotOptions;
 use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
@@ -214,7 +214,7 @@ impl<A: Element> GpuMatrix<A> {
     pub fn relu(&mut self) -> Result<(), GpuDotError> {
         let gpu = self.gpu()?;
         let len = self.rows * self.cols;
-        launch::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
+        aux::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
     }
 
     /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
@@ -230,7 +230,7 @@ impl<A: Element> GpuMatrix<A> {
             g: &mut self.buf,
             h: &activation.buf,
         };
-        launch::elementwise(&gpu, op, len)
+        aux::elementwise(&gpu, op, len)
     }
 
     fn same_shape(&self, found: (usize, usize)) -> Result<(), GpuDotError> {

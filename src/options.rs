@@ -31,6 +31,12 @@ pub const DEFAULT_MIN_GPU_FLOPS: u64 = 6_000_000;
 /// 115³).
 pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
 
+/// The most moduli an Ozaki product may use (`Precision::Ozaki { moduli }`): their product
+/// M < 2^141, so that the reconstruction's sum `S < 9 · 2^25 · M` fits six 32-bit limbs.
+pub const MAX_MODULI: usize = 18;
+/// The fewest moduli an Ozaki product may use.
+pub const MIN_MODULI: usize = 2;
+
 /// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
 pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
 /// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
@@ -302,10 +308,7 @@ impl FromStr for Precision {
             "tf32" => Ok(Precision::Tf32),
             "ozaki" => Ok(Precision::OZAKI),
             other => match other.strip_prefix("ozaki-").map(str::parse::<u8>) {
-                Some(Ok(n))
-                    if (crate::engine::ozaki::MIN_MODULI..=crate::engine::ozaki::MAX_MODULI)
-                        .contains(&(n as usize)) =>
-                {
+                Some(Ok(n)) if (MIN_MODULI..=MAX_MODULI).contains(&(n as usize)) => {
                     Ok(Precision::Ozaki { moduli: n })
                 }
                 _ => Err(()),

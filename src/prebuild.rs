@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use crate::device::cache::{self, fnv1a, nvrtc_options};
+pub use crate::device::compiler::nvrtc_version;
 use crate::device::prebuilt::PREBUILT_ARCHS;
 use crate::engine::table::Family;
 use crate::error::GpuDotError;
@@ -84,16 +85,6 @@ pub fn compile(family: &str, arch: &str) -> Result<Compiled, GpuDotError> {
         cubin,
         seconds: start.elapsed().as_secs_f64(),
     })
-}
-
-/// The version of the NVRTC library loaded, as `major.minor`.
-pub fn nvrtc_version() -> Option<String> {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: nvrtcVersion only writes the two integers it is given.
-    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
-        .result()
-        .ok()?;
-    Some(format!("{major}.{minor}"))
 }
 
 #[cfg(test)]

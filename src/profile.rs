@@ -10,7 +10,7 @@ use ndarray::{Array2, ArrayView2};
 
 use crate::device::context::{self, Gpu, Stopwatch};
 use crate::element::{Dtype, Element};
-use crate::engine::launch::{self, DevBuf, DeviceOperand, GemmArgs};
+use crate::engine::args::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 
@@ -207,9 +207,9 @@ impl<A: Element> DeviceProblem<A> {
             .ctx
             .new_stream()
             .map_err(GpuDotError::at("creating a stream"))?;
-        let a = launch::upload(&stream, host_a.as_slice().expect("fresh array"))?;
-        let b = launch::upload(&stream, host_b.as_slice().expect("fresh array"))?;
-        let c = launch::alloc::<A>(&stream, m * n)?;
+        let a = args::upload(&stream, host_a.as_slice().expect("fresh array"))?;
+        let b = args::upload(&stream, host_b.as_slice().expect("fresh array"))?;
+        let c = args::alloc::<A>(&stream, m * n)?;
         Ok(DeviceProblem {
             gpu,
             stream,
@@ -279,7 +279,7 @@ impl<A: Element> DeviceProblem<A> {
         &mut self,
         launch: impl FnOnce(&mut Self) -> Result<(), GpuDotError>,
     ) -> Result<Array2<A>, GpuDotError> {
-        launch::poison(&self.stream, &mut self.c)?;
+        args::poison(&self.stream, &mut self.c)?;
         launch(self)?;
         let data = self
             .stream
@@ -411,7 +411,7 @@ where
         // SAFETY: B is k × n with ld n, A is m × k with ld k, C is m × n with ld n, all
         // row-major and fully allocated (DeviceProblem::new); the dimensions fit in i32
         // (checked when the problem's kernels launch, and by `check_dims` here).
-        launch::check_dims(m, k, n)?;
+        args::check_dims(m, k, n)?;
         unsafe { blas.gemm(cfg, &self.b, &self.a, &mut self.c) }.map_err(failed)
     }
 }

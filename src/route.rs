@@ -441,7 +441,7 @@ pub(crate) fn device_for<const N: usize>(
 }
 
 fn check_dims(m: usize, k: usize, n: usize) -> Result<(), GpuDotError> {
-    crate::engine::launch::check_dims(m, k, n)
+    crate::engine::args::check_dims(m, k, n)
 }
 
 /// Whether ndarray's `dot` returns `a · b` in F order: when both operands are column-major.

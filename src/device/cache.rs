@@ -3,7 +3,7 @@
 //! without NVRTC (and, being CUBINs rather than PTX, without the driver's JIT either).
 //!
 //! An entry is keyed by everything that decides the compiled code: the kernel sources
-//! ([`KERNELS_HASH`](crate::KERNELS_HASH), and a hash of the exact text NVRTC compiles), the
+//! ([`KERNELS_HASH`](crate::device::KERNELS_HASH), and a hash of the exact text NVRTC compiles), the
 //! family, the exact NVRTC options, the architecture (`sm_XY`), the CUDA driver version and
 //! the NVRTC version. Its file name is a hash of that key, and the file holds a header (magic
 //! bytes, format version, the full key, the payload's length and an FNV-1a checksum of the
@@ -204,7 +204,7 @@ impl Key {
         let text = format!(
             "gpu-dot compiled kernels\nimage=cubin\nkernels={}\nfamily={family}\n\
              source={:016x}\narch={arch}\n{toolchain}\noptions={options:?}",
-            crate::KERNELS_HASH,
+            crate::device::KERNELS_HASH,
             fnv1a(source.as_bytes())
         );
         let file_name = format!("{family}-{:016x}.cubin", fnv1a(text.as_bytes()));
@@ -455,7 +455,7 @@ mod tests {
             make("tiled", SOURCE, "sm_90", "sm_90", "driver=2\nnvrtc=12.8"),
             make("tiled", SOURCE, "sm_90", "sm_90", nvrtc),
         ];
-        assert!(base.text.contains(crate::KERNELS_HASH));
+        assert!(base.text.contains(crate::device::KERNELS_HASH));
         for other in others {
             assert_ne!(base.text, other.text);
             assert_ne!(base.file_name, other.file_name);

@@ -175,7 +175,7 @@ fn hold_exit_for_compilations() {
         static HOOK: std::sync::Once = std::sync::Once::new();
         HOOK.call_once(|| {
             // Loads NVRTC if nothing has yet (a context exists, so the library was found).
-            let _ = crate::prebuild::nvrtc_version();
+            let _ = nvrtc_version();
             extern "C" fn wait_for_compilations() {
                 let deadline = Instant::now() + std::time::Duration::from_secs(300);
                 while IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
@@ -187,6 +187,16 @@ fn hold_exit_for_compilations() {
             unsafe { libc::atexit(wait_for_compilations) };
         });
     }
+}
+
+/// The version of the NVRTC library loaded, as `major.minor`.
+pub fn nvrtc_version() -> Option<String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: nvrtcVersion only writes the two integers it is given.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .ok()?;
+    Some(format!("{major}.{minor}"))
 }
 
 #[cfg(test)]

@@ -509,6 +509,8 @@ pub(crate) fn generation(ordinal: usize) -> std::sync::RwLockReadGuard<'static, 
 
 /// Makes the context of generation `generation` on device `ordinal`.
 fn make(dev: &DeviceSlot, ordinal: usize, generation: u64) -> Result<Arc<Gpu>, String> {
+    // A fault reported by any driver call from here on marks its context for a rebuild.
+    crate::error::on_sticky_fault(note_fault);
     *dev.generation.write().unwrap_or_else(|p| p.into_inner()) = generation;
     // cudarc panics when a symbol it expects is missing from an old driver; that must not
     // take the caller down.
@@ -793,7 +795,7 @@ impl Gpu {
     /// The compute capability kernels are chosen for: the device's, unless a test pretends
     /// otherwise (`__testing::pretend_compute_capability`).
     pub(crate) fn kernel_sm(&self) -> u32 {
-        crate::device::testing::pretended_sm().map_or(self.sm(), |sm| sm.min(self.sm()))
+        crate::device::overrides::pretended_sm().map_or(self.sm(), |sm| sm.min(self.sm()))
     }
 
     /// The compute capability as `major·10 + minor` (90 for sm_90).
@@ -905,7 +907,7 @@ impl Gpu {
         let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
         let refused = &self.prebuilt_refused[family.slot()];
         let image = prebuilt::find(request.family, &request.source, &request.arch)
-            .filter(|_| crate::device::testing::prebuilt_allowed())
+            .filter(|_| crate::device::overrides::prebuilt_allowed())
             .filter(|_| !refused.load(Ordering::Relaxed))
             .and_then(|image| image.cubin());
         if let Some(cubin) = image {

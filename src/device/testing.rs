@@ -1,13 +1,10 @@
-//! Hooks for the crate's own fault tests: a kernel that faults on the device, and kernel
-//! sources replaced before they are compiled. Hidden from the documentation; not part of the
-//! API, and never used by the crate itself.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
+//! The crate's own fault tests' kernel: one that faults on the device, through the crate's
+//! context and streams. Hidden from the documentation; not part of the API, and never used by
+//! the crate itself. The switches the tests flip (replaced sources, no prebuilt images, a
+//! pretended compute capability) are in [`overrides`](super::overrides).
 
 use cudarc::driver::PushKernelArg;
 use cudarc::nvrtc::Ptx;
-use once_cell::sync::Lazy;
 
 use crate::device::cache;
 use crate::device::context;
@@ -78,75 +75,4 @@ pub fn raise_device_fault_on(device: crate::Device, kind: Fault) -> Result<(), G
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for a fault kernel"))
-}
-
-static OVERRIDES: Lazy<Mutex<HashMap<&'static str, String>>> =
-    Lazy::new(|| Mutex::new(HashMap::new()));
-
-/// Replaces the source of the module named `family` (a name the engine's table checked), or
-/// restores its own with `None`.
-pub(crate) fn set_source_override(family: &'static str, source: Option<String>) {
-    OVERRIDES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
-    match source {
-        Some(s) => map.insert(family, s),
-        None => map.remove(family),
-    };
-}
-
-/// The source that replaces the module `family`'s, if a test asked for one.
-pub(crate) fn source_override(family: &str) -> Option<String> {
-    if OVERRIDES_USED.load(std::sync::atomic::Ordering::Relaxed) {
-        let map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(family).cloned()
-    } else {
-        None
-    }
-}
-
-/// Whether modules may come from the prebuilt CUBINs: `false` makes every module not yet
-/// loaded come from the disk cache or NVRTC, as on a device the crate ships no CUBINs for
-/// (the tests of background compilation). `true` restores them.
-pub fn use_prebuilt_kernels(allowed: bool) {
-    NO_PREBUILT.store(!allowed, std::sync::atomic::Ordering::SeqCst);
-}
-
-static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether modules may come from the prebuilt CUBINs: unless [`ENV_PREBUILT`] turns them off
-/// (read once) or a test did ([`use_prebuilt_kernels`]).
-pub(crate) fn prebuilt_allowed() -> bool {
-    static FROM_ENV: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        let value = std::env::var(ENV_PREBUILT).unwrap_or_default();
-        !matches!(
-            value.trim().to_ascii_lowercase().as_str(),
-            "0" | "off" | "none" | "false" | "no"
-        )
-    });
-    *FROM_ENV && !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
-}
-
-/// The environment variable that turns the prebuilt CUBINs off (`0`, `off`, `none`, `false`
-/// or `no`): every kernel family then comes from the disk cache or NVRTC, as on a device the
-/// crate ships no CUBINs for. Read once, at the first module load.
-pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
-
-static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The compute capability (`major·10 + minor`) kernel choices are made for, in place of the
-/// device's: `Some(75)` sends `f64` products to the SIMT kernel that devices without FP64
-/// tensor cores run; `None` restores the device's own. The modules keep every entry of the
-/// real device.
-pub fn pretend_compute_capability(sm: Option<u32>) {
-    PRETEND_SM.store(sm.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
-}
-
-static PRETEND_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// The compute capability set by [`pretend_compute_capability`], if any.
-pub(crate) fn pretended_sm() -> Option<u32> {
-    match PRETEND_SM.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => None,
-        sm => Some(sm),
-    }
 }

@@ -1,6 +1,9 @@
 //! The engine: the kernel table ([`table`]), the launchers ([`launch`]), the plan for a shape
 //! ([`plan`]) and the autotuner ([`tuner`]), over every element type.
 
+pub(crate) mod args;
+pub(crate) mod aux;
+pub(crate) mod batched;
 pub(crate) mod launch;
 pub(crate) mod ozaki;
 pub(crate) mod plan;

@@ -95,7 +95,7 @@ impl Family {
     /// The source NVRTC compiles: the family's file with `common.cuh` spliced in (and, for
     /// the two families of `sgemm_tc.cu`, the define that picks one).
     pub(crate) fn source(self) -> String {
-        crate::device::testing::source_override(self.name()).unwrap_or_else(|| {
+        crate::device::overrides::source_override(self.name()).unwrap_or_else(|| {
             let src = self.raw_source().replace("#include \"common.cuh\"", COMMON);
             match self {
                 Family::SgemmTf32x3 => format!("#define SGT_X3 1\n{src}"),
@@ -268,7 +268,7 @@ pub fn override_kernel_source(family: &str, source: Option<String>) -> bool {
     let Some(f) = Family::ALL.iter().find(|f| f.name() == family) else {
         return false;
     };
-    crate::device::testing::set_source_override(f.name(), source);
+    crate::device::overrides::set_source_override(f.name(), source);
     true
 }
 

@@ -19,7 +19,8 @@ use once_cell::sync::Lazy;
 
 use crate::device::context::{Gpu, Stopwatch};
 use crate::element::{Dtype, Element};
-use crate::engine::launch::{self, DevBuf, GemmArgs};
+use crate::engine::args::{DevBuf, GemmArgs};
+use crate::engine::launch;
 use crate::engine::plan::{self, Plan, Target};
 use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;

@@ -7,7 +7,8 @@ use super::workspace::{self, Needs, Workspace};
 use super::{transfer, Done, Failure};
 use crate::device::context::Gpu;
 use crate::element::Element;
-use crate::engine::launch::{self, Batch, DeviceOperand};
+use crate::engine::args::{self, DeviceOperand};
+use crate::engine::batched::{self, Batch};
 use crate::engine::table::TileConfig;
 use crate::engine::tuner::Ran;
 use crate::error::GpuDotError;
@@ -156,9 +157,9 @@ fn run<T: Element>(
         };
         let mut dc = dev.c[0].as_mut().expect("provided").view_mut::<T>(c_len);
         if opts.poison_output {
-            launch::poison(&stream, &mut dc)?;
+            args::poison(&stream, &mut dc)?;
         }
-        launch::launch_batched(
+        batched::launch_batched(
             gpu,
             &stream,
             opts.kernel,

@@ -37,7 +37,8 @@ use once_cell::sync::Lazy;
 
 use crate::device::context::{Gpu, Home};
 use crate::element::Element;
-use crate::engine::launch::{self, DeviceOperand, GemmArgs};
+use crate::engine::args::{self, DeviceOperand, GemmArgs};
+use crate::engine::aux;
 use crate::engine::tuner::{self, Choice, Ran};
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
@@ -195,7 +196,7 @@ pub(crate) fn gemm<T: Element>(
     mut g: Gemm<T>,
 ) -> Result<Done, Failure> {
     let (m, k, n) = g.dims();
-    launch::check_dims(m, k, n).map_err(|error| Failure {
+    args::check_dims(m, k, n).map_err(|error| Failure {
         error,
         touched: false,
     })?;
@@ -520,7 +521,7 @@ struct DevAddrs {
 impl DevAddrs {
     fn of(ws: &Workspace) -> DevAddrs {
         let stream = &ws.lanes.compute;
-        let addr = |b: &Option<launch::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
+        let addr = |b: &Option<args::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
         DevAddrs {
             b: addr(&ws.dev.b),
             a: [addr(&ws.dev.a[0]), addr(&ws.dev.a[1])],
@@ -674,7 +675,7 @@ fn enqueue_panel<T: Element>(
             (false, Some((buf, ld))) => (buf.slice_mut(r0 * *ld..), *ld),
         };
         if opts.poison_output {
-            launch::poison(stream, &mut target)?;
+            args::poison(stream, &mut target)?;
         }
         let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?.with_precision(opts.precision);
         ran = Some(tuner::launch(
@@ -696,7 +697,7 @@ fn enqueue_panel<T: Element>(
             Some((buf, ld)) => (buf.slice_mut(r0 * *ld..), *ld),
         };
         let (alpha, beta) = (ops.alpha, ops.beta);
-        launch::axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
+        aux::axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
     }
     Ok(ran)
 }
@@ -806,7 +807,7 @@ pub(crate) fn upload<T: Element>(
 ) -> Result<CudaSlice<T>, GpuDotError> {
     let mut ws = workspace::take(gpu)?;
     // Allocated on the stream that copies into it, so no other ordering is needed.
-    let buf = launch::alloc::<T>(&ws.lanes.compute, v.len().max(1))?;
+    let buf = args::alloc::<T>(&ws.lanes.compute, v.len().max(1))?;
     let ptr = buf.device_ptr(&ws.lanes.compute).0;
     transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
     workspace::give_back(gpu, ws);

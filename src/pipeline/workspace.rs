@@ -7,7 +7,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{result as driver, CudaContext, CudaEvent, CudaStream};
 
 use crate::device::context::{self, Gpu};
-use crate::engine::launch::{self, DevBuf};
+use crate::engine::args::{self, DevBuf};
 use crate::error::GpuDotError;
 use crate::host::staging::PinnedBuf;
 
@@ -166,7 +166,7 @@ impl Workspace {
         let mut grow = |slot: &mut Option<DevBuf>, len: usize| {
             let bytes = len * width;
             if bytes > 0 && slot.as_ref().is_none_or(|b| b.bytes() < bytes) {
-                launch::scratch(stream, slot, bytes, &gpu.high_water.device)?;
+                args::scratch(stream, slot, bytes, &gpu.high_water.device)?;
                 allocated = true;
             }
             Ok::<(), GpuDotError>(())
@@ -199,7 +199,7 @@ impl Workspace {
         if self.dev.peer.as_ref().is_none_or(|p| p.bytes < bytes) {
             // The old buffer first, then the larger one.
             self.dev.peer = None;
-            let len = launch::grown(&gpu.high_water.device, bytes.max(1));
+            let len = args::grown(&gpu.high_water.device, bytes.max(1));
             gpu.ctx
                 .bind_to_thread()
                 .map_err(GpuDotError::at("making a device current"))?;
@@ -247,7 +247,7 @@ fn pinned(gpu: &Gpu, slot: &mut Option<PinnedBuf>, bytes: usize) -> Result<(), G
         *slot = None;
         *slot = Some(PinnedBuf::new(
             &gpu.ctx,
-            launch::grown(&gpu.high_water.pinned, bytes),
+            args::grown(&gpu.high_water.pinned, bytes),
         )?);
     }
     Ok(())

@@ -1,0 +1,79 @@
+//! Process-wide switches of the crate's own tests: kernel sources replaced before they are
+//! compiled, the prebuilt images turned off, and a pretended compute capability. Each is read
+//! by the layer that loads or chooses kernels; none imports anything of the crate.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use once_cell::sync::Lazy;
+
+static OVERRIDES: Lazy<Mutex<HashMap<&'static str, String>>> =
+    Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// Replaces the source of the module named `family` (a name the engine's table checked), or
+/// restores its own with `None`.
+pub(crate) fn set_source_override(family: &'static str, source: Option<String>) {
+    OVERRIDES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
+    match source {
+        Some(s) => map.insert(family, s),
+        None => map.remove(family),
+    };
+}
+
+/// The source that replaces the module `family`'s, if a test asked for one.
+pub(crate) fn source_override(family: &str) -> Option<String> {
+    if OVERRIDES_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        let map = OVERRIDES.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(family).cloned()
+    } else {
+        None
+    }
+}
+
+/// Whether modules may come from the prebuilt CUBINs: `false` makes every module not yet
+/// loaded come from the disk cache or NVRTC, as on a device the crate ships no CUBINs for
+/// (the tests of background compilation). `true` restores them.
+pub fn use_prebuilt_kernels(allowed: bool) {
+    NO_PREBUILT.store(!allowed, std::sync::atomic::Ordering::SeqCst);
+}
+
+static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether modules may come from the prebuilt CUBINs: unless [`ENV_PREBUILT`] turns them off
+/// (read once) or a test did ([`use_prebuilt_kernels`]).
+pub(crate) fn prebuilt_allowed() -> bool {
+    static FROM_ENV: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        let value = std::env::var(ENV_PREBUILT).unwrap_or_default();
+        !matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "0" | "off" | "none" | "false" | "no"
+        )
+    });
+    *FROM_ENV && !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The environment variable that turns the prebuilt CUBINs off (`0`, `off`, `none`, `false`
+/// or `no`): every kernel family then comes from the disk cache or NVRTC, as on a device the
+/// crate ships no CUBINs for. Read once, at the first module load.
+pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
+
+static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The compute capability (`major·10 + minor`) kernel choices are made for, in place of the
+/// device's: `Some(75)` sends `f64` products to the SIMT kernel that devices without FP64
+/// tensor cores run; `None` restores the device's own. The modules keep every entry of the
+/// real device.
+pub fn pretend_compute_capability(sm: Option<u32>) {
+    PRETEND_SM.store(sm.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+}
+
+static PRETEND_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The compute capability set by [`pretend_compute_capability`], if any.
+pub(crate) fn pretended_sm() -> Option<u32> {
+    match PRETEND_SM.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        sm => Some(sm),
+    }
+}

@@ -1,0 +1,24 @@
+//! Products on the INT8 tensor cores by Ozaki scheme II (kernels/ozaki.cu): the moduli, the
+//! constants of the reconstruction, the choice of scaling bits and moduli, the launcher, and
+//! an exact CPU model of what the kernels compute (the tests' oracle).
+//!
+//! `C = op(A) · op(B)` becomes, with X = op(A) (m × k) and Y = op(B)ᵀ (n × k):
+//! X' = rint(diag(2^s) X) and Y' = rint(diag(2^t) Y), integers of at most `bits` bits chosen
+//! so that `k · 2^(bits_a + bits_b) ≤ M / 4` (M the product of the moduli); C' = X' Y'ᵀ is
+//! then recovered exactly from its residues modulo each modulus (one exact INT8 GEMM per
+//! modulus) by the Chinese remainder theorem, and C = diag(2^-s) C' diag(2^-t), rounded once.
+//!
+//! The files: [`scheme`] (moduli, reconstruction constants, exactness bounds), [`scaling`]
+//! (the count of moduli and each row's shift), [`launch`] (the passes on the device) and
+//! [`model`] (the exact CPU model the tests compare the kernels with).
+
+pub(crate) mod launch;
+pub(crate) mod model;
+pub(crate) mod scaling;
+pub(crate) mod scheme;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use launch::{launch, OzError};
+pub use model::reference;
+pub use scaling::auto_moduli;

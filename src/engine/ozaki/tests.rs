@@ -1,0 +1,472 @@
+//! The scheme's arithmetic, scaling and the CPU model against models of the kernels.
+
+use super::launch::*;
+use super::model::*;
+use super::scaling::*;
+use super::scheme::*;
+use crate::element::Dtype;
+use crate::options::{Precision, MAX_MODULI, MIN_MODULI};
+
+/// The reconstruction of kernels/ozaki.cu (`oz::rebuild`), step for step, on residues
+/// `res` (each in [0, m_l)): C' rounded once to f64 (no scaling).
+#[allow(clippy::needless_range_loop)] // step for step as the kernel's limb loops
+fn rebuild_model(res: &[u32], c: &Consts) -> f64 {
+    let count = c.count as usize;
+    let (limbs, nl) = (s_limbs(count), d_limbs(count));
+    let mut acc = [0u64; LIMBS + 1];
+    for (p, pair) in res.chunks(2).enumerate() {
+        let (ra, rb) = (pair[0], pair.get(1).copied().unwrap_or(0));
+        let t = ra * c.e[p][0] + rb * c.e[p][1];
+        assert!(t < 1 << 25);
+        for u in 0..LIMBS {
+            acc[u] += t as u64 * c.w[p][u] as u64;
+        }
+    }
+    let (mut s, mut carry) = ([0u32; LIMBS + 1], 0u64);
+    for t in 0..limbs {
+        let v = acc[t] + carry;
+        s[t] = v as u32;
+        carry = v >> 32;
+    }
+    assert_eq!(carry, 0);
+    let sd = (0..limbs)
+        .rev()
+        .fold(0.0f64, |sd, t| sd.mul_add(2f64.powi(32), s[t] as f64));
+    let q = (sd * c.inv_m).round_ties_even() as u32;
+    assert!(q < 1 << 29);
+    let mut d = [0u32; LIMBS];
+    carry = 0;
+    for t in 0..nl {
+        let v = q as u64 * c.nm[t] as u64 + s[t] as u64 + carry;
+        d[t] = v as u32;
+        carry = v >> 32;
+    }
+    let neg = (d[nl - 1] as i32) < 0;
+    let flip = if neg { u32::MAX } else { 0 };
+    carry = neg as u64;
+    for x in d[..nl].iter_mut() {
+        let v = (*x ^ flip) as u64 + carry;
+        *x = v as u32;
+        carry = v >> 32;
+    }
+    let (mut e, mut sticky) = (0, 0);
+    if nl == 5 && d[4] != 0 {
+        sticky = d[0];
+        d.copy_within(1..5, 0);
+        e = 32;
+    }
+    let hi = (d[3] as u64) << 32 | d[2] as u64;
+    let lo = (d[1] as u64) << 32 | d[0] as u64;
+    let x = if hi == 0 {
+        lo as f64
+    } else {
+        let lz = hi.leading_zeros();
+        let (top, rest) = if lz > 0 {
+            (hi << lz | lo >> (64 - lz), lo << lz)
+        } else {
+            (hi, lo)
+        };
+        e += 64 - lz as i32;
+        (top | ((rest | sticky as u64) != 0) as u64) as f64
+    };
+    let x = ldexp(x, e);
+    if neg {
+        -x
+    } else {
+        x
+    }
+}
+
+/// A small deterministic generator (xorshift), so the tests need no crate.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+#[test]
+fn the_moduli_are_pairwise_coprime_and_the_constants_consistent() {
+    fn gcd(a: u32, b: u32) -> u32 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    for (i, &a) in MODULI.iter().enumerate() {
+        assert!((173..=256).contains(&a));
+        for &b in &MODULI[i + 1..] {
+            assert_eq!(gcd(a, b), 1, "{a} and {b}");
+        }
+    }
+    let c = Consts::new(MAX_MODULI);
+    for (l, &m) in MODULI.iter().enumerate() {
+        // umod's magic number is exact over its whole range, in the kernel's form
+        // (x + umulhi(x, magic - 2^32)) >> 8, whose sum stays below 2^32.
+        assert_eq!(c.magic[l] >> 32, 1, "magic in [2^32, 2^33)");
+        assert_eq!(c.off[l] % m, 0);
+        assert!(c.off[l] > 1 << 27 && c.off[l] <= (1 << 27) + m);
+        let lo = c.magic[l] as u32 as u64;
+        for x in (0..(1u32 << 31) + 1024)
+            .step_by(9973)
+            .chain([(1u32 << 31) + 1023])
+        {
+            let sum = x as u64 + ((x as u64 * lo) >> 32);
+            assert!(sum < 1 << 32);
+            let q = (sum >> 8) as u32;
+            assert_eq!(x - q * m, x % m, "{x} mod {m}");
+        }
+    }
+}
+
+/// The residue panels' byte for the scaled integer `v` and modulus `l`, step for step as
+/// kernels/ozaki.cu's `oz::split` (32-bit wrapping arithmetic).
+fn split_model(v: i64, c: &Consts, l: usize) -> i8 {
+    let (c0, c1, c2) = (
+        v as u32 & 0x1f_ffff,
+        (v >> 21) as u32 & 0x1f_ffff,
+        (v >> 42) as i32,
+    );
+    let (m, half, lo) = (c.moduli[l], (c.moduli[l] - 1) / 2, c.magic[l] as u32);
+    let y = (c2 as u32)
+        .wrapping_mul(c.p42[l])
+        .wrapping_add(c1 * c.p21[l])
+        .wrapping_add(c0)
+        .wrapping_add(c.off[l]);
+    assert!(y < 1 << 30, "y = {y} for v = {v}, m = {m}");
+    let x = y + half;
+    let q = (x + ((x as u64 * lo as u64) >> 32) as u32) >> 8;
+    y.wrapping_sub(q.wrapping_mul(m)) as u8 as i8
+}
+
+#[test]
+fn split_residues_are_balanced_and_congruent_over_the_whole_range() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let c = Consts::new(MAX_MODULI);
+    let edges = [
+        0i64,
+        1,
+        -1,
+        1 << 61,
+        -(1 << 61),
+        (1 << 42) - 1,
+        -(1 << 42),
+        127,
+        -128,
+    ];
+    for i in 0..20_000 {
+        let v = match i {
+            i if i < edges.len() => edges[i],
+            // Every magnitude up to 2^61.
+            _ => {
+                let bits = (rng.next() % 62) as u32;
+                let mag = (rng.next() >> (64 - bits.max(1))) as i64;
+                if rng.next() & 1 == 1 {
+                    -mag
+                } else {
+                    mag
+                }
+            }
+        };
+        for (l, &m) in MODULI.iter().enumerate() {
+            let b = split_model(v, &c, l) as i64;
+            if m != 256 {
+                assert!(2 * b.abs() < m as i64, "{v} mod {m}: {b} not balanced");
+            }
+            assert_eq!((v - b).rem_euclid(m as i64), 0, "{v} mod {m}: {b}");
+        }
+    }
+}
+
+#[test]
+fn the_pairs_constants_select_each_pair_modulo_m() {
+    for count in [2, 3, 15, 16, 17, MAX_MODULI] {
+        let c = Consts::new(count);
+        for (p, pair) in MODULI[..count].chunks(2).enumerate() {
+            let mm = pair.iter().product::<u32>();
+            // E_a ≡ (1, 0) and E_b ≡ (0, 1) modulo (a, b).
+            for (i, &m) in pair.iter().enumerate() {
+                for (j, &e) in c.e[p].iter().enumerate() {
+                    assert_eq!(e % m, (i == j) as u32, "pair {p}: e {j} mod {m}");
+                }
+            }
+            // W_p ≡ 1 (mod mm) and ≡ 0 modulo every modulus of another pair.
+            let mut w: Big = [0; LIMBS + 1];
+            w[..LIMBS].copy_from_slice(&c.w[p]);
+            assert_eq!(big_mod_small(&w, mm), 1 % mm, "W_{p} mod {mm}");
+            for (j, &x) in MODULI[..count].iter().enumerate() {
+                if j / 2 != p {
+                    assert_eq!(big_mod_small(&w, x), 0, "W_{p} mod {x}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn residues_rebuild_every_integer_within_a_quarter_of_m() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for count in [2, 5, 9, 12, 15, 16, 17, 18] {
+        let c = Consts::new(count);
+        let m_bits = big_bits(&product(count)) as i32;
+        for trial in 0..400 {
+            // Magnitudes up to 2^(m_bits - 3) ≤ M/4, and small ones.
+            let bits = if trial % 4 == 0 {
+                trial % 40
+            } else {
+                m_bits - 3
+            };
+            let bits = bits.min(m_bits - 3).min(126);
+            let mag = ((rng.next() as u128) << 64 | rng.next() as u128) >> (128 - bits.max(1));
+            let x = if rng.next() & 1 == 1 {
+                -(mag as i128)
+            } else {
+                mag as i128
+            };
+            let res: Vec<u32> = MODULI[..count]
+                .iter()
+                .map(|&m| x.rem_euclid(m as i128) as u32)
+                .collect();
+            assert_eq!(rebuild_model(&res, &c), x as f64, "{count} moduli, {x}");
+        }
+        // Beyond 2^126 (17 and 18 moduli): x = hi·2^64 + lo.
+        let hi_bits = m_bits - 3 - 64;
+        for _ in 0..400 {
+            if hi_bits <= 62 {
+                break;
+            }
+            let mag =
+                (((rng.next() as u128) << 64 | rng.next() as u128) >> (128 - hi_bits)) as i128;
+            let hi = if rng.next() & 1 == 1 { -mag } else { mag };
+            let lo = rng.next() as u128;
+            let res: Vec<u32> = MODULI[..count]
+                .iter()
+                .map(|&m| {
+                    let m = m as i128;
+                    (hi.rem_euclid(m) * ((1i128 << 64) % m) + lo as i128 % m).rem_euclid(m) as u32
+                })
+                .collect();
+            assert_eq!(
+                rebuild_model(&res, &c),
+                wide_to_f64(hi, lo),
+                "{count}: {hi}, {lo}"
+            );
+        }
+        // The largest residues everywhere: M - 1, i.e. -1.
+        let top: Vec<u32> = MODULI[..count].iter().map(|&m| m - 1).collect();
+        assert_eq!(rebuild_model(&top, &c), -1.0, "{count} moduli");
+    }
+}
+
+#[test]
+fn an_ozaki_request_is_served_by_the_count_that_runs() {
+    let ran = |n: u8| Precision::Ozaki { moduli: n };
+    assert!(Precision::OZAKI.served_by(ran(15)));
+    assert!(ran(12).served_by(ran(12)));
+    assert!(!ran(12).served_by(ran(15)));
+    assert!(ran(1).served_by(ran(2)) && ran(25).served_by(ran(18)));
+    assert!(!Precision::OZAKI.served_by(Precision::Fp32));
+    assert_eq!(moduli_for(Dtype::F64, 25, 4096), MAX_MODULI);
+    assert_eq!(moduli_for(Dtype::F64, 1, 4096), MIN_MODULI);
+}
+
+#[test]
+fn scaling_keeps_the_product_below_a_quarter_of_m() {
+    for count in MIN_MODULI..=MAX_MODULI {
+        let m_bits = big_bits(&product(count)) as i32;
+        for k in [1, 2, 3, 100, 1024, 8191, 8192, 65_536] {
+            let (a, b) = scaling_bits(count, k);
+            assert!(a <= MAX_BITS && b <= MAX_BITS);
+            // Equal halves: rows scaled by their largest magnitude then have norms of at
+            // most √(k · 4^a) ≤ √(M/4), which the mixing with the norm rule needs.
+            assert_eq!(a, b, "{count} moduli, k {k}");
+            if a < 1 || b < 1 {
+                // Too few moduli for this k: `launch` refuses such products.
+                continue;
+            }
+            // k · 2^(a + b) ≤ 2^(m_bits - 3) ≤ M / 4.
+            let k_bits = (k as f64).log2().ceil() as i32;
+            assert!(k_bits + a + b <= m_bits - 3, "{count} moduli, k {k}");
+        }
+    }
+    assert_eq!(auto_moduli(Dtype::F64, 8192), 15);
+    assert_eq!(auto_moduli(Dtype::F64, 256), 15);
+    assert_eq!(auto_moduli(Dtype::F32, 8192), 8);
+    assert!(auto_moduli(Dtype::F64, 64) <= auto_moduli(Dtype::F64, 65_536));
+}
+
+#[test]
+fn the_gemm_pairs_whole_tiles() {
+    // (m, n) → (tile rows paired, Mp, Np)
+    assert_eq!(pairing(4096, 4096), (true, 4224, 4096));
+    assert_eq!(pairing(8192, 8192), (false, 8256, 8192));
+    assert_eq!(pairing(100, 100), (true, 384, 256));
+    assert_eq!(pairing(150, 400), (false, 192, 512));
+    assert_eq!(pairing(150, 600), (true, 384, 768));
+    for m in [1, 191, 192, 193, 384, 385, 5000] {
+        for n in [1, 255, 256, 257, 512, 513, 5000] {
+            let (pair_m, mp, np) = pairing(m, n);
+            assert!(mp >= m && np >= n && mp % 192 == 0 && np % 256 == 0);
+            let pairs_of = if pair_m { mp / 192 } else { np / 256 };
+            assert_eq!(pairs_of % 2, 0, "{m} × {n}");
+        }
+    }
+}
+
+#[test]
+fn the_mma_sync_gemm_serves_sm_80_to_89_in_whole_tiles_of_128() {
+    assert_eq!(Gemm::of(90, 4096, 4096), Gemm::Wg { pair_m: true });
+    assert_eq!(Gemm::of(90, 8192, 8192), Gemm::Wg { pair_m: false });
+    for sm in [80, 86, 89] {
+        assert_eq!(Gemm::of(sm, 4096, 4096), Gemm::Mma);
+    }
+    for m in [1, 127, 128, 129, 4097] {
+        for n in [1, 127, 128, 129, 4097] {
+            let (tiles, (mp, np)) = Gemm::Mma.panels(m, n);
+            assert_eq!(tiles, (128, 128));
+            assert!(mp >= m && np >= n && mp - m < 128 && np - n < 128);
+            assert!(mp % 128 == 0 && np % 128 == 0, "{m} × {n}");
+        }
+    }
+    let (_, (mp, np)) = Gemm::Wg { pair_m: true }.panels(4096, 4096);
+    assert_eq!((mp, np), (4224, 4096));
+}
+
+#[test]
+fn the_norm_bound_leaves_room_for_rounding_to_integers() {
+    for count in MIN_MODULI..=MAX_MODULI {
+        let quarter = big_f64(&product(count)) / 4.0;
+        for k in [1, 2, 3, 100, 1024, 3000, 8192, 65_536] {
+            let bound = norm_bound(count, k);
+            if scaling_bits(count, k).0 < 8 {
+                assert_eq!(bound, 0.0, "{count} moduli, k {k}");
+                continue;
+            }
+            // A row at the bound, its sum of squares rounded low by 2^-36, then rounded
+            // to integers: its norm squared stays below M/4.
+            let norm = (bound * (1.0 + 2f64.powi(-36))).sqrt() + (k as f64).sqrt() / 2.0;
+            assert!(norm * norm < quarter, "{count} moduli, k {k}");
+            // … and the bound gives away no more than that room.
+            let given = quarter.sqrt() * (1.0 - 2f64.powi(-29)) - (k as f64).sqrt() / 2.0;
+            assert!(bound.sqrt() > given, "{count} moduli, k {k}");
+        }
+    }
+}
+
+/// The exact integer product of two rows scaled as the kernels scale them.
+fn scaled_dot(x: &[f64], y: &[f64], count: usize) -> f64 {
+    let k = x.len();
+    let (bits, bound) = (scaling_bits(count, k).0, norm_bound(count, k));
+    let int = |row: &[f64]| -> Vec<i128> {
+        let s = RowSize::of(row.iter().copied()).shift(bits, bound);
+        row.iter()
+            .map(|&v| ldexp(v, s).round_ties_even() as i128)
+            .collect()
+    };
+    let (xi, yi) = (int(x), int(y));
+    xi.iter().zip(&yi).map(|(&a, &b)| (a * b) as f64).sum()
+}
+
+#[test]
+fn rows_are_scaled_by_their_norm_where_it_keeps_more_bits() {
+    let k = 4096;
+    let (bits, bound) = (scaling_bits(15, k).0, norm_bound(15, k));
+    let by_max = |row: &[f64]| bits - 1 - ilogb(row.iter().fold(0f64, |m, v| m.max(v.abs())));
+    let shift = |row: &[f64]| RowSize::of(row.iter().copied()).shift(bits, bound);
+    // One large element among tiny ones: the norm is the largest element's, and the row
+    // keeps about log2(k)/2 = 6 bits more than by its largest element.
+    let mut spiky = vec![2f64.powi(-40); k];
+    spiky[17] = -1.5;
+    assert!(shift(&spiky) >= by_max(&spiky) + 5, "{}", shift(&spiky));
+    // Equal magnitudes: Cauchy–Schwarz is tight, and the norm gains only what rounding k
+    // up to a power of two gave away; the product of two such rows stays below M/4 for
+    // every k, including values just below a power of two.
+    let quarter = big_f64(&product(15)) / 4.0;
+    for k in [1, 3, 1000, 3000, 4095, 4096, 65_536] {
+        for v in [1.0, 1.0 - f64::EPSILON / 2.0, 0.75, -1.0 + f64::EPSILON] {
+            let row = vec![v; k];
+            let c = scaled_dot(&row, &row, 15);
+            assert!(c.abs() <= quarter, "k {k}, {v}: {c:e} against {quarter:e}");
+            assert!(RowSize::of(row.iter().copied()).shift(bits, bound) >= by_max(&row));
+        }
+    }
+    // Rows with entries over 2^±30 (random binades): every integer product stays below
+    // M/4, for every count.
+    let mut rng = Rng(777);
+    for count in [4, 8, 12, 15, 18] {
+        for _ in 0..4 {
+            let mut row = || -> Vec<f64> {
+                (0..k)
+                    .map(|_| {
+                        let e = (rng.unit() * 30.0).round() as i32;
+                        ldexp(rng.unit(), e)
+                    })
+                    .collect()
+            };
+            let (x, y) = (row(), row());
+            let quarter = big_f64(&product(count)) / 4.0;
+            for c in [scaled_dot(&x, &y, count), scaled_dot(&x, &x, count)] {
+                assert!(
+                    c.abs() <= quarter,
+                    "{count} moduli: {c:e} against {quarter:e}"
+                );
+            }
+        }
+    }
+    // Tiny, huge and subnormal rows scale like any other.
+    for v in [f64::MIN_POSITIVE / 8.0, 1e300, -1e-300] {
+        let row = vec![v; 64];
+        let s = RowSize::of(row.iter().copied()).shift(bits, bound);
+        let scaled = ldexp(v.abs(), s);
+        assert!(
+            (2f64.powi(40)..2f64.powi(61)).contains(&scaled),
+            "{v:e}: {scaled:e}"
+        );
+    }
+}
+
+#[test]
+fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
+    let mut rng = Rng(12345);
+    let (m, k, n) = (7, 33, 5);
+    let a: Vec<f64> = (0..m * k).map(|_| (rng.unit() * 1000.0).round()).collect();
+    let b: Vec<f64> = (0..k * n).map(|_| (rng.unit() * 1000.0).round()).collect();
+    let exact = |a: &[f64], b: &[f64]| -> Vec<f64> {
+        (0..m * n)
+            .map(|x| {
+                let (i, j) = (x / n, x % n);
+                (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum()
+            })
+            .collect()
+    };
+    assert_eq!(reference(&a, &b, (m, k, n), 9), exact(&a, &b));
+    let a: Vec<f64> = (0..m * k).map(|_| rng.unit()).collect();
+    let b: Vec<f64> = (0..k * n).map(|_| rng.unit()).collect();
+    let want = exact(&a, &b);
+    let got = reference(&a, &b, (m, k, n), 16);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-13, "{g} against {w}");
+    }
+    // Fewer moduli, fewer bits: a coarser but still bounded result.
+    let coarse = reference(&a, &b, (m, k, n), 6);
+    let (bits, _) = scaling_bits(6, k);
+    for (g, w) in coarse.iter().zip(&want) {
+        assert!(
+            (g - w).abs() <= k as f64 * 2f64.powi(-bits),
+            "{g} against {w}"
+        );
+    }
+    // A row with NaN gives NaN where it meets; others are untouched.
+    let mut a2 = a.clone();
+    a2[k] = f64::NAN;
+    let got = reference(&a2, &b, (m, k, n), 16);
+    assert!(got[n..2 * n].iter().all(|x| x.is_nan()));
+    assert!(got[..n].iter().chain(&got[2 * n..]).all(|x| x.is_finite()));
+}
