@@ -234,11 +234,13 @@ compile_error!(
 
 use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
-pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
-pub use device::context::{
+pub use device::api::{
     context_rebuilds, device_status, module_loads, nvrtc_compilations,
-    nvrtc_compilations_in_flight, Device, DeviceInfo, DeviceStatus, ModuleLoad,
+    nvrtc_compilations_in_flight, Device, DeviceStatus,
 };
+pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
+pub use device::context::DeviceInfo;
+pub use device::modules::ModuleLoad;
 pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
 pub use engine::plan::Plan;

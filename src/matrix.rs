@@ -26,7 +26,8 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use ndarray::{Array2, ArrayBase, Data, DataMut, Ix2};
 
-use crate::device::context::{self, Device, Gpu, Home};
+use crate::device::api::Device;
+use crate::device::context::{self, Gpu, Home};
 use crate::element::Element;
 use crate::engine::aux::{self, Elementwise};
 use crate::error::GpuDotError;

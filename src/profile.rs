@@ -8,7 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ndarray::{Array2, ArrayView2};
 
-use crate::device::context::{self, Gpu, Stopwatch};
+use crate::device::context::{self, Gpu};
+use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;

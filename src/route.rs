@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
 
-use crate::device::context::{self, Gpu, Home, Readiness};
+use crate::device::context::{self, Gpu, Home};
+use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::plan::Plan;
 use crate::engine::table::Family;

@@ -40,8 +40,8 @@ pub(crate) fn split_devices(
     }
     let mut list = match devices {
         Devices::All => {
-            let count =
-                context::device_count().map_err(|reason| GpuDotError::NoDevice { reason })?;
+            let count = crate::device::libraries::device_count()
+                .map_err(|reason| GpuDotError::NoDevice { reason })?;
             // Every usable device: one that cannot make a context is left out.
             (0..count).filter(|&o| context::gpu_on(o).is_ok()).collect()
         }

@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use crate::device::context::{self, ModuleLoad};
+use crate::device::context;
+use crate::device::modules::ModuleLoad;
 use crate::element::Dtype;
 use crate::engine::table::Family;
 use crate::error::GpuDotError;

@@ -4,53 +4,22 @@
 //! It holds the cudarc context, a pool of streams, the device's properties and the module
 //! cache: each kernel family is compiled by NVRTC to a CUBIN for the device's own architecture
 //! the first time it is needed, and never again in the process; the on-disk cache
-//! (`src/cache.rs`) lets a later process load the CUBIN instead of compiling it again.
+//! (`cache.rs`) lets a later process load the CUBIN instead of compiling it again.
+//!
+//! Loading modules is [`modules`](super::modules)' work, finding the libraries
+//! [`libraries`](super::libraries)', and the exported [`Device`](crate::Device) API
+//! [`api`](super::api)'s.
 
 use std::any::Any;
-use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
-use cudarc::nvrtc::Ptx;
-use once_cell::sync::OnceCell;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
-use crate::device::cache::{self, nvrtc_options};
-use crate::device::compiler::{self, Request};
-use crate::device::prebuilt;
+use crate::device::libraries::device_count;
+use crate::device::modules::{ModuleLoad, ModuleSpec, Modules, Readiness};
 use crate::error::GpuDotError;
-
-/// A module a context can load: one kernel family of the engine's table, described by what
-/// the device layer needs to compile, cache and load it.
-pub(crate) trait ModuleSpec: Copy {
-    /// Its slot in a context's module table: distinct per module, below [`MODULE_SLOTS`].
-    fn slot(self) -> usize;
-    /// Its name, e.g. "sgemm_fast".
-    fn name(self) -> &'static str;
-    /// The source NVRTC compiles.
-    fn source(self) -> String;
-    /// The architecture it is compiled for on a device of architecture `arch` (`sm_XY`).
-    fn arch(self, arch: &str) -> String;
-    /// Its entry points on a device of compute capability `sm` (`major·10 + minor`).
-    fn entries(self, sm: u32) -> Vec<String>;
-    /// Dynamic shared memory `entry` needs raised above the default 48 KiB limit.
-    fn shared_bytes(self, entry: &str) -> Option<u32>;
-}
-
-/// How many modules a context can hold.
-pub(crate) const MODULE_SLOTS: usize = 8;
-
-/// Whether a module is ready to run on a context, as [`Gpu::prepare`] finds it.
-#[derive(Debug, Clone)]
-pub(crate) enum Readiness {
-    /// Loaded (now or before): its kernels can be launched.
-    Ready,
-    /// NVRTC is compiling it on a background thread.
-    Compiling,
-}
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,233 +38,6 @@ pub struct DeviceInfo {
     /// Milliseconds it took to load the driver and create the context.
     pub context_ms: f64,
 }
-
-/// Whether the GPU path is usable, as [`device_status`] reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeviceStatus {
-    /// A device is ready.
-    Ready(DeviceInfo),
-    /// No GPU is usable, and why.
-    Unavailable(String),
-}
-
-impl fmt::Display for DeviceStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeviceStatus::Ready(d) => write!(
-                f,
-                "{} (device {}, compute capability {}.{}, {} SMs, {:.1} GiB)",
-                d.name,
-                d.ordinal,
-                d.compute_capability.0,
-                d.compute_capability.1,
-                d.multiprocessors,
-                d.total_memory as f64 / (1u64 << 30) as f64
-            ),
-            DeviceStatus::Unavailable(reason) => write!(f, "no usable GPU: {reason}"),
-        }
-    }
-}
-
-/// Reports the default device ([`Device::default`]), creating its context if this is its
-/// first use.
-///
-/// Never panics: a missing driver, a missing NVRTC or a machine without a device give
-/// [`DeviceStatus::Unavailable`] with the reason.
-pub fn device_status() -> DeviceStatus {
-    match default_ordinal() {
-        Ok(ordinal) => Device::new(ordinal).status(),
-        Err(e) => DeviceStatus::Unavailable(e.to_string()),
-    }
-}
-
-/// One CUDA device of this machine, by ordinal: a handle, cheap to copy, that makes nothing
-/// until used.
-///
-/// Each device the crate uses has its own context, compiled modules, streams, idle
-/// workspaces and tuned plans; a fault on one device rebuilds only that device's context.
-/// [`DotOptions::device`](crate::DotOptions::device) sends a product to a device, and
-/// [`GpuMatrix::from_array_on`](crate::GpuMatrix::from_array_on) puts a matrix there. Without
-/// either, products run on the default device: `GPU_DOT_DEVICE`, else device 0.
-///
-/// ```no_run
-/// use gpu_dot::Device;
-///
-/// for device in Device::all() {
-///     println!("{device}: {}", device.status());
-/// }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Device {
-    ordinal: usize,
-}
-
-impl Device {
-    /// The device of ordinal `ordinal` (whether it exists is known on first use).
-    pub const fn new(ordinal: usize) -> Device {
-        Device { ordinal }
-    }
-
-    /// How many CUDA devices the driver reports: 0 without a driver (never panics).
-    pub fn count() -> usize {
-        device_count().unwrap_or(0)
-    }
-
-    /// Every device the driver reports, by ordinal.
-    pub fn all() -> Vec<Device> {
-        (0..Device::count()).map(Device::new).collect()
-    }
-
-    /// The ordinal.
-    pub const fn ordinal(self) -> usize {
-        self.ordinal
-    }
-
-    /// Whether the device is usable, creating its context if this is its first use. Never
-    /// panics.
-    pub fn status(self) -> DeviceStatus {
-        match gpu_on(self.ordinal) {
-            Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
-            Err(e) => DeviceStatus::Unavailable(match e {
-                GpuDotError::NoDevice { reason } => reason,
-                other => other.to_string(),
-            }),
-        }
-    }
-
-    /// The modules loaded on this device so far, with what each cost on first use (empty
-    /// when the device has not been used).
-    pub fn module_loads(self) -> Vec<ModuleLoad> {
-        match self.live() {
-            Some(gpu) => gpu.module_loads(),
-            None => Vec::new(),
-        }
-    }
-
-    /// The device's context in use, if it has been made and has not faulted.
-    pub(crate) fn live(self) -> Option<Arc<Gpu>> {
-        live().into_iter().find(|g| g.info.ordinal == self.ordinal)
-    }
-
-    /// How many times this process has rebuilt the device's context after a fault.
-    pub fn context_rebuilds(self) -> usize {
-        DEVICES
-            .get(self.ordinal)
-            .map_or(0, |d| d.rebuilds.load(Ordering::SeqCst))
-    }
-}
-
-impl Default for Device {
-    /// The device that serves products whose options name none: `GPU_DOT_DEVICE`, else 0
-    /// (also 0 when `GPU_DOT_DEVICE` is not an ordinal; products then report that error).
-    fn default() -> Device {
-        Device::new(default_ordinal().unwrap_or(0))
-    }
-}
-
-impl fmt::Display for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "device {}", self.ordinal)
-    }
-}
-
-/// The first-use costs of one kernel family's module.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct ModuleLoad {
-    /// The family, e.g. "tiled".
-    pub family: &'static str,
-    /// Whether it came from the CUBINs the crate ships (`kernels/prebuilt/`), compiled ahead of
-    /// time for the device's architecture.
-    pub prebuilt: bool,
-    /// Whether it was read from the on-disk kernel cache
-    /// ([`kernel_cache_dir`](crate::kernel_cache_dir)) instead of compiled by NVRTC.
-    pub cached: bool,
-    /// Milliseconds NVRTC took to compile it (in the foreground or on a background thread);
-    /// 0 when it was prebuilt or came from the cache.
-    pub nvrtc_ms: f64,
-    /// Milliseconds the driver took to load it and look up its entry points, plus the time to
-    /// decompress a prebuilt CUBIN or to read and check a cache file.
-    pub load_ms: f64,
-}
-
-/// NVRTC compilations made by this process so far (each module is compiled at most once,
-/// whichever device or thread asks).
-pub fn nvrtc_compilations() -> usize {
-    compiler::compilations()
-}
-
-/// NVRTC compilations running now, in the foreground or on background threads.
-pub fn nvrtc_compilations_in_flight() -> usize {
-    compiler::in_flight()
-}
-
-/// The modules loaded on the default device so far, with what each cost on first use
-/// (makes the device's context if it has none yet).
-pub fn module_loads() -> Vec<ModuleLoad> {
-    match gpu() {
-        Ok(gpu) => gpu.module_loads(),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// The driver entry points the crate calls (through cudarc).
-const DRIVER_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuDeviceGet",
-    "cuDeviceGetCount",
-    "cuDeviceGetAttribute",
-    "cuDeviceGetName",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuDevicePrimaryCtxReset_v2",
-    "cuCtxSetCurrent",
-    "cuCtxGetCurrent",
-    "cuCtxSynchronize",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamWaitEvent",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuEventSynchronize",
-    "cuEventQuery",
-    "cuEventElapsedTime",
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostAlloc",
-    "cuMemFreeHost",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-    "cuMemGetInfo_v2",
-    "cuModuleLoadData",
-    "cuModuleGetFunction",
-    "cuModuleUnload",
-    "cuFuncSetAttribute",
-    "cuLaunchKernel",
-    "cuOccupancyMaxActiveClusters",
-    "cuGetErrorName",
-    "cuGetErrorString",
-];
-
-/// The NVRTC entry points the crate calls (through cudarc).
-const NVRTC_SYMBOLS: &[&str] = &[
-    "nvrtcVersion",
-    "nvrtcCreateProgram",
-    "nvrtcCompileProgram",
-    "nvrtcDestroyProgram",
-    "nvrtcGetProgramLogSize",
-    "nvrtcGetProgramLog",
-    "nvrtcGetCUBINSize",
-    "nvrtcGetCUBIN",
-];
 
 /// The most devices one process can address (ordinals `0..MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = 64;
@@ -485,13 +227,6 @@ impl Gpu {
         }
     }
 
-    fn module_loads(&self) -> Vec<ModuleLoad> {
-        self.modules
-            .iter()
-            .filter_map(|m| m.get().map(|m| m.cost.clone()))
-            .collect()
-    }
-
     /// Whether this device's context has faulted (and waits for its rebuild).
     pub(crate) fn faulted(&self) -> bool {
         DEVICES[self.info.ordinal].faulted.load(Ordering::Acquire)
@@ -587,11 +322,18 @@ fn rebuild(dev: &DeviceSlot, slot: &mut Slot) -> Result<(), GpuDotError> {
 }
 
 /// How many times this process has rebuilt a CUDA context after a fault, on every device.
-pub fn context_rebuilds() -> usize {
+pub(crate) fn rebuilds() -> usize {
     DEVICES
         .iter()
         .map(|d| d.rebuilds.load(Ordering::SeqCst))
         .sum()
+}
+
+/// How many times this process has rebuilt device `ordinal`'s context after a fault.
+pub(crate) fn rebuilds_on(ordinal: usize) -> usize {
+    DEVICES
+        .get(ordinal)
+        .map_or(0, |d| d.rebuilds.load(Ordering::SeqCst))
 }
 
 /// Where device memory lives: a device and the generation of the context it was made in.
@@ -601,24 +343,13 @@ pub(crate) struct Home {
     pub(crate) generation: u64,
 }
 
-pub(crate) struct LoadedModule {
-    _module: Arc<CudaModule>,
-    functions: HashMap<String, CudaFunction>,
-    cost: ModuleLoad,
-}
-
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
     /// Which context this is on its device (the device's generation count).
     pub(crate) generation: u64,
     pub(crate) info: DeviceInfo,
-    arch: String,
-    modules: [OnceCell<LoadedModule>; MODULE_SLOTS],
-    /// A family NVRTC rejected: kept, so that later products fall back at once instead of
-    /// compiling again.
-    rejected: [OnceCell<GpuDotError>; MODULE_SLOTS],
-    /// A family whose prebuilt CUBIN the driver refused on this context.
-    prebuilt_refused: [AtomicBool; MODULE_SLOTS],
+    /// The kernel families loaded on this context.
+    modules: Modules,
     streams: Mutex<Vec<Arc<CudaStream>>>,
     /// Idle workspaces kept for reuse (the pipeline's, which alone knows their type); freed
     /// with the context.
@@ -633,114 +364,6 @@ pub(crate) struct Gpu {
 pub(crate) struct HighWater {
     pub(crate) device: AtomicUsize,
     pub(crate) pinned: AtomicUsize,
-}
-
-/// Whether the driver and NVRTC libraries are loaded and have every entry point the crate
-/// calls; checked once per process.
-fn libraries() -> Result<(), String> {
-    static READY: OnceCell<Result<(), String>> = OnceCell::new();
-    READY
-        .get_or_init(|| {
-            std::panic::catch_unwind(check_libraries)
-                .unwrap_or_else(|_| Err("the CUDA driver library panicked while loading".into()))
-        })
-        .clone()
-}
-
-/// The file names the driver library and NVRTC go by, most common first.
-#[cfg(windows)]
-const LIBRARY_NAMES: [&[&str]; 2] = [
-    &["nvcuda.dll"],
-    &[
-        "nvrtc64_130_0.dll",
-        "nvrtc64_120_0.dll",
-        "nvrtc64_13.dll",
-        "nvrtc64_12.dll",
-        "nvrtc.dll",
-    ],
-];
-#[cfg(not(windows))]
-const LIBRARY_NAMES: [&[&str]; 2] = [
-    &["libcuda.so.1", "libcuda.so"],
-    &[
-        "libnvrtc.so",
-        "libnvrtc.so.12",
-        "libnvrtc.so.13",
-        "libnvrtc.so.11",
-    ],
-];
-
-/// Opens the first of `names` the dynamic loader finds.
-fn open_library(names: &[&str]) -> Option<libloading::Library> {
-    names.iter().find_map(|name| {
-        // SAFETY: the driver library and NVRTC run no initialisation code with requirements
-        // on the caller when loaded; the handle only looks symbols up and is dropped after.
-        unsafe { libloading::Library::new(*name) }.ok()
-    })
-}
-
-/// Checks the two libraries through the dynamic loader itself, whichever way cudarc is
-/// built to reach them (loaded at run time, or linked by another crate's choice of cudarc
-/// features): both present, with every entry point the crate calls.
-fn check_libraries() -> Result<(), String> {
-    let [driver_names, nvrtc_names] = LIBRARY_NAMES;
-    let Some(driver) = open_library(driver_names) else {
-        return Err("the CUDA driver library (libcuda) was not found".into());
-    };
-    let Some(nvrtc) = open_library(nvrtc_names) else {
-        return Err("the NVRTC library (libnvrtc) was not found".into());
-    };
-    // cudarc looks each entry point up on its first call and panics if it is missing; check
-    // them all now, so that an old driver or NVRTC is a reason, never a panic later.
-    // SAFETY: `get` only looks a symbol up; nothing is called.
-    let missing = unsafe {
-        DRIVER_SYMBOLS
-            .iter()
-            .find(|name| driver.get::<*const ()>(name.as_bytes()).is_err())
-            .map(|name| {
-                format!("the CUDA driver library lacks {name} (a driver older than CUDA 12?)")
-            })
-            .or_else(|| {
-                NVRTC_SYMBOLS
-                    .iter()
-                    .find(|name| nvrtc.get::<*const ()>(name.as_bytes()).is_err())
-                    .map(|name| {
-                        format!("the NVRTC library lacks {name} (NVRTC older than CUDA 12?)")
-                    })
-            })
-    };
-    if let Some(reason) = missing {
-        return Err(reason);
-    }
-    // cudarc finds the libraries by its own list of names (and panics where it finds none):
-    // have it load both now, where a panic is caught, rather than at a later call.
-    let loads = std::panic::catch_unwind(|| {
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: nvrtcVersion only writes the two integers it is given.
-        let nvrtc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-        (cudarc::driver::result::init(), nvrtc)
-    });
-    match loads {
-        Ok((Ok(()), cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS)) => Ok(()),
-        Ok((Err(e), _)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => {
-            Err("the CUDA driver found no device".into())
-        }
-        Ok((Err(e), _)) => Err(format!("the CUDA driver could not initialise: {e:?}")),
-        Ok((_, e)) => Err(format!("NVRTC does not answer: {e:?}")),
-        Err(_) => Err(
-            "cudarc could not load the CUDA driver library or NVRTC under the names it knows \
-             (a CUDA 13 install needs the unversioned libnvrtc.so with the cuda-12080 bindings)"
-                .into(),
-        ),
-    }
-}
-
-/// How many CUDA devices the driver reports, or why it cannot say.
-pub(crate) fn device_count() -> Result<usize, String> {
-    libraries()?;
-    let count = CudaContext::device_count()
-        .map_err(|e| format!("the CUDA driver could not count devices: {e}"))?;
-    Ok(count.max(0) as usize)
 }
 
 impl Gpu {
@@ -777,15 +400,11 @@ impl Gpu {
                 .map_err(describe)?,
             context_ms: start.elapsed().as_secs_f64() * 1e3,
         };
-        let (major, minor) = info.compute_capability;
         Ok(Gpu {
+            modules: Modules::new(ctx.clone(), info.compute_capability),
             ctx,
             generation,
-            arch: format!("sm_{major}{minor}"),
             info,
-            modules: Default::default(),
-            rejected: Default::default(),
-            prebuilt_refused: Default::default(),
             streams: Mutex::new(Vec::new()),
             idle: Default::default(),
             high_water: HighWater::default(),
@@ -804,183 +423,29 @@ impl Gpu {
         (major.max(0) * 10 + minor.max(0)) as u32
     }
 
-    /// The entry point `entry` of `family`, loading the family on first use: from the
-    /// prebuilt CUBINs, the disk cache or a finished background compilation, else compiled by
-    /// NVRTC now (or, when a background thread is compiling it, once that one finishes).
+    /// The entry point `entry` of `family`, loading the family on first use (see
+    /// [`Modules::function`]).
     pub(crate) fn function(
         &self,
         family: impl ModuleSpec,
         entry: &str,
     ) -> Result<CudaFunction, GpuDotError> {
-        let loaded = self.module(family, true)?.expect("waited for");
-        loaded
-            .functions
-            .get(entry)
-            .cloned()
-            .ok_or(GpuDotError::Compile {
-                kernel: family.name(),
-                log: format!("the module has no entry point {entry}"),
-            })
+        self.modules.function(family, entry)
     }
 
-    /// Loads `family` (waiting for NVRTC if it must be compiled) and says what its first use
-    /// cost.
+    /// Loads `family` and says what its first use cost (see [`Modules::load`]).
     pub(crate) fn load(&self, family: impl ModuleSpec) -> Result<ModuleLoad, GpuDotError> {
-        Ok(self.module(family, true)?.expect("waited for").cost.clone())
+        self.modules.load(family)
     }
 
-    /// Makes `family` ready without waiting on NVRTC: loads it when it is prebuilt, cached or
-    /// compiled already, else starts its compilation on a background thread (once) and says
-    /// so. An NVRTC failure is the typed [`GpuDotError::Compile`] with NVRTC's log.
+    /// Makes `family` ready without waiting on NVRTC (see [`Modules::prepare`]).
     pub(crate) fn prepare(&self, family: impl ModuleSpec) -> Result<Readiness, GpuDotError> {
-        Ok(match self.module(family, false)? {
-            Some(_) => Readiness::Ready,
-            None => Readiness::Compiling,
-        })
+        self.modules.prepare(family)
     }
 
-    /// The loaded module of `family`, loading it if need be; `None` when it must be compiled
-    /// and `wait` is false (its compilation then runs on a background thread).
-    fn module(
-        &self,
-        family: impl ModuleSpec,
-        wait: bool,
-    ) -> Result<Option<&LoadedModule>, GpuDotError> {
-        let i = family.slot();
-        if let Some(e) = self.rejected[i].get() {
-            return Err(e.clone());
-        }
-        if let Some(loaded) = self.modules[i].get() {
-            return Ok(Some(loaded));
-        }
-        let arch = family.arch(&self.arch);
-        let request = Request {
-            family: family.name(),
-            source: family.source(),
-            options: nvrtc_options(&arch),
-            arch,
-        };
-        let quick = self.load_quick(family, &request);
-        let compiled = match quick {
-            Some(Ok(loaded)) => return Ok(Some(self.keep(i, loaded))),
-            // A cached CUBIN the driver refused, or none: the compile queue's CUBIN, compiled
-            // now, or already by another thread (finished, or waited for).
-            Some(Err(_)) | None if wait => request.compile(),
-            Some(Err(_)) | None => match request.compile_in_background() {
-                Some(outcome) => outcome,
-                None => return Ok(None),
-            },
-        };
-        let outcome = compiled.and_then(|(cubin, nvrtc_ms)| {
-            let start = Instant::now();
-            let mut loaded = self.link(family, cubin.to_vec())?;
-            loaded.cost.nvrtc_ms = nvrtc_ms;
-            loaded.cost.load_ms = start.elapsed().as_secs_f64() * 1e3;
-            Ok(loaded)
-        });
-        match outcome {
-            Ok(loaded) => Ok(Some(self.keep(i, loaded))),
-            Err(e) => {
-                if matches!(e, GpuDotError::Compile { .. }) {
-                    let _ = self.rejected[i].set(e.clone());
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Stores a loaded module in slot `i` (or keeps the one another thread stored first).
-    fn keep(&self, i: usize, loaded: LoadedModule) -> &LoadedModule {
-        let _ = self.modules[i].set(loaded);
-        self.modules[i].get().expect("set above")
-    }
-
-    /// Loads `family` without NVRTC: its prebuilt CUBIN, else its disk-cache entry. `None` when
-    /// there is none (a finished compilation is the compile queue's to give); an error when the
-    /// driver refused the cached one.
-    fn load_quick(
-        &self,
-        family: impl ModuleSpec,
-        request: &Request,
-    ) -> Option<Result<LoadedModule, GpuDotError>> {
-        let start = Instant::now();
-        let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
-        let refused = &self.prebuilt_refused[family.slot()];
-        let image = prebuilt::find(request.family, &request.source, &request.arch)
-            .filter(|_| crate::device::overrides::prebuilt_allowed())
-            .filter(|_| !refused.load(Ordering::Relaxed))
-            .and_then(|image| image.cubin());
-        if let Some(cubin) = image {
-            match self.link(family, cubin) {
-                Ok(mut loaded) => {
-                    log::debug!(
-                        "the {} kernels for {}: prebuilt (NVRTC {})",
-                        request.family,
-                        request.arch,
-                        prebuilt::NVRTC_VERSION
-                    );
-                    loaded.cost.prebuilt = true;
-                    loaded.cost.load_ms = ms(start);
-                    return Some(Ok(loaded));
-                }
-                // The driver refuses the shipped CUBIN (an older driver, say): never offered
-                // again on this context; the disk cache or NVRTC serve instead.
-                Err(e) => {
-                    log::info!(
-                        "the driver refused the prebuilt {} kernels ({e}); compiling them",
-                        request.family
-                    );
-                    refused.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        let entry = cache::Entry::for_module(
-            request.family,
-            &request.source,
-            &request.options,
-            &request.arch,
-        );
-        if let Some(cubin) = entry.as_ref().and_then(|e| e.read()) {
-            return Some(self.link(family, cubin).map(|mut loaded| {
-                loaded.cost.cached = true;
-                loaded.cost.load_ms = ms(start);
-                loaded
-            }));
-        }
-        None
-    }
-
-    /// Loads `cubin` as `family`'s module and looks up its entry points.
-    fn link(&self, family: impl ModuleSpec, cubin: Vec<u8>) -> Result<LoadedModule, GpuDotError> {
-        let module = self
-            .ctx
-            .load_module(Ptx::from_binary(cubin))
-            .map_err(GpuDotError::at("loading a compiled module"))?;
-        let mut functions = HashMap::new();
-        for entry in family.entries(self.sm()) {
-            let f = module
-                .load_function(&entry)
-                .map_err(GpuDotError::at("looking up a kernel entry point"))?;
-            if let Some(bytes) = family.shared_bytes(&entry) {
-                f.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    bytes as i32,
-                )
-                .map_err(GpuDotError::at("raising a kernel's shared-memory limit"))?;
-            }
-            functions.insert(entry, f);
-        }
-        Ok(LoadedModule {
-            _module: module,
-            functions,
-            cost: ModuleLoad {
-                family: family.name(),
-                prebuilt: false,
-                cached: false,
-                nvrtc_ms: 0.0,
-                load_ms: 0.0,
-            },
-        })
+    /// What each module loaded on this context so far cost on first use.
+    pub(crate) fn module_loads(&self) -> Vec<ModuleLoad> {
+        self.modules.loads()
     }
 
     /// A stream for one product, returned to the pool when the guard drops.
@@ -997,44 +462,6 @@ impl Gpu {
             gpu: self,
             stream: Some(stream),
         })
-    }
-}
-
-/// A pair of timing events measuring device time of work enqueued on a stream.
-pub(crate) struct Stopwatch {
-    start: CudaEvent,
-    end: CudaEvent,
-}
-
-impl Stopwatch {
-    pub(crate) fn new(gpu: &Gpu) -> Result<Stopwatch, GpuDotError> {
-        let event = || {
-            gpu.ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(GpuDotError::at("creating an event"))
-        };
-        Ok(Stopwatch {
-            start: event()?,
-            end: event()?,
-        })
-    }
-
-    /// Milliseconds of device time taken by what `enqueue` puts on `stream`.
-    pub(crate) fn time(
-        &self,
-        stream: &CudaStream,
-        enqueue: impl FnOnce() -> Result<(), GpuDotError>,
-    ) -> Result<f32, GpuDotError> {
-        let record = GpuDotError::at("recording an event");
-        self.start.record(stream).map_err(&record)?;
-        enqueue()?;
-        self.end.record(stream).map_err(&record)?;
-        self.end
-            .synchronize()
-            .map_err(GpuDotError::at("waiting for an event"))?;
-        self.start
-            .elapsed_ms(&self.end)
-            .map_err(GpuDotError::at("reading an event"))
     }
 }
 

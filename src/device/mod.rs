@@ -1,11 +1,18 @@
-//! The device: its CUDA context, compiled modules and pools ([`context`]), the on-disk kernel
-//! cache ([`cache`]) and the hooks of the fault tests ([`testing`]).
+//! The device layer: the exported device API ([`api`]), the CUDA context of each device with
+//! its streams and pools ([`context`]), its module table ([`modules`]), the driver and NVRTC
+//! libraries ([`libraries`]), NVRTC ([`compiler`]), the on-disk kernel cache ([`cache`]), the
+//! shipped CUBINs ([`prebuilt`]), device timing ([`stopwatch`]), and the tests' switches
+//! ([`overrides`]) and faulting kernel ([`testing`]).
 
+pub(crate) mod api;
 pub(crate) mod cache;
 pub(crate) mod compiler;
 pub(crate) mod context;
+pub(crate) mod libraries;
+pub(crate) mod modules;
 pub(crate) mod overrides;
 pub(crate) mod prebuilt;
+pub(crate) mod stopwatch;
 pub(crate) mod testing;
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it

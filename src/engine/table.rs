@@ -10,7 +10,7 @@
 //! Each tiled row has a `// @launch` line in its source, next to `static_assert`s that tie the
 //! line to the code; a unit test checks the table against those lines.
 
-use crate::device::context::{ModuleSpec, MODULE_SLOTS};
+use crate::device::modules::{ModuleSpec, MODULE_SLOTS};
 use crate::element::Dtype;
 use crate::options::{Kernel, Precision};
 

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaStream, CudaViewMut};
 use once_cell::sync::Lazy;
 
-use crate::device::context::{Gpu, Stopwatch};
+use crate::device::context::Gpu;
+use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{DevBuf, GemmArgs};
 use crate::engine::launch;
