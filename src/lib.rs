@@ -571,7 +571,7 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 pub mod __testing {
     pub use crate::device::overrides::{pretend_compute_capability, use_prebuilt_kernels};
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
-    pub use crate::engine::table::override_kernel_source;
+    pub use crate::engine::family::override_kernel_source;
 
     /// Ozaki scheme II on the CPU, exactly as the kernels compute it (the tests' oracle):
     /// `reference(a, b, (m, k, n), moduli)` with row-major `a` (m × k) and `b` (k × n).

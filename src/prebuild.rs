@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::device::cache::{self, fnv1a, nvrtc_options};
 pub use crate::device::compiler::nvrtc_version;
 use crate::device::prebuilt::PREBUILT_ARCHS;
-use crate::engine::table::Family;
+use crate::engine::family::Family;
 use crate::error::GpuDotError;
 
 /// The architectures every family is compiled for (the warpgroup family as `sm_90a`).

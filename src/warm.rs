@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::device::context;
 use crate::device::modules::ModuleLoad;
 use crate::element::Dtype;
-use crate::engine::table::Family;
+use crate::engine::family::Family;
 use crate::error::GpuDotError;
 use crate::options::DotOptions;
 use crate::route;

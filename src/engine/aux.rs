@@ -8,7 +8,8 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut,
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::grid_stride;
-use crate::engine::table::{Aux, Family};
+use crate::engine::family::Family;
+use crate::engine::table::Aux;
 use crate::error::GpuDotError;
 
 /// Enqueues `C = alpha·T + beta·C` over a `rows × cols` block (T row-major with leading

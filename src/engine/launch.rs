@@ -11,9 +11,10 @@ use cudarc::driver::{
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
+use crate::engine::family::Family;
 use crate::engine::ozaki::OzError;
 use crate::engine::plan::{Plan, MAX_SPLITS};
-use crate::engine::table::{Aux, Family, Gemv, SimpleRow, TileRow, WgRow};
+use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 

@@ -1,9 +1,11 @@
-//! The engine: the kernel table ([`table`]), the launchers ([`launch`]), the plan for a shape
+//! The engine: the kernel families ([`family`]) and table ([`table`]), the launch arguments
+//! ([`args`]), the launchers ([`launch`], [`batched`], [`aux`], [`ozaki`]), the plan for a shape
 //! ([`plan`]) and the autotuner ([`tuner`]), over every element type.
 
 pub(crate) mod args;
 pub(crate) mod aux;
 pub(crate) mod batched;
+pub(crate) mod family;
 pub(crate) mod launch;
 pub(crate) mod ozaki;
 pub(crate) mod plan;

@@ -8,9 +8,8 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
-use crate::engine::table::{
-    Family, OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE,
-};
+use crate::engine::family::Family;
+use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE};
 use crate::error::GpuDotError;
 use crate::options::Precision;
 
