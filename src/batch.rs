@@ -216,11 +216,11 @@ fn decide<T: Element>(
     }
 }
 
-/// A new standard-layout `batch × m × n` host stack, not initialised (see [`route::fresh`]).
+/// A new standard-layout `batch × m × n` host stack, not initialised (see [`fresh`](crate::host::fresh::fresh)).
 fn fresh3<T: Element>(
     (batch, m, n): (usize, usize, usize),
 ) -> Result<Array3<MaybeUninit<T>>, GpuDotError> {
-    let data = route::fresh_vec::<T>((batch * m, n))?;
+    let data = crate::host::fresh::fresh_vec::<T>((batch * m, n))?;
     Ok(Array3::from_shape_vec((batch, m, n), data).expect("batch·m·n elements"))
 }
 

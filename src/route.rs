@@ -3,7 +3,6 @@
 //! report.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::{Array2, ArrayBase, Data, Ix2, ShapeBuilder};
@@ -502,7 +501,7 @@ where
     let mut c = if m == 0 || n == 0 || k == 0 {
         None
     } else {
-        Some(fresh::<T>((rows, cols), false)?)
+        Some(crate::host::fresh::fresh::<T>((rows, cols), false)?)
     };
     let decision = match c.as_mut() {
         None => Decision::Done(Route::Empty),
@@ -572,61 +571,3 @@ pub(crate) fn gpu_route<T: Element>(
         panels: done.panels,
     }
 }
-
-/// A new `rows × cols` host array (F order when `f_order`, else C order), not initialised,
-/// or [`GpuDotError::HostOutOfMemory`] when the allocation fails (instead of aborting the
-/// process). Its pages are not touched here: the product that fills it touches them on several
-/// threads while the device works.
-pub(crate) fn fresh<T: Element>(
-    (rows, cols): (usize, usize),
-    f_order: bool,
-) -> Result<Array2<MaybeUninit<T>>, GpuDotError> {
-    let data = fresh_vec::<T>((rows, cols))?;
-    Ok(Array2::from_shape_vec((rows, cols).set_f(f_order), data).expect("rows · cols elements"))
-}
-
-/// The memory of [`fresh`]: `rows · cols` elements, not initialised.
-pub(crate) fn fresh_vec<T: Element>(
-    (rows, cols): (usize, usize),
-) -> Result<Vec<MaybeUninit<T>>, GpuDotError> {
-    let too_large = GpuDotError::TooLarge {
-        dims: (rows, 0, cols),
-    };
-    let len = rows.checked_mul(cols).ok_or(too_large.clone())?;
-    let bytes = len
-        .checked_mul(std::mem::size_of::<T>())
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or(too_large)?;
-    let mut data: Vec<MaybeUninit<T>> = Vec::new();
-    data.try_reserve_exact(len)
-        .map_err(|_| GpuDotError::HostOutOfMemory { bytes })?;
-    advise_huge_pages(data.as_mut_ptr().cast(), bytes);
-    // SAFETY: the capacity is at least `len` (reserved above), and MaybeUninit needs no
-    // initialisation.
-    unsafe { data.set_len(len) };
-    Ok(data)
-}
-
-/// Asks the kernel to back a large fresh allocation with transparent huge pages: the result
-/// of a big product is written once, as a whole, and 2 MiB pages take 512 times fewer page
-/// faults than 4 KiB ones. Only a hint; ignored where unsupported.
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    if bytes < 2 * HUGE {
-        return;
-    }
-    let start = (ptr as usize).next_multiple_of(HUGE);
-    let end = (ptr as usize + bytes) / HUGE * HUGE;
-    if end > start {
-        // SAFETY: [start, end) lies inside the allocation of `bytes` bytes at `ptr`, owned by
-        // the caller and not yet shared; MADV_HUGEPAGE changes how pages are backed, never
-        // their contents, and a failure (EINVAL where unsupported) is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_ptr: *mut u8, _bytes: usize) {}

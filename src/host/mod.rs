@@ -2,4 +2,5 @@
 //! crew of helper threads that packs and unpacks ([`crew`]).
 
 pub(crate) mod crew;
+pub(crate) mod fresh;
 pub(crate) mod staging;

@@ -3,8 +3,9 @@
 
 use ndarray::ArrayView2;
 
+use super::ends::{Done, Failure};
+use super::transfer::transfer;
 use super::workspace::{self, Needs, Workspace};
-use super::{transfer, Done, Failure};
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::{self, DeviceOperand};

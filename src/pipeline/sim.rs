@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 
-use super::conduct::{Lane, Link, Mark};
+use super::link::{Lane, Link, Mark};
 use crate::error::GpuDotError;
 
 enum Op {

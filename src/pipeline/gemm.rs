@@ -1,0 +1,801 @@
+//! The general product `C = alpha·A·B + beta·C` in its named steps (see the module docs of
+//! [`pipeline`](super)).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaSlice, CudaStream};
+use ndarray::ArrayView2;
+
+use super::conduct::{Endpoints, Run, Trace};
+use super::ends::*;
+use super::link::{CudaLink, Streams};
+use super::schedule::{Residency, Schedule, What};
+use super::workspace::{self, Needs, Workspace};
+use super::{conduct, schedule};
+use crate::device::context::Gpu;
+use crate::element::Element;
+use crate::engine::args::{self, DeviceOperand, GemmArgs};
+use crate::engine::aux;
+use crate::engine::tuner::{self, Choice, Ran};
+use crate::error::GpuDotError;
+use crate::host::staging::HostMat;
+use crate::layout::classify;
+use crate::options::DotOptions;
+
+/// One general product, `C = alpha·A·B + beta·C`.
+pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
+    pub(crate) alpha: T,
+    pub(crate) a: &'g Src<'a, T>,
+    pub(crate) b: &'g Src<'b, T>,
+    pub(crate) beta: T,
+    pub(crate) c: &'g mut Dst<'c, T>,
+}
+
+impl<T: Element> Gemm<'_, '_, '_, '_, T> {
+    /// `(m, k, n)`.
+    fn dims(&self) -> (usize, usize, usize) {
+        let (m, k) = self.a.dim();
+        (m, k, self.b.dim().1)
+    }
+}
+
+/// Computes a general product on the GPU. Shapes must agree (checked by the caller): A is
+/// m × k, B is k × n, C is m × n.
+///
+/// `beta == 0` never reads C; `alpha == 0` or `k == 0` never reads A or B (as BLAS). A product
+/// that fails for lack of device memory is retried once after the idle workspaces are freed.
+pub(crate) fn gemm<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    mut g: Gemm<T>,
+) -> Result<Done, Failure> {
+    let (m, k, n) = g.dims();
+    args::check_dims(m, k, n).map_err(|error| Failure {
+        error,
+        touched: false,
+    })?;
+    // Device matrices of another device, or of an older context (the device was reset after
+    // a fault), cannot be used here.
+    let elsewhere = [g.a.home(), g.b.home(), g.c.home()]
+        .into_iter()
+        .flatten()
+        .find_map(|(home, dim)| gpu.check_home(home, dim).err());
+    if let Some(error) = elsewhere {
+        return Err(Failure {
+            error,
+            touched: false,
+        });
+    }
+    let mut first = true;
+    loop {
+        let mut touched = false;
+        match run(gpu, opts, &mut g, &mut touched) {
+            Ok(done) => return Ok(done),
+            Err(GpuDotError::OutOfMemory { .. })
+                if first && !touched && workspace::idle_count(gpu) > 0 =>
+            {
+                workspace::trim_device(gpu);
+                first = false;
+            }
+            // The workspace that saw the error was dropped, not pooled: it may hold work in
+            // an unknown state (its staging waits for its copies before being freed).
+            Err(error) => return Err(Failure { error, touched }),
+        }
+    }
+}
+
+/// Runs one product as the steps of the module docs.
+fn run<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    g: &mut Gemm<T>,
+    touched: &mut bool,
+) -> Result<Done, GpuDotError> {
+    let started = Instant::now();
+    let (m, _, n) = g.dims();
+    let mut done = Done {
+        ran: None,
+        panels: 0,
+        a_layout: g.a.layout(),
+        b_layout: g.b.layout(),
+    };
+    if m == 0 || n == 0 {
+        return Ok(done);
+    }
+    let mut times = Times::default();
+    let mut ops = Operands::of(g);
+    let planned = Planned::of(gpu, opts, &ops);
+    times.schedule = started.elapsed();
+    let mut ws = buffers(gpu, &ops, &planned)?;
+    times.buffers = started.elapsed();
+    let ends = endpoints(&planned, &ops, &DevAddrs::of(&ws));
+    times.loop_start = started.elapsed();
+    done.ran = panel_loop(
+        gpu,
+        opts,
+        &mut ops,
+        &planned,
+        &mut ws,
+        &ends,
+        touched,
+        &mut times.run,
+    )?;
+    done.panels = planned.sched.panels.len();
+    workspace::give_back(gpu, ws);
+    times.total = started.elapsed();
+    if let Some(trial) = planned.trial {
+        tuner::record(trial, times.total.as_secs_f64());
+    }
+    if *TRACE || log::log_enabled!(log::Level::Trace) {
+        let line = times.line(ops.dims, &planned);
+        log::trace!("{line}");
+        if *TRACE {
+            eprintln!("gpu-dot trace: {line}");
+        }
+    }
+    Ok(done)
+}
+
+/// A host operand as the device reads it.
+#[derive(Clone, Copy)]
+struct Stored {
+    /// The operand in the order it is packed: the view itself, or its transpose when that
+    /// walks memory in order (F-order and column-strided views).
+    mat: HostMat,
+    /// Whether `mat` is the transpose.
+    trans: bool,
+}
+
+impl Stored {
+    fn of<T: Element>(v: &ArrayView2<'_, T>) -> Stored {
+        let m = HostMat::of_view(v);
+        if classify(v).1 {
+            Stored {
+                mat: m.t(),
+                trans: true,
+            }
+        } else {
+            Stored {
+                mat: m,
+                trans: false,
+            }
+        }
+    }
+
+    /// Leading dimension of the packed operand (`panel` rows for a transposed A panel).
+    fn ld(&self, panel: usize) -> usize {
+        if self.trans {
+            panel
+        } else {
+            self.mat.dim().1
+        }
+    }
+}
+
+/// An operand as the kernels read it: packed from the host, or a device matrix.
+enum Input<'a, T> {
+    Host(Stored),
+    Device(DevMat<'a, T>),
+}
+
+impl<T> Clone for Input<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Input<'_, T> {}
+
+impl<T> Clone for DevMat<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DevMat<'_, T> {}
+
+impl<T: Element> Input<'_, T> {
+    fn of<'a>(src: &Src<'a, T>) -> Input<'a, T> {
+        match src {
+            Src::Host(v) => Input::Host(Stored::of(v)),
+            Src::Device { mat, .. } => Input::Device(*mat),
+        }
+    }
+
+    fn host(&self) -> Option<Stored> {
+        match self {
+            Input::Host(s) => Some(*s),
+            Input::Device(_) => None,
+        }
+    }
+
+    /// Whether it is read transposed, and its leading dimension (`panel` rows for a host A
+    /// panel).
+    fn layout(&self, panel: usize) -> (bool, usize) {
+        match self {
+            Input::Host(s) => (s.trans, s.ld(panel)),
+            Input::Device(d) => (d.trans, d.ld),
+        }
+    }
+}
+
+/// Step 1, operands: how the device reads A and B and where C goes.
+struct Operands<'g, T> {
+    dims: (usize, usize, usize),
+    alpha: T,
+    beta: T,
+    /// A and B are read (k > 0 and alpha ≠ 0).
+    multiply: bool,
+    /// The kernel writes T and the epilogue forms `C = alpha·T + beta·C`.
+    needs_t: bool,
+    a: Input<'g, T>,
+    b: Input<'g, T>,
+    /// C on the host, and whether it is fresh memory.
+    c_host: Option<HostMat>,
+    fresh: bool,
+    /// C on the device, with its leading dimension.
+    c_dev: Option<(&'g mut CudaSlice<T>, usize)>,
+    residency: Residency,
+}
+
+impl<'g, T: Element> Operands<'g, T> {
+    fn of<'a: 'g, 'b: 'g>(g: &'g mut Gemm<'_, 'a, 'b, '_, T>) -> Operands<'g, T> {
+        let (m, k, n) = g.dims();
+        let (alpha, beta) = (g.alpha, g.beta);
+        let multiply = k > 0 && alpha != T::zero();
+        let (c_host, c_dev, fresh) = match &mut *g.c {
+            Dst::Host(v) => (Some(HostMat::of_view_mut(v)), None, false),
+            Dst::Fresh(arr) => {
+                assert!(beta == T::zero(), "a fresh output is never read");
+                assert!(arr.is_standard_layout(), "a fresh output is C-contiguous");
+                let ptr = arr.as_mut_ptr().cast::<T>();
+                (Some(HostMat::row_major(ptr, m, n)), None, true)
+            }
+            Dst::Device { buf, ld, .. } => (None, Some((&mut **buf, *ld)), false),
+        };
+        let (a, b) = (Input::of(g.a), Input::of(g.b));
+        let residency = Residency {
+            a_host: a.host().is_some(),
+            b_host: b.host().is_some(),
+            c_host: c_host.is_some(),
+            c_in: c_host.is_some() && beta != T::zero(),
+        };
+        Operands {
+            dims: (m, k, n),
+            alpha,
+            beta,
+            multiply,
+            needs_t: multiply && !(alpha == T::one() && beta == T::zero()),
+            a,
+            b,
+            c_host,
+            fresh,
+            c_dev,
+            residency,
+        }
+    }
+
+    /// What the tuner needs to know.
+    fn for_tuner(&self) -> tuner::Product {
+        let (m, k, n) = self.dims;
+        let (a_trans, a_ld) = self.a.layout(m);
+        let (b_trans, b_ld) = self.b.layout(k);
+        let r = self.residency;
+        let read = |on_host: bool, len: usize| usize::from(on_host && self.multiply) * len;
+        let per_16 = T::DTYPE.per_16_bytes();
+        tuner::Product {
+            dtype: T::DTYPE,
+            dims: self.dims,
+            trans: (a_trans, b_trans),
+            residency: (r.a_host, r.b_host, r.c_host, r.c_in),
+            aligned: a_ld % per_16 == 0 && b_ld % per_16 == 0,
+            epilogue: self.needs_t || !self.multiply,
+            host_bytes: T::DTYPE.size()
+                * (read(r.a_host, m * k)
+                    + read(r.b_host, k * n)
+                    + (usize::from(r.c_host) + usize::from(r.c_in)) * m * n),
+        }
+    }
+}
+
+/// Step 2, schedule: the tuner's choice and the schedule it gives.
+struct Planned {
+    choice: Choice,
+    trial: Option<tuner::Trial>,
+    sched: Arc<Schedule>,
+    /// Rows per panel.
+    rows: usize,
+    /// Device slots for panels of A and C: two when panels overlap, else one.
+    slots: usize,
+}
+
+impl Planned {
+    fn of<T: Element>(gpu: &Gpu, opts: &DotOptions, ops: &Operands<T>) -> Planned {
+        let (choice, trial) = tuner::choose(gpu, opts, &ops.for_tuner());
+        let rows = choice.rows(ops.dims.0);
+        let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
+        let slots = if sched.panels.len() > 1 { 2 } else { 1 };
+        Planned {
+            choice,
+            trial,
+            sched,
+            rows,
+            slots,
+        }
+    }
+
+    /// The streams of a run: three when panels overlap, else one in every role.
+    fn streams(&self, ws: &Workspace) -> Streams {
+        if self.slots > 1 {
+            Streams {
+                up: ws.lanes.up.clone(),
+                compute: ws.lanes.compute.clone(),
+                down: ws.lanes.down.clone(),
+            }
+        } else {
+            Streams::one(&ws.lanes.compute)
+        }
+    }
+}
+
+/// Step 3, buffers: a workspace grown to the schedule.
+fn buffers<T: Element>(
+    gpu: &Gpu,
+    ops: &Operands<T>,
+    planned: &Planned,
+) -> Result<Workspace, GpuDotError> {
+    let (_, k, n) = ops.dims;
+    let (rows, r) = (planned.rows, ops.residency);
+    let needs = Needs {
+        width: T::DTYPE.size(),
+        b: if ops.multiply && r.b_host { k * n } else { 0 },
+        a: if ops.multiply && r.a_host {
+            rows * k
+        } else {
+            0
+        },
+        a_slots: planned.slots,
+        c: if r.c_host { rows * n } else { 0 },
+        c_slots: planned.slots,
+        t: if ops.needs_t { rows * n } else { 0 },
+        up_ring: planned.sched.up.ring_len(),
+        down_ring: planned.sched.down.ring_len(),
+    };
+    let mut ws = workspace::take(gpu)?;
+    ws.provide(gpu, &needs)?;
+    Ok(ws)
+}
+
+/// Device addresses of a workspace's buffers: B, and the slots for panels of A and C (0 where
+/// absent).
+struct DevAddrs {
+    b: CUdeviceptr,
+    a: [CUdeviceptr; 2],
+    c: [CUdeviceptr; 2],
+}
+
+impl DevAddrs {
+    fn of(ws: &Workspace) -> DevAddrs {
+        let stream = &ws.lanes.compute;
+        let addr = |b: &Option<args::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
+        DevAddrs {
+            b: addr(&ws.dev.b),
+            a: [addr(&ws.dev.a[0]), addr(&ws.dev.a[1])],
+            c: [addr(&ws.dev.c[0]), addr(&ws.dev.c[1])],
+        }
+    }
+}
+
+/// Step 4, endpoints: each transfer of the schedule bound to its host matrix and device
+/// address (panel `i` uses slot `i % slots` of A and C).
+fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -> Endpoints {
+    let (sched, slots) = (&planned.sched, planned.slots);
+    let mut ends = Endpoints {
+        up_host: Vec::with_capacity(sched.up.transfers.len()),
+        up_dev: Vec::with_capacity(sched.up.transfers.len()),
+        down_host: Vec::with_capacity(sched.down.transfers.len()),
+        down_dev: Vec::with_capacity(sched.down.transfers.len()),
+        fresh: ops
+            .fresh
+            .then(|| ops.c_host.expect("a fresh result is on the host")),
+        width: T::DTYPE.size(),
+    };
+    let c = || ops.c_host.expect("C is on the host");
+    for t in &sched.up.transfers {
+        let (host, addr) = match t.what {
+            What::B => (ops.b.host().expect("B is on the host").mat, dev.b),
+            What::A(i) => {
+                let s = ops.a.host().expect("A is on the host");
+                let (r0, r1) = sched.panels[i];
+                let block = if s.trans {
+                    s.mat.cols(r0, r1)
+                } else {
+                    s.mat.rows(r0, r1)
+                };
+                (block, dev.a[i % slots])
+            }
+            What::CIn(i) => {
+                let (r0, r1) = sched.panels[i];
+                (c().rows(r0, r1), dev.c[i % slots])
+            }
+            What::COut(_) | What::Whole => unreachable!("not an input of a product"),
+        };
+        assert_eq!(host.len(), t.len, "a transfer's host matrix has its length");
+        assert_ne!(addr, 0, "a transfer's device buffer is provided");
+        ends.up_host.push(host);
+        ends.up_dev.push(addr);
+    }
+    for t in &sched.down.transfers {
+        let What::COut(i) = t.what else {
+            unreachable!("a product's only output is C")
+        };
+        let (r0, r1) = sched.panels[i];
+        ends.down_host.push(c().rows(r0, r1));
+        ends.down_dev.push(dev.c[i % slots]);
+    }
+    ends
+}
+
+/// Step 5, the panel loop: the conductor runs the schedule, calling back for each panel's
+/// kernels (on the compute stream). Returns what the first panel ran.
+#[allow(clippy::too_many_arguments)]
+fn panel_loop<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    ops: &mut Operands<T>,
+    planned: &Planned,
+    ws: &mut Workspace,
+    ends: &Endpoints,
+    touched: &mut bool,
+    trace: &mut Trace,
+) -> Result<Option<Ran>, GpuDotError> {
+    let streams = planned.streams(ws);
+    let compute = streams.compute.clone();
+    let Workspace {
+        lanes,
+        dev,
+        staging,
+    } = ws;
+    let mut ran = None;
+    let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
+        let r = enqueue_panel(gpu, opts, ops, planned, dev, &compute, i)?;
+        if ran.is_none() {
+            ran = r;
+        }
+        Ok(())
+    };
+    let events = lanes.events(
+        gpu,
+        CudaLink::events_needed(&planned.sched, planned.slots > 1),
+    )?;
+    let run = Run {
+        link: CudaLink::new(streams, events, &planned.sched),
+        up_ring: staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),
+        down_ring: staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
+        a_slots: planned.slots,
+        c_slots: planned.slots,
+        bytes_per_helper: conduct::BYTES_PER_HELPER,
+    };
+    conduct::conduct(&planned.sched, ends, &run, &mut panel_work, touched, trace)?;
+    Ok(ran)
+}
+
+/// Enqueues panel `i`'s kernel (the chosen plan) and, when the product is not plain, its
+/// epilogue `C = alpha·T + beta·C`, on `stream`.
+fn enqueue_panel<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    ops: &mut Operands<T>,
+    planned: &Planned,
+    dev: &mut workspace::DevBufs,
+    stream: &Arc<CudaStream>,
+    i: usize,
+) -> Result<Option<Ran>, GpuDotError> {
+    let (_, k, n) = ops.dims;
+    let (r0, r1) = planned.sched.panels[i];
+    let p = r1 - r0;
+    let slot = i % planned.slots;
+    let mut ran = None;
+    if ops.multiply {
+        let a = match ops.a {
+            Input::Host(s) => DeviceOperand {
+                buf: dev.a[slot].as_ref().expect("provided").view(p * k),
+                trans: s.trans,
+                ld: s.ld(p),
+            },
+            Input::Device(mat) => DeviceOperand {
+                buf: if mat.trans {
+                    mat.buf.slice(r0..)
+                } else {
+                    mat.buf.slice(r0 * mat.ld..)
+                },
+                trans: mat.trans,
+                ld: mat.ld,
+            },
+        };
+        let b = match ops.b {
+            Input::Host(s) => DeviceOperand {
+                buf: dev.b.as_ref().expect("provided").view(k * n),
+                trans: s.trans,
+                ld: s.ld(k),
+            },
+            Input::Device(mat) => DeviceOperand {
+                buf: mat.buf.as_view(),
+                trans: mat.trans,
+                ld: mat.ld,
+            },
+        };
+        let (mut target, ldc) = match (ops.needs_t, &mut ops.c_dev) {
+            (true, _) => (dev.t.as_mut().expect("provided").view_mut(p * n), n),
+            (false, None) => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
+            (false, Some((buf, ld))) => (buf.slice_mut(r0 * *ld..), *ld),
+        };
+        if opts.poison_output {
+            args::poison(stream, &mut target)?;
+        }
+        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?.with_precision(opts.precision);
+        ran = Some(tuner::launch(
+            gpu,
+            stream,
+            opts.kernel,
+            planned.choice.plan,
+            args,
+            &mut target,
+            &mut dev.scratch,
+        )?);
+    }
+    if ops.needs_t || !ops.multiply {
+        let t = ops
+            .needs_t
+            .then(|| dev.t.as_ref().expect("provided").view(p * n));
+        let (mut c, ldc) = match &mut ops.c_dev {
+            None => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
+            Some((buf, ld)) => (buf.slice_mut(r0 * *ld..), *ld),
+        };
+        let (alpha, beta) = (ops.alpha, ops.beta);
+        aux::axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
+    }
+    Ok(ran)
+}
+
+/// Step 6's report: when each step ended, for `GPU_DOT_TRACE`.
+#[derive(Default)]
+struct Times {
+    schedule: std::time::Duration,
+    buffers: std::time::Duration,
+    loop_start: std::time::Duration,
+    total: std::time::Duration,
+    run: Trace,
+}
+
+impl Times {
+    fn line(&self, (m, k, n): (usize, usize, usize), planned: &Planned) -> String {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let at = |s: f64| ms(self.loop_start) + s * 1e3;
+        let t = &self.run;
+        format!(
+            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
+             total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
+             inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
+             issue={:.3} launch={:.3} poll={:.3}",
+            planned.sched.panels.len(),
+            planned.choice.plan.map_or("-".into(), |p| p.to_string()),
+            t.helpers,
+            t.pieces,
+            t.pieces_by_conductor,
+            ms(self.total),
+            ms(self.schedule),
+            ms(self.buffers),
+            ms(self.loop_start),
+            at(t.first_copy),
+            at(t.inputs_issued),
+            at(t.kernels_enqueued),
+            at(t.results_landed),
+            at(t.unpacked),
+            t.issue * 1e3,
+            t.launch * 1e3,
+            t.poll * 1e3,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schedule::Limits;
+    use super::*;
+    use crate::host::staging::Ring;
+    use crate::pipeline::sim::SimLink;
+    use ndarray::{s, Array2};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    fn random(rng: &mut StdRng, rows: usize, cols: usize) -> Array2<f32> {
+        Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0f32..1.0))
+    }
+
+    /// Runs the conductor, the schedule's real parcels and pieces and the crew on a simulated
+    /// device (see `sim.rs`) with tiny staging slots and rings, over random shapes, panel
+    /// heights, layouts and outputs, and compares with the same arithmetic done directly.
+    #[test]
+    fn products_through_a_simulated_device_match_the_reference() {
+        let tiny = Limits {
+            min_parcel: 64,
+            max_parcel: 256,
+            max_ring: 768,
+            piece: 48,
+        };
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        println!("seed {seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for case in 0..400 {
+            let (m, k, n) = (
+                rng.random_range(1..90usize),
+                rng.random_range(1..40usize),
+                rng.random_range(1..50usize),
+            );
+            let a_stored = random(&mut rng, m, k);
+            let a_t = random(&mut rng, k, m);
+            let av = if rng.random_bool(0.5) {
+                a_stored.view()
+            } else {
+                a_t.t()
+            };
+            let b_stored = random(&mut rng, k, n);
+            let b_t = random(&mut rng, n, k);
+            let bv = if rng.random_bool(0.5) {
+                b_stored.view()
+            } else {
+                b_t.t()
+            };
+            let output = rng.random_range(0..3); // fresh, C order, F order
+            let alpha = if rng.random_bool(0.5) { 1.0f32 } else { 0.75 };
+            let beta = if output > 0 && rng.random_bool(0.5) {
+                0.5f32
+            } else {
+                0.0
+            };
+            let rows = rng.random_range(1..=m);
+            let what = format!(
+                "case {case}: {m}×{k}×{n}, rows {rows}, output {output}, alpha {alpha}, beta {beta}"
+            );
+
+            let mut c_old = random(&mut rng, m, n);
+            let before = c_old.clone();
+            let mut c_f = c_old.t().as_standard_layout().into_owned();
+            let mut fresh_c = crate::host::fresh::fresh::<f32>((m, n), false).unwrap();
+            let mut c = match output {
+                0 => Dst::Fresh(fresh_c.view_mut()),
+                1 => Dst::Host(c_old.view_mut()),
+                _ => Dst::Host(c_f.view_mut().reversed_axes()),
+            };
+            let (a, b) = (Src::Host(av), Src::Host(bv));
+            let mut g = Gemm {
+                alpha,
+                a: &a,
+                b: &b,
+                beta,
+                c: &mut c,
+            };
+            let ops = Operands::of(&mut g);
+            let sched = Arc::new(Schedule::product_with(
+                (m, k, n),
+                rows,
+                true,
+                ops.residency,
+                &tiny,
+            ));
+            let panels = sched.panels.len();
+            let slots = if panels > 1 { 2 } else { 1 };
+            let planned = Planned {
+                choice: Choice {
+                    panels,
+                    forced_rows: Some(rows),
+                    plan: None,
+                },
+                trial: None,
+                sched,
+                rows,
+                slots,
+            };
+            let sched = &planned.sched;
+            let mut dev_b = vec![f32::NAN; k * n];
+            let mut dev_a = [vec![f32::NAN; rows * k], vec![f32::NAN; rows * k]];
+            let mut dev_c = [vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]];
+            let addrs = DevAddrs {
+                b: dev_b.as_mut_ptr() as u64,
+                a: [dev_a[0].as_mut_ptr() as u64, dev_a[1].as_mut_ptr() as u64],
+                c: [dev_c[0].as_mut_ptr() as u64, dev_c[1].as_mut_ptr() as u64],
+            };
+            let ends = endpoints(&planned, &ops, &addrs);
+            let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
+            let fresh = ops.fresh;
+            let mut up_ring = vec![f32::NAN; sched.up.ring_len()];
+            let mut down_ring = vec![f32::NAN; sched.down.ring_len()];
+            let run = Run {
+                link: SimLink::new(panels > 1, seed ^ case),
+                up_ring: Some(Ring::of_slice(&mut up_ring)),
+                down_ring: Some(Ring::of_slice(&mut down_ring)),
+                a_slots: slots,
+                c_slots: slots,
+                bytes_per_helper: 64,
+            };
+            let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
+                let (r0, r1) = sched.panels[i];
+                let p = r1 - r0;
+                let (a, b, c) = (addrs.a[i % slots], addrs.b, addrs.c[i % slots]);
+                let (at, bt, c_in) = (a_s.trans, b_s.trans, beta != 0.0);
+                run.link.enqueue(move || {
+                    let a = a as *const f32;
+                    let b = b as *const f32;
+                    let c = c as *mut f32;
+                    for r in 0..p {
+                        for j in 0..n {
+                            let mut acc = 0.0f64;
+                            for q in 0..k {
+                                // SAFETY: the simulated device buffers hold p·k, k·n and
+                                // p·n floats and outlive the run.
+                                let (x, y) = unsafe {
+                                    (
+                                        *a.add(if at { q * p + r } else { r * k + q }),
+                                        *b.add(if bt { j * k + q } else { q * n + j }),
+                                    )
+                                };
+                                acc += f64::from(x) * f64::from(y);
+                            }
+                            // SAFETY: as above.
+                            let out = unsafe { &mut *c.add(r * n + j) };
+                            let old = if c_in { f64::from(*out) } else { 0.0 };
+                            *out = (f64::from(alpha) * acc + f64::from(beta) * old) as f32;
+                        }
+                    }
+                });
+                Ok(())
+            };
+            let mut touched = false;
+            conduct::conduct(
+                sched,
+                &ends,
+                &run,
+                &mut panel_work,
+                &mut touched,
+                &mut Trace::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got = match output {
+                0 => unsafe { fresh_c.assume_init() },
+                1 => c_old,
+                _ => c_f.t().to_owned(),
+            };
+            let want = Array2::from_shape_fn((m, n), |(r, j)| {
+                let acc: f64 = (0..k)
+                    .map(|q| f64::from(av[[r, q]]) * f64::from(bv[[q, j]]))
+                    .sum();
+                let old = if beta != 0.0 {
+                    f64::from(before[[r, j]])
+                } else {
+                    0.0
+                };
+                (f64::from(alpha) * acc + f64::from(beta) * old) as f32
+            });
+            assert_eq!(got, want, "{what} (seed {seed})");
+            assert!(touched || fresh, "{what}: the output was written");
+        }
+    }
+
+    #[test]
+    fn f_order_views_are_stored_as_their_transpose() {
+        let a = Array2::<f32>::zeros((5, 7));
+        assert!(!Stored::of(&a.view()).trans);
+        assert!(Stored::of(&a.t()).trans);
+        assert_eq!(Stored::of(&a.t()).mat.dim(), (5, 7));
+        // A column-strided window of a C-order array is read row by row.
+        assert!(!Stored::of(&a.slice(s![.., ..;2])).trans);
+        // One row or one column: never transposed.
+        assert!(!Stored::of(&a.slice(s![..1, ..]).t()).trans);
+        assert_eq!(Stored::of(&a.t()).ld(3), 3);
+        assert_eq!(Stored::of(&a.view()).ld(3), 7);
+    }
+}
