@@ -415,6 +415,34 @@ pub(crate) fn compiling(
     why
 }
 
+/// Why an all-host `m × k × n` product of `dtype` goes to the CPU, where that can be told
+/// before its result is allocated: the options ask for the CPU or it is below the threshold;
+/// or, when a failing GPU sends products to the CPU (`fall_back`, or [`Backend::Auto`]), its
+/// shape is beyond the kernels, the device is not usable, or its kernels are still compiling.
+/// `None`: the GPU is tried ([`decide`] decides again, and these checks are cheap to repeat).
+/// A product split across several devices is left to [`decide`].
+fn cpu_before_allocating(
+    opts: &DotOptions,
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    fall_back: bool,
+) -> Option<CpuReason> {
+    if let Some(why) = cpu_by_options(opts, flops(m, k, n), dtype) {
+        return Some(why);
+    }
+    if !(fall_back || opts.backend == Backend::Auto) || opts.devices.is_some() {
+        return None;
+    }
+    if let Err(e) = check_dims(m, k, n) {
+        return Some(CpuReason::GpuUnavailable(e));
+    }
+    match device_for(opts, []).and_then(context::gpu_on) {
+        Err(e) => Some(CpuReason::GpuUnavailable(e)),
+        Ok(gpu) if opts.backend == Backend::Auto => compiling(&gpu, dtype, opts, false),
+        Ok(_) => None,
+    }
+}
+
 /// Why a host product of `flops` flops goes to the CPU before any GPU is tried: the options
 /// ask for the CPU, or, under [`Backend::Auto`], it is below the threshold for `dtype`.
 pub(crate) fn cpu_by_options(opts: &DotOptions, flops: u64, dtype: Dtype) -> Option<CpuReason> {
@@ -496,6 +524,17 @@ where
     } else {
         (a.view(), b.view(), m, n)
     };
+    // A product the CPU takes allocates nothing but ndarray's own result: its route is told
+    // before C is allocated.
+    if m > 0 && n > 0 && k > 0 {
+        if let Some(why) = cpu_before_allocating(opts, (m, k, n), T::DTYPE, fall_back) {
+            log_route(1, (m, k, n), T::DTYPE, &Ok(Decision::Cpu(why.clone())));
+            return Ok(Product {
+                c: cpu(),
+                route: Route::Cpu(why),
+            });
+        }
+    }
     // Nothing to multiply: zeros (a zero k included, where the general form would still scale
     // C by beta).
     let mut c = if m == 0 || n == 0 || k == 0 {
