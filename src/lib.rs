@@ -175,6 +175,8 @@
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod accuracy;
 mod batch;
 mod device;
 mod element;

@@ -1,0 +1,408 @@
+//! The componentwise accuracy of a product, as the reference BLAS test programs measure it,
+//! and the adversarial operands that break weaker schemes: for the accuracy suite
+//! (tests/accuracy.rs), the precision example and BENCHMARKS.md. Hidden from the
+//! documentation; not part of the API.
+//!
+//! An element's error is measured against native's bound: `|ĉ − c| / (u · Σₖ|aᵢₖ||bₖⱼ| +
+//! (k + 1) · η)`, `u` the unit roundoff of the element type (2⁻⁵³, 2⁻²⁴) and `η` its smallest
+//! subnormal (so that results in the subnormal range are judged by the absolute error that
+//! native products make there too). `c` is computed to about twice `f64` precision.
+//! Infinite and NaN results must match the reference's pattern exactly.
+
+use ndarray::{Array2, ArrayView2};
+
+use crate::element::{Dtype, Element};
+
+/// A family of operands, each with the parameter that sets how hostile it is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Family {
+    /// Uniform in [−1, 1].
+    Uniform,
+    /// Every element `x · 2^e`, `x` uniform in [−1, 1] and `e` uniform in `±spread`.
+    Spread(i32),
+    /// Scales that pair along k: `aᵢₖ = x · 2^tₖ`, `bₖⱼ = y · 2^−tₖ`, `tₖ` uniform in
+    /// `±spread`. Every product is O(1), but a row's largest element says nothing of its
+    /// small ones.
+    PairedK(i32),
+    /// Rows of A and columns of B at scales far apart: row `i` times `2^rᵢ`, column `j` times
+    /// `2^cⱼ`, uniform in `±spread`.
+    FarRowsCols(i32),
+    /// One entry per row of A (and per column of B) `2^big` above the rest.
+    OneHuge(i32),
+    /// Heavy cancellation: `c = Σ x·y − Σ x·y·(1 + 2^−bits)`, so that `|c|` is `2^−bits`
+    /// of `Σ|a||b|`.
+    Cancel(i32),
+    /// Sparse: one element in `1/every` nonzero, nonzeros `x · 2^e` with `e` in `±spread`.
+    Sparse { every: u32, spread: i32 },
+    /// Uniform, scaled by `2^shift` (both operands): near overflow for a large `shift`,
+    /// results in the subnormal range for a small one.
+    Scaled(i32),
+    /// Uniform, with an Inf, a −Inf and a NaN planted in A and in B.
+    NonFinite,
+}
+
+impl Family {
+    /// A short name, e.g. "paired-k ±20".
+    pub fn name(&self) -> String {
+        match self {
+            Family::Uniform => "uniform".into(),
+            Family::Spread(s) => format!("spread ±{s}"),
+            Family::PairedK(s) => format!("paired-k ±{s}"),
+            Family::FarRowsCols(s) => format!("far rows/cols ±{s}"),
+            Family::OneHuge(b) => format!("one huge 2^{b}"),
+            Family::Cancel(b) => format!("cancel 2^-{b}"),
+            Family::Sparse { every, spread } => format!("sparse 1/{every} ±{spread}"),
+            Family::Scaled(s) => format!("scaled 2^{s}"),
+            Family::NonFinite => "inf/nan".into(),
+        }
+    }
+
+    /// The suite's families for `dtype`: every element spanning 2^±10/30/60, scales paired
+    /// along k, rows and columns far apart, one huge entry per row, cancellation, sparse with
+    /// a spread, near overflow and underflow, Inf and NaN.
+    pub fn suite(dtype: Dtype) -> Vec<Family> {
+        // f32 spans 2^±126 (normal): the spreads and scales are held within it.
+        let (wide, over, under) = match dtype {
+            Dtype::F64 => (60, 1016, -1050),
+            Dtype::F32 => (40, 122, -135),
+        };
+        vec![
+            Family::Uniform,
+            Family::Spread(10),
+            Family::Spread(30),
+            Family::Spread(wide),
+            Family::PairedK(20),
+            Family::PairedK(40),
+            Family::FarRowsCols(30),
+            Family::OneHuge(40),
+            Family::Cancel(20),
+            Family::Sparse {
+                every: 20,
+                spread: 30,
+            },
+            Family::Scaled(over),
+            Family::Scaled(under),
+            Family::NonFinite,
+        ]
+    }
+
+    /// Operands `a` (m × k) and `b` (k × n) of this family, from `seed`.
+    pub fn operands<A: Element>(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        seed: u64,
+    ) -> (Array2<A>, Array2<A>) {
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
+        let uniform = |r: &mut Rng| r.unit() * 2.0 - 1.0;
+        let (a, b): (Array2<f64>, Array2<f64>) = match *self {
+            Family::Uniform | Family::NonFinite | Family::Scaled(_) => {
+                let a = Array2::from_shape_simple_fn((m, k), || uniform(&mut r));
+                let b = Array2::from_shape_simple_fn((k, n), || uniform(&mut r));
+                (a, b)
+            }
+            Family::Spread(s) => {
+                let e = |r: &mut Rng| uniform(r) * pow2(r.int(-s, s));
+                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
+                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
+                (a, b)
+            }
+            Family::PairedK(s) => {
+                let t: Vec<i32> = (0..k).map(|_| r.int(-s, s)).collect();
+                let a = Array2::from_shape_fn((m, k), |(_, q)| {
+                    uniform(&mut Rng(r.next())) * pow2(t[q])
+                });
+                let b = Array2::from_shape_fn((k, n), |(q, _)| {
+                    uniform(&mut Rng(r.next())) * pow2(-t[q])
+                });
+                (a, b)
+            }
+            Family::FarRowsCols(s) => {
+                let rows: Vec<i32> = (0..m).map(|_| r.int(-s, s)).collect();
+                let cols: Vec<i32> = (0..n).map(|_| r.int(-s, s)).collect();
+                let a = Array2::from_shape_fn((m, k), |(i, _)| {
+                    uniform(&mut Rng(r.next())) * pow2(rows[i])
+                });
+                let b = Array2::from_shape_fn((k, n), |(_, j)| {
+                    uniform(&mut Rng(r.next())) * pow2(cols[j])
+                });
+                (a, b)
+            }
+            Family::OneHuge(big) => {
+                let mut a = Array2::from_shape_simple_fn((m, k), || uniform(&mut r));
+                let mut b = Array2::from_shape_simple_fn((k, n), || uniform(&mut r));
+                for i in 0..m {
+                    let q = r.int(0, k as i32 - 1) as usize;
+                    a[[i, q]] = pow2(big) * (1.0 + r.unit());
+                }
+                for j in 0..n {
+                    let q = r.int(0, k as i32 - 1) as usize;
+                    b[[q, j]] = pow2(big) * (1.0 + r.unit());
+                }
+                (a, b)
+            }
+            Family::Cancel(bits) => {
+                // A = [X X], B = [Y; −Y·(1 + 2^−bits)]: each term of the second half nearly
+                // undoes one of the first.
+                let h = k / 2;
+                let x = Array2::from_shape_simple_fn((m, h.max(1)), || uniform(&mut r));
+                let y = Array2::from_shape_simple_fn((h.max(1), n), || uniform(&mut r));
+                let eps = pow2(-bits);
+                let a = Array2::from_shape_fn(
+                    (m, k),
+                    |(i, q)| {
+                        if q < 2 * h {
+                            x[[i, q % h]]
+                        } else {
+                            0.0
+                        }
+                    },
+                );
+                let b = Array2::from_shape_fn((k, n), |(q, j)| match q {
+                    q if q < h => y[[q, j]],
+                    q if q < 2 * h => -y[[q - h, j]] * (1.0 + eps),
+                    _ => 0.0,
+                });
+                (a, b)
+            }
+            Family::Sparse { every, spread } => {
+                let e = |r: &mut Rng| {
+                    if r.next().is_multiple_of(every as u64) {
+                        uniform(r) * pow2(r.int(-spread, spread))
+                    } else {
+                        0.0
+                    }
+                };
+                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
+                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
+                (a, b)
+            }
+        };
+        let (mut a, mut b) = match *self {
+            // Each operand carries half the shift, so that their product carries all of it.
+            Family::Scaled(s) => (a * pow2(s / 2), b * pow2(s - s / 2)),
+            _ => (a, b),
+        };
+        if *self == Family::NonFinite {
+            let mut plant = |x: &mut Array2<f64>, v: f64| {
+                let (rows, cols) = x.dim();
+                let at = (
+                    r.int(0, rows as i32 - 1) as usize,
+                    r.int(0, cols as i32 - 1) as usize,
+                );
+                x[at] = v;
+            };
+            for v in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+                plant(&mut a, v);
+                plant(&mut b, v);
+            }
+        }
+        (a.mapv(A::from_f64), b.mapv(A::from_f64))
+    }
+}
+
+/// `2^e` for `e` in the range of `f64`'s normal numbers and a bit below.
+fn pow2(e: i32) -> f64 {
+    if e < -1000 {
+        2f64.powi(-1000) * 2f64.powi(e + 1000)
+    } else {
+        2f64.powi(e)
+    }
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+}
+
+/// The exact product's reference, element by element: `c` to about twice `f64` precision
+/// (compensated dot products with FMA: Ogita, Rump and Oishi's Dot2) and `Σₖ|aᵢₖ||bₖⱼ|`.
+pub struct Reference {
+    /// The product, rounded to `f64` from its double-length value.
+    pub c: Array2<f64>,
+    /// `Σₖ|aᵢₖ||bₖⱼ|` (rounded upwards by at most a few units in its last place).
+    pub abs: Array2<f64>,
+    /// The inner dimension.
+    pub k: usize,
+}
+
+impl Reference {
+    /// The reference of `a · b`, computed on up to `threads` threads.
+    pub fn new<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>) -> Reference {
+        let ((m, k), n) = (a.dim(), b.ncols());
+        let a: Array2<f64> = a.mapv(|x| x.into_f64());
+        let bt: Array2<f64> = b.t().mapv(|x| x.into_f64());
+        let mut c = Array2::zeros((m, n));
+        let mut abs = Array2::zeros((m, n));
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        let rows_per = m.div_ceil(threads.max(1)).max(1);
+        std::thread::scope(|s| {
+            let chunks = c
+                .axis_chunks_iter_mut(ndarray::Axis(0), rows_per)
+                .zip(abs.axis_chunks_iter_mut(ndarray::Axis(0), rows_per))
+                .enumerate();
+            for (t, (mut cc, mut aa)) in chunks {
+                let (a, bt) = (&a, &bt);
+                s.spawn(move || {
+                    for (r, (mut crow, mut arow)) in
+                        cc.rows_mut().into_iter().zip(aa.rows_mut()).enumerate()
+                    {
+                        let x = a.row(t * rows_per + r);
+                        for j in 0..n {
+                            let y = bt.row(j);
+                            let (v, s) = dot2(x.iter().copied(), y.iter().copied());
+                            crow[j] = v;
+                            arow[j] = s;
+                        }
+                    }
+                });
+            }
+        });
+        Reference { c, abs, k }
+    }
+}
+
+/// `(Σ xᵢyᵢ, Σ |xᵢyᵢ|)`: the first to about twice `f64` precision (Dot2), the second with
+/// a relative error below `k · 2⁻⁵³`. Infinite and NaN terms give IEEE's sum.
+fn dot2(x: impl Iterator<Item = f64>, y: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut s, mut c, mut abs) = (0.0f64, 0.0f64, 0.0f64);
+    let mut naive = 0.0f64;
+    for (x, y) in x.zip(y) {
+        let p = x * y;
+        naive += p;
+        abs += p.abs();
+        let pe = x.mul_add(y, -p);
+        let t = s + p;
+        let z = t - s;
+        let se = (s - (t - z)) + (p - z);
+        s = t;
+        c += pe + se;
+    }
+    if !naive.is_finite() || !s.is_finite() {
+        // Inf or NaN among the terms (or an overflowing sum): IEEE's answer is the plain sum's.
+        return (naive, abs);
+    }
+    (s + c, abs)
+}
+
+/// How a product's result compares with its [`Reference`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Componentwise {
+    /// The largest ratio `|ĉ − c| / (u · Σ|a||b| + (k + 1) · η)` over the finite elements.
+    pub worst: f64,
+    /// The median of those ratios.
+    pub median: f64,
+    /// Elements whose Inf or NaN pattern differs from the reference's (a finite result where
+    /// the reference is not, or the other way round, or Inf of the other sign).
+    pub pattern_mismatches: usize,
+}
+
+/// The componentwise ratios of `c` (an `f32` or `f64` result) against `reference`.
+pub fn componentwise<A: Element>(c: ArrayView2<A>, reference: &Reference) -> Componentwise {
+    let (u, eta) = match A::DTYPE {
+        Dtype::F64 => (2f64.powi(-53), f64::from_bits(1)),
+        Dtype::F32 => (2f64.powi(-24), f64::from(f32::from_bits(1))),
+    };
+    let floor = (reference.k as f64 + 1.0) * eta;
+    let mut ratios = Vec::with_capacity(c.len());
+    let mut mismatches = 0;
+    for ((got, want), abs) in c.iter().zip(&reference.c).zip(&reference.abs) {
+        let got = got.into_f64();
+        // The reference rounded to the element type: Inf where the type overflows.
+        let want_t = A::from_f64(*want).into_f64();
+        if !want_t.is_finite() || !abs.is_finite() {
+            // A finite reference whose Σ|a||b| overflows bounds nothing but the pattern.
+            let same = if want_t.is_finite() {
+                got.is_finite()
+            } else {
+                (want_t.is_nan() && got.is_nan()) || want_t == got
+            };
+            if !same {
+                mismatches += 1;
+            }
+            continue;
+        }
+        if !got.is_finite() {
+            mismatches += 1;
+            continue;
+        }
+        ratios.push((got - want).abs() / (u * abs + floor));
+    }
+    ratios.sort_by(f64::total_cmp);
+    Componentwise {
+        worst: ratios.last().copied().unwrap_or(0.0),
+        median: ratios.get(ratios.len() / 2).copied().unwrap_or(0.0),
+        pattern_mismatches: mismatches,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ndarray_dot_meets_native_bound_on_every_family() {
+        for dtype in [Dtype::F64, Dtype::F32] {
+            for family in Family::suite(dtype) {
+                let dims = (24, 256, 20);
+                let worst = if dtype == Dtype::F64 {
+                    let (a, b) = family.operands::<f64>(dims, 7);
+                    let r = Reference::new(a.view(), b.view());
+                    componentwise(a.dot(&b).view(), &r)
+                } else {
+                    let (a, b) = family.operands::<f32>(dims, 7);
+                    let r = Reference::new(a.view(), b.view());
+                    componentwise(a.dot(&b).view(), &r)
+                };
+                assert_eq!(worst.pattern_mismatches, 0, "{} {dtype}", family.name());
+                // ndarray's product is a plain sum: within k·u·Σ|a||b| by the textbook bound.
+                assert!(worst.worst <= 256.0, "{} {dtype}: {worst:?}", family.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_element_is_seen() {
+        let (a, b) = Family::Uniform.operands::<f64>((8, 64, 8), 1);
+        let r = Reference::new(a.view(), b.view());
+        let mut c = a.dot(&b);
+        assert!(componentwise(c.view(), &r).worst < 64.0);
+        c[[3, 4]] *= 1.0 + 1e-12;
+        assert!(componentwise(c.view(), &r).worst > 1e3);
+        c[[3, 4]] = f64::NAN;
+        assert_eq!(componentwise(c.view(), &r).pattern_mismatches, 1);
+    }
+
+    #[test]
+    fn the_families_are_what_they_say() {
+        let (a, b) = Family::PairedK(20).operands::<f64>((4, 64, 4), 3);
+        // Every product aᵢₖbₖⱼ is O(1) though the elements span 2^±20.
+        let big = a.iter().fold(0f64, |m, x| m.max(x.abs()));
+        assert!(big > 2f64.powi(10));
+        for q in 0..64 {
+            assert!((a[[0, q]] * b[[q, 0]]).abs() <= 1.0);
+        }
+        let (a, b) = Family::Cancel(20).operands::<f64>((4, 64, 4), 3);
+        let r = Reference::new(a.view(), b.view());
+        assert!(r.c[[1, 1]].abs() < r.abs[[1, 1]] * 2f64.powi(-18));
+        let (a, _) = Family::NonFinite.operands::<f32>((4, 16, 4), 3);
+        assert!(a.iter().any(|x| x.is_nan()) && a.iter().any(|x| x.is_infinite()));
+    }
+}
