@@ -114,12 +114,19 @@
 //! |---|---|---|
 //! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
-//! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
+//! | `GPU_DOT_AUTOTUNE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no` | `1` |
+//! | `GPU_DOT_PRECISION` | `fp32`, `tf32x3`, `tf32`, `ozaki`, `ozaki-N` (N from 2 to 18; see [`Precision`]) | `fp32` (FP64 for `f64`) |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
-//! | `GPU_DOT_DEVICE` | the default CUDA device's ordinal | `0` |
-//! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
-//! | `GPU_DOT_PREBUILT` | `off` compiles every kernel with NVRTC instead of loading the shipped CUBINs | on |
-//! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
+//! | `GPU_DOT_DEVICE` | a device ordinal: the default CUDA device | `0` |
+//! | `GPU_DOT_DEVICES` | `all`, or device ordinals separated by commas (`0,1`), to split large products across | one device |
+//! | `GPU_DOT_PEER_COPY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: split products share B over peer links | `1` |
+//! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels (see [Kernel cache](#kernel-cache)); `off`, `0`, `none` or empty: none | the platform's cache folder |
+//! | `GPU_DOT_PREBUILT` | `0`, `off`, `false`, `no` or `none` compile every kernel with NVRTC instead of loading the shipped CUBINs; `1`, `on`, `true`, `yes` load them | on |
+//! | `GPU_DOT_HOST_THREADS` | a number of helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
+//! | `GPU_DOT_TRACE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: phase times on stderr | `0` |
+//!
+//! An invalid value of the first eight is [`GpuDotError::InvalidEnv`], whose message lists the
+//! accepted values; the last three ignore one, with a warning through `log`.
 //!
 //! # Kernel cache
 //!
@@ -190,6 +197,7 @@ pub mod prebuild;
 #[doc(hidden)]
 pub mod profile;
 mod route;
+mod settings;
 mod split;
 mod warm;
 
@@ -589,3 +597,6 @@ pub mod __testing {
 pub mod __fuzz {
     pub use crate::host::staging::{pack, unpack};
 }
+
+#[cfg(test)]
+mod settings_tests;

@@ -28,9 +28,7 @@ use once_cell::sync::OnceCell;
 
 use crate::error::GpuDotError;
 
-/// The environment variable that moves the kernel cache to another folder, or turns it off
-/// with `off`, `0`, `none` or an empty value.
-pub const ENV_CACHE_DIR: &str = "GPU_DOT_CACHE_DIR";
+pub use crate::settings::ENV_CACHE_DIR;
 
 /// The folder the compiled-kernel cache uses, or `None` when the cache is off
 /// (`GPU_DOT_CACHE_DIR=off`) or no folder can be found (no `HOME`).
