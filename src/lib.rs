@@ -144,6 +144,29 @@
 //! `~/.cache/gpu-dot` on Linux, `~/Library/Caches/gpu-dot` on macOS, `%LOCALAPPDATA%\gpu-dot`
 //! on Windows; [`kernel_cache_dir`] says which is in force.
 //!
+//! What the cache loads runs on the GPU with the process's CUDA context, where it can read and
+//! write every operand and result; the checksum guards against damage, not against intent.
+//! So, as ssh and gpg refuse key folders that others can write to, the cache trusts only what
+//! the process's own (effective) user alone can have written. On Unix:
+//!
+//! - The folder must be owned by the user and not writable by its group or others. The crate
+//!   makes it, and any missing folders above it, with mode 0700, and checks the ones it made
+//!   (a folder made by someone else in between is refused). A folder that fails turns the
+//!   cache off for the process, with one warning through `log` naming the folder and the
+//!   reason; products still run, on the shipped CUBINs or compiled by NVRTC.
+//! - An entry is loaded only if it is a regular file (not a link, not a FIFO), owned by the
+//!   user and not writable by group or others: it is opened without following links and
+//!   checked on the opened file, so nothing can be swapped in between. Any other is ignored,
+//!   with a warning, and replaced by the next write.
+//! - Entries are written to a new temporary file (created exclusively, mode 0600, never through
+//!   a link) and renamed within the folder: no write follows a link planted in the folder.
+//!
+//! Folders above the cache folder that existed already, and access control lists, are not
+//! examined. On other platforms (Windows) there are no owners or modes to check: entries must
+//! be regular files and temporary files are still created exclusively, but who may write to
+//! the folder is up to its access control list (`%LOCALAPPDATA%`, the default, is the user's
+//! own); keep [`ENV_CACHE_DIR`] off shared folders there.
+//!
 //! # Kernels
 //!
 //! | kernel | what it does |
