@@ -84,7 +84,8 @@ fn main() {
     match gpu_dot::kernel_cache_dir() {
         Some(dir) => println!("kernel cache: {}", dir.display()),
         None => println!(
-            "kernel cache: off ({} is off, or no home folder was found)",
+            "kernel cache: off ({} is off, no home folder was found, or the folder is not the \
+             user's alone: see the warning)",
             gpu_dot::ENV_CACHE_DIR
         ),
     }

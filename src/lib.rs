@@ -114,12 +114,19 @@
 //! |---|---|---|
 //! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
-//! | `GPU_DOT_AUTOTUNE` | `1` or `0` | `1` |
+//! | `GPU_DOT_AUTOTUNE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no` | `1` |
+//! | `GPU_DOT_PRECISION` | `fp32`, `tf32x3`, `tf32`, `ozaki`, `ozaki-N` (N from 2 to 18; see [`Precision`]) | `fp32` (FP64 for `f64`) |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
-//! | `GPU_DOT_DEVICE` | the default CUDA device's ordinal | `0` |
-//! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels, or `off` | the platform's cache folder |
-//! | `GPU_DOT_PREBUILT` | `off` compiles every kernel with NVRTC instead of loading the shipped CUBINs | on |
-//! | `GPU_DOT_HOST_THREADS` | helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
+//! | `GPU_DOT_DEVICE` | a device ordinal: the default CUDA device | `0` |
+//! | `GPU_DOT_DEVICES` | `all`, or device ordinals separated by commas (`0,1`), to split large products across | one device |
+//! | `GPU_DOT_PEER_COPY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: split products share B over peer links | `1` |
+//! | `GPU_DOT_CACHE_DIR` | a folder for compiled kernels (see [Kernel cache](#kernel-cache)); `off`, `0`, `none` or empty: none | the platform's cache folder |
+//! | `GPU_DOT_PREBUILT` | `0`, `off`, `false`, `no` or `none` compile every kernel with NVRTC instead of loading the shipped CUBINs; `1`, `on`, `true`, `yes` load them | on |
+//! | `GPU_DOT_HOST_THREADS` | a number of helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
+//! | `GPU_DOT_TRACE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: phase times on stderr | `0` |
+//!
+//! An invalid value of the first eight is [`GpuDotError::InvalidEnv`], whose message lists the
+//! accepted values; the last three ignore one, with a warning through `log`.
 //!
 //! # Kernel cache
 //!
@@ -136,6 +143,29 @@
 //! (`off`, `0`, `none` or empty turn the cache off), else `$XDG_CACHE_HOME/gpu-dot` or
 //! `~/.cache/gpu-dot` on Linux, `~/Library/Caches/gpu-dot` on macOS, `%LOCALAPPDATA%\gpu-dot`
 //! on Windows; [`kernel_cache_dir`] says which is in force.
+//!
+//! What the cache loads runs on the GPU with the process's CUDA context, where it can read and
+//! write every operand and result; the checksum guards against damage, not against intent.
+//! So, as ssh and gpg refuse key folders that others can write to, the cache trusts only what
+//! the process's own (effective) user alone can have written. On Unix:
+//!
+//! - The folder must be owned by the user and not writable by its group or others. The crate
+//!   makes it, and any missing folders above it, with mode 0700, and checks the ones it made
+//!   (a folder made by someone else in between is refused). A folder that fails turns the
+//!   cache off for the process, with one warning through `log` naming the folder and the
+//!   reason; products still run, on the shipped CUBINs or compiled by NVRTC.
+//! - An entry is loaded only if it is a regular file (not a link, not a FIFO), owned by the
+//!   user and not writable by group or others: it is opened without following links and
+//!   checked on the opened file, so nothing can be swapped in between. Any other is ignored,
+//!   with a warning, and replaced by the next write.
+//! - Entries are written to a new temporary file (created exclusively, mode 0600, never through
+//!   a link) and renamed within the folder: no write follows a link planted in the folder.
+//!
+//! Folders above the cache folder that existed already, and access control lists, are not
+//! examined. On other platforms (Windows) there are no owners or modes to check: entries must
+//! be regular files and temporary files are still created exclusively, but who may write to
+//! the folder is up to its access control list (`%LOCALAPPDATA%`, the default, is the user's
+//! own); keep [`ENV_CACHE_DIR`] off shared folders there.
 //!
 //! # Kernels
 //!
@@ -192,6 +222,7 @@ pub mod prebuild;
 #[doc(hidden)]
 pub mod profile;
 mod route;
+mod settings;
 mod split;
 mod warm;
 
@@ -588,3 +619,6 @@ pub mod __testing {
 pub mod __fuzz {
     pub use crate::host::staging::{pack, unpack};
 }
+
+#[cfg(test)]
+mod settings_tests;

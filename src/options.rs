@@ -6,6 +6,7 @@ use std::str::FromStr;
 use once_cell::sync::Lazy;
 
 use crate::error::GpuDotError;
+use crate::settings;
 
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
@@ -37,28 +38,10 @@ pub const MAX_MODULI: usize = 18;
 /// The fewest moduli an Ozaki product may use.
 pub const MIN_MODULI: usize = 2;
 
-/// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
-pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
-/// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
-/// or `reg128`.
-pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
-/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`] and [`DEFAULT_MIN_GPU_FLOPS_F64`]
-/// (a non-negative integer, for both element types).
-pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
-/// Environment variable turning the autotuner off (`0`, `off`, `false`) or on (`1`, `on`, `true`).
-pub const ENV_AUTOTUNE: &str = "GPU_DOT_AUTOTUNE";
-/// Environment variable choosing the CUDA device by ordinal (default 0).
-pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
-/// Environment variable letting large host-to-host products split across several devices:
-/// `all`, or ordinals separated by commas (`0,1`); one ordinal is that device alone.
-pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
-/// Environment variable: `0` (or `off`) makes every device of a split product upload all of
-/// B from the host instead of sharing it over peer links (see [`DotOptions::peer_copies`]).
-pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
-/// Environment variable choosing the precision of products: `fp32` (default; FP64 for `f64`),
-/// `tf32x3` or `tf32` (`f32` only), `ozaki` or `ozaki-N` with N from 2 to 18 (both element
-/// types; see [`Precision`]).
-pub const ENV_PRECISION: &str = "GPU_DOT_PRECISION";
+pub use crate::settings::{
+    ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE, ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY,
+    ENV_PRECISION,
+};
 
 /// Products of fewer flops than this run on one device even when [`DotOptions::devices`]
 /// names several.
@@ -402,60 +385,32 @@ impl DotOptions {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GpuDotError> {
         let mut opts = Self::builtin();
         if let Some(v) = lookup(ENV_BACKEND) {
-            opts.backend = v.parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_BACKEND,
-                value: v.clone(),
-                expected: "auto, gpu or cpu",
-            })?;
+            opts.backend = v.parse().map_err(|_| settings::BACKEND.invalid(&v))?;
         }
         if let Some(v) = lookup(ENV_KERNEL) {
-            opts.kernel = v.parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_KERNEL,
-                value: v.clone(),
-                expected: "auto, naive, tiled16, tiled32, reg64 or reg128",
-            })?;
+            opts.kernel = v.parse().map_err(|_| settings::KERNEL.invalid(&v))?;
         }
         if let Some(v) = lookup(ENV_MIN_FLOPS) {
-            opts.min_gpu_flops = Some(v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_MIN_FLOPS,
-                value: v.clone(),
-                expected: "a non-negative integer",
-            })?);
+            opts.min_gpu_flops = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| settings::MIN_FLOPS.invalid(&v))?,
+            );
         }
         if let Some(v) = lookup(ENV_DEVICE) {
-            opts.device = Some(v.trim().parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_DEVICE,
-                value: v.clone(),
-                expected: "a device ordinal (0, 1, ...)",
-            })?);
+            opts.device = Some(v.trim().parse().map_err(|_| settings::DEVICE.invalid(&v))?);
         }
         if let Some(v) = lookup(ENV_DEVICES) {
-            opts.devices = Some(v.parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_DEVICES,
-                value: v.clone(),
-                expected: "all, or device ordinals separated by commas (0,1)",
-            })?);
+            opts.devices = Some(v.parse().map_err(|_| settings::DEVICES.invalid(&v))?);
         }
         if let Some(v) = lookup(ENV_PRECISION) {
-            opts.precision = v.parse().map_err(|_| GpuDotError::InvalidEnv {
-                var: ENV_PRECISION,
-                value: v.clone(),
-                expected: "fp32, tf32x3 or tf32",
-            })?;
+            opts.precision = v.parse().map_err(|_| settings::PRECISION.invalid(&v))?;
         }
         if let Some(v) = lookup(ENV_PEER_COPY) {
-            opts.peer_copies = parse_switch(&v).ok_or_else(|| GpuDotError::InvalidEnv {
-                var: ENV_PEER_COPY,
-                value: v.clone(),
-                expected: "0, 1, on, off, true or false",
-            })?;
+            opts.peer_copies = settings::PEER_COPY.switch(&v)?;
         }
         if let Some(v) = lookup(ENV_AUTOTUNE) {
-            opts.autotune = parse_switch(&v).ok_or_else(|| GpuDotError::InvalidEnv {
-                var: ENV_AUTOTUNE,
-                value: v.clone(),
-                expected: "0, 1, on, off, true or false",
-            })?;
+            opts.autotune = settings::AUTOTUNE.switch(&v)?;
         }
         Ok(opts)
     }
@@ -562,12 +517,3 @@ static ENV_OPTIONS: Lazy<Result<DotOptions, GpuDotError>> = Lazy::new(|| {
     }
     parsed
 });
-
-/// An on/off environment value: `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`.
-fn parse_switch(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Some(true),
-        "0" | "off" | "false" | "no" => Some(false),
-        _ => None,
-    }
-}

@@ -8,9 +8,14 @@
 //! the NVRTC version. Its file name is a hash of that key, and the file holds a header (magic
 //! bytes, format version, the full key, the payload's length and an FNV-1a checksum of the
 //! payload) before the CUBIN. An entry that is missing, truncated, foreign (another key),
-//! damaged or refused by the driver is compiled again and rewritten; writes go to a temporary
-//! file in the same folder, then are renamed into place. A cache that cannot be read or
-//! written only costs a compilation: it never fails a product.
+//! damaged or refused by the driver is compiled again and rewritten; writes go to a new
+//! temporary file in the same folder, then are renamed into place. A cache that cannot be read
+//! or written only costs a compilation: it never fails a product.
+//!
+//! Entries are code that runs with the process's CUDA context, so the cache trusts only a
+//! folder and files that the process's own user alone can have written ([`trust`]): a folder
+//! that fails is not used for the rest of the process (one warning says why), and an entry
+//! that fails is never loaded.
 //!
 //! The folder is `GPU_DOT_CACHE_DIR` ([`ENV_CACHE_DIR`]) when set (`off`, `0`, `none` or an
 //! empty value turn the cache off), else the platform's cache folder: `$XDG_CACHE_HOME/gpu-dot`
@@ -20,24 +25,57 @@
 use std::ffi::{c_char, CString, OsStr, OsString};
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, CompileError};
 use once_cell::sync::OnceCell;
 
+use crate::device::trust;
 use crate::error::GpuDotError;
 
-/// The environment variable that moves the kernel cache to another folder, or turns it off
-/// with `off`, `0`, `none` or an empty value.
-pub const ENV_CACHE_DIR: &str = "GPU_DOT_CACHE_DIR";
+pub use crate::settings::ENV_CACHE_DIR;
 
 /// The folder the compiled-kernel cache uses, or `None` when the cache is off
-/// (`GPU_DOT_CACHE_DIR=off`) or no folder can be found (no `HOME`).
+/// (`GPU_DOT_CACHE_DIR=off`), no folder can be found (no `HOME`), or the folder is refused
+/// because another user owns it or its group or others may write to it (see the crate docs,
+/// "Kernel cache").
 ///
-/// The folder need not exist yet: it is made on the first write.
+/// The folder need not exist yet: it is made (mode 0700) when the first kernel is compiled.
 pub fn kernel_cache_dir() -> Option<PathBuf> {
+    let dir = configured_dir()?;
+    let exists = fs::symlink_metadata(&dir).is_ok();
+    (!exists || usable(&dir)).then_some(dir)
+}
+
+/// The folder `GPU_DOT_CACHE_DIR` or the platform names, trusted or not.
+fn configured_dir() -> Option<PathBuf> {
     cache_dir_from(|name| std::env::var_os(name))
+}
+
+/// Whether the cache may use `dir`, made if need be ([`trust::open_folder`]). Decided once per
+/// folder and process: a refused folder is named in one warning and stays refused.
+fn usable(dir: &Path) -> bool {
+    static DECIDED: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
+    let mut decided = DECIDED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, ok)) = decided.iter().find(|(d, _)| d == dir) {
+        return *ok;
+    }
+    let ok = match trust::open_folder(dir) {
+        Ok(()) => true,
+        Err(why) => {
+            log::warn!(
+                "the kernel cache is off: {} is not used, as {why}; kernels are compiled \
+                 (or the shipped ones loaded) instead",
+                dir.display()
+            );
+            false
+        }
+    };
+    decided.push((dir.to_path_buf(), ok));
+    ok
 }
 
 /// [`kernel_cache_dir`] with variables looked up through `lookup`.
@@ -228,8 +266,9 @@ impl Entry {
         options: &[String],
         arch: &str,
     ) -> Option<Entry> {
+        let dir = configured_dir().filter(|dir| usable(dir))?;
         Some(Entry {
-            dir: kernel_cache_dir()?,
+            dir,
             key: Key::new(family, source, options, arch, toolchain()?),
         })
     }
@@ -238,30 +277,72 @@ impl Entry {
         self.dir.join(&self.key.file_name)
     }
 
-    /// The cached CUBIN, or `None` when there is no valid entry for this key.
+    /// The cached CUBIN, or `None` when there is no valid entry for this key. A file the
+    /// cache does not trust ([`trust::open_entry`]) is never read, with a warning.
     pub(crate) fn read(&self) -> Option<Vec<u8>> {
-        decode(&fs::read(self.path()).ok()?, &self.key.text)
+        let path = self.path();
+        let mut file = match trust::open_entry(&path) {
+            Ok(file) => file?,
+            Err(why) => {
+                log::warn!(
+                    "the kernel cache entry {} is not loaded, as it {why}",
+                    path.display()
+                );
+                return None;
+            }
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        decode(&bytes, &self.key.text)
     }
 
     /// Stores `payload` for this key, replacing any entry atomically. A failure leaves the
     /// cache as it was; the caller may ignore it.
     pub(crate) fn write(&self, payload: &[u8]) -> io::Result<()> {
         static TEMPS: AtomicU64 = AtomicU64::new(0);
-        fs::create_dir_all(&self.dir)?;
-        let temp = self.dir.join(format!(
-            ".{}.{}-{}.tmp",
-            self.key.file_name,
-            std::process::id(),
-            TEMPS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = fs::write(&temp, encode(&self.key.text, payload))
-            .and_then(|()| fs::rename(&temp, self.path()));
+        self.write_numbered(payload, &TEMPS)
+    }
+
+    /// [`write`](Self::write) through a temporary file `.{entry}.{pid}-{n}.tmp`, `n` drawn
+    /// from `temps`. The file is created anew ([`trust::create_new`]): a name already taken
+    /// (by a link planted there, say) is passed over for the next, and after
+    /// [`TEMP_TRIES`] taken names the write fails; nothing is written through a link.
+    fn write_numbered(&self, payload: &[u8], temps: &AtomicU64) -> io::Result<()> {
+        let mut tries = 0;
+        let (temp, mut file) = loop {
+            let temp = self.temp_path(temps.fetch_add(1, Ordering::Relaxed));
+            match trust::create_new(&temp) {
+                Ok(file) => break (temp, file),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries + 1 < TEMP_TRIES => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let written = file
+            .write_all(&encode(&self.key.text, payload))
+            .and_then(|()| {
+                drop(file);
+                fs::rename(&temp, self.path())
+            });
         if written.is_err() {
             let _ = fs::remove_file(&temp);
         }
         written
     }
+
+    /// The `n`th temporary file name of this process for this entry.
+    fn temp_path(&self, n: u64) -> PathBuf {
+        self.dir.join(format!(
+            ".{}.{}-{n}.tmp",
+            self.key.file_name,
+            std::process::id()
+        ))
+    }
 }
+
+/// Temporary names a write tries before it gives up.
+const TEMP_TRIES: usize = 8;
 
 /// The first bytes of every entry.
 const MAGIC: [u8; 8] = *b"GPUDOTKC";
@@ -315,33 +396,8 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::trust::test_support::{a_product_is_right, TempDir};
     use std::path::Path;
-
-    /// A fresh folder under the system's temporary folder, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let dir = std::env::temp_dir().join(format!(
-                "gpu-dot-cache-test-{name}-{}-{nanos}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 
     const SOURCE: &str = "extern \"C\" __global__ void f() {}";
 
@@ -385,6 +441,7 @@ mod tests {
     fn round_trip() {
         let dir = TempDir::new("round-trip");
         let nested = dir.0.join("a").join("b");
+        trust::open_folder(&nested).unwrap();
         let e = entry(&nested, "sgemm_fast");
         assert_eq!(e.read(), None, "nothing stored yet");
         e.write(&payload()).unwrap();
@@ -530,6 +587,144 @@ mod tests {
                 Some(PathBuf::from("/Users/u/Library/Caches/gpu-dot"))
             );
         }
+    }
+
+    /// The mode bits of `path` (not following a link).
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[cfg(unix)]
+    fn set_mode(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A whole, valid entry that others may write to is never loaded; the next store replaces
+    /// it with one of mode 0600.
+    #[cfg(unix)]
+    #[test]
+    fn an_entry_others_may_write_to_is_ignored() {
+        let dir = TempDir::new("entry-mode");
+        let e = entry(&dir.0, "tiled");
+        e.write(&payload()).unwrap();
+        assert_eq!(mode(&e.path()) & 0o077, 0, "entries are written 0600");
+        for bad in [0o666, 0o620, 0o602, 0o660] {
+            set_mode(&e.path(), bad);
+            assert_eq!(e.read(), None, "mode {bad:o}: loaded");
+        }
+        // The same bytes under a private mode: the entry itself is valid.
+        set_mode(&e.path(), 0o644);
+        assert_eq!(e.read(), Some(payload()));
+        set_mode(&e.path(), 0o666);
+        e.write(&payload()).unwrap();
+        assert_eq!(mode(&e.path()) & 0o077, 0);
+        assert_eq!(e.read(), Some(payload()));
+        a_product_is_right();
+    }
+
+    /// A whole, valid entry owned by another user is never loaded (root gives it away; a
+    /// normal user cannot, and says so).
+    #[cfg(unix)]
+    #[test]
+    fn an_entry_of_another_user_is_ignored() {
+        let dir = TempDir::new("entry-owner");
+        let e = entry(&dir.0, "tiled");
+        e.write(&payload()).unwrap();
+        if trust::euid() == 0 {
+            std::os::unix::fs::chown(e.path(), Some(65534), Some(65534)).unwrap();
+            assert_eq!(e.read(), None, "another user's entry was loaded");
+            std::os::unix::fs::chown(e.path(), Some(0), Some(0)).unwrap();
+            assert_eq!(e.read(), Some(payload()), "the entry itself is valid");
+            std::os::unix::fs::chown(e.path(), Some(65534), Some(65534)).unwrap();
+            e.write(&payload()).unwrap();
+            assert_eq!(e.read(), Some(payload()), "not rewritten as the user's own");
+        } else {
+            println!(
+                "skipped the foreign entry: only root can give a file to another user \
+                 (CI runs this part as root)"
+            );
+        }
+        a_product_is_right();
+    }
+
+    /// A link at an entry's name, to a valid entry the user owns, is never followed; the next
+    /// store replaces the link, not what it points to.
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_entry_is_ignored() {
+        let dir = TempDir::new("entry-link");
+        let elsewhere = TempDir::new("entry-link-target");
+        let target = entry(&elsewhere.0, "tiled");
+        target.write(&payload()).unwrap();
+        let before = fs::read(target.path()).unwrap();
+        let e = entry(&dir.0, "tiled");
+        std::os::unix::fs::symlink(target.path(), e.path()).unwrap();
+        assert_eq!(e.read(), None, "an entry was read through a link");
+        e.write(&[1, 2, 3]).unwrap();
+        assert!(fs::symlink_metadata(e.path()).unwrap().is_file());
+        assert_eq!(e.read(), Some(vec![1, 2, 3]));
+        assert_eq!(
+            fs::read(target.path()).unwrap(),
+            before,
+            "written through the link"
+        );
+        a_product_is_right();
+    }
+
+    /// A FIFO at an entry's name neither blocks the read nor is loaded.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_at_an_entry_name_is_ignored() {
+        let dir = TempDir::new("entry-fifo");
+        let e = entry(&dir.0, "tiled");
+        let path = std::ffi::CString::new(e.path().into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: `path` is a NUL-terminated string that outlives the call; mkfifo only makes
+        // the node.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert_eq!(e.read(), None);
+        e.write(&payload()).unwrap();
+        assert_eq!(e.read(), Some(payload()));
+        a_product_is_right();
+    }
+
+    /// Links planted at the temporary names a store will use (they are predictable): the
+    /// store passes over them to a free name, or fails once [`TEMP_TRIES`] are taken, and the
+    /// files they point to are never written.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_at_a_temporary_name_is_never_written_through() {
+        let dir = TempDir::new("temp-link");
+        let elsewhere = TempDir::new("temp-link-target");
+        let victim = elsewhere.0.join("victim");
+        fs::write(&victim, b"the user's own file").unwrap();
+        let absent = elsewhere.0.join("absent");
+        let e = entry(&dir.0, "tiled");
+        let temps = AtomicU64::new(0);
+        // The first name links to a file, the second to a file that does not exist.
+        std::os::unix::fs::symlink(&victim, e.temp_path(0)).unwrap();
+        std::os::unix::fs::symlink(&absent, e.temp_path(1)).unwrap();
+        e.write_numbered(&payload(), &temps).unwrap();
+        assert_eq!(temps.load(Ordering::Relaxed), 3, "the third name was used");
+        assert_eq!(e.read(), Some(payload()));
+        assert_eq!(fs::read(&victim).unwrap(), b"the user's own file");
+        assert!(!absent.exists(), "a file was made through a dangling link");
+        assert!(fs::symlink_metadata(e.temp_path(0))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // Every name a store tries is taken: it fails, and the entry stays as it was.
+        let next = temps.load(Ordering::Relaxed);
+        for n in next..next + TEMP_TRIES as u64 {
+            std::os::unix::fs::symlink(&victim, e.temp_path(n)).unwrap();
+        }
+        let err = e.write_numbered(b"other", &temps).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&victim).unwrap(), b"the user's own file");
+        assert_eq!(e.read(), Some(payload()));
+        a_product_is_right();
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The device layer: the exported device API ([`api`]), the CUDA context of each device with
 //! its streams and pools ([`context`]), its module table ([`modules`]), the driver and NVRTC
-//! libraries ([`libraries`]), NVRTC ([`compiler`]), the on-disk kernel cache ([`cache`]), the
+//! libraries ([`libraries`]), NVRTC ([`compiler`]), the on-disk kernel cache ([`cache`]) and what it trusts ([`trust`]), the
 //! shipped CUBINs ([`prebuilt`]), device timing ([`stopwatch`]), and the tests' switches
 //! ([`overrides`]) and faulting kernel ([`testing`]).
 
@@ -14,6 +14,7 @@ pub(crate) mod overrides;
 pub(crate) mod prebuilt;
 pub(crate) mod stopwatch;
 pub(crate) mod testing;
+pub(crate) mod trust;
 
 /// A hash of the kernel sources under `kernels/` (FNV-1a, computed by the build script): it
 /// changes whenever a kernel does, so compiled code can be identified across processes. For

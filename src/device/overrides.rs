@@ -1,6 +1,6 @@
 //! Process-wide switches of the crate's own tests: kernel sources replaced before they are
 //! compiled, the prebuilt images turned off, and a pretended compute capability. Each is read
-//! by the layer that loads or chooses kernels; none imports anything of the crate.
+//! by the layer that loads or chooses kernels; they import only the leaves.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -44,19 +44,26 @@ static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// (read once) or a test did ([`use_prebuilt_kernels`]).
 pub(crate) fn prebuilt_allowed() -> bool {
     static FROM_ENV: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        let value = std::env::var(ENV_PREBUILT).unwrap_or_default();
-        !matches!(
-            value.trim().to_ascii_lowercase().as_str(),
-            "0" | "off" | "none" | "false" | "no"
-        )
+        let Ok(value) = std::env::var(ENV_PREBUILT) else {
+            return true;
+        };
+        parse_prebuilt(&value).unwrap_or_else(|e| {
+            log::warn!("{e}; the prebuilt CUBINs stay on");
+            true
+        })
     });
     *FROM_ENV && !NO_PREBUILT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// The environment variable that turns the prebuilt CUBINs off (`0`, `off`, `none`, `false`
-/// or `no`): every kernel family then comes from the disk cache or NVRTC, as on a device the
-/// crate ships no CUBINs for. Read once, at the first module load.
-pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
+/// A value of [`ENV_PREBUILT`]: an on/off switch, `none` being off too.
+pub(crate) fn parse_prebuilt(value: &str) -> Result<bool, crate::error::GpuDotError> {
+    if value.trim().eq_ignore_ascii_case("none") {
+        return Ok(false);
+    }
+    crate::settings::PREBUILT.switch(value)
+}
+
+pub use crate::settings::ENV_PREBUILT;
 
 static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -18,9 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-/// Environment variable setting the number of helper threads (default: one fewer than the
-/// cores, at most 15; `0` copies on the calling thread alone).
-pub const ENV_HOST_THREADS: &str = "GPU_DOT_HOST_THREADS";
+pub use crate::settings::ENV_HOST_THREADS;
 
 /// Most helpers the crew starts: past about sixteen threads host copies are limited by memory
 /// bandwidth, not by threads.
@@ -122,11 +120,24 @@ fn helper_count() -> usize {
     *COUNT.get_or_init(configured_helpers)
 }
 
-/// The helper count [`ENV_HOST_THREADS`] sets, if it is set to an integer.
+/// The helper count [`ENV_HOST_THREADS`] sets, if it is set to an integer. Read once; another
+/// value is ignored, with a warning.
 fn configured_count() -> Option<usize> {
-    std::env::var(ENV_HOST_THREADS)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
+    static COUNT: OnceLock<Option<usize>> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        let value = std::env::var(ENV_HOST_THREADS).ok()?;
+        parse_count(&value)
+            .map_err(|e| log::warn!("{e}; using the default helper count"))
+            .ok()
+    })
+}
+
+/// A value of [`ENV_HOST_THREADS`]: a number of helper threads.
+pub(crate) fn parse_count(value: &str) -> Result<usize, crate::error::GpuDotError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| crate::settings::HOST_THREADS.invalid(value))
 }
 
 fn configured_helpers() -> usize {

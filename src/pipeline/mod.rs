@@ -25,7 +25,7 @@
 
 mod batch;
 mod conduct;
-mod ends;
+pub(crate) mod ends;
 mod gemm;
 mod link;
 mod schedule;

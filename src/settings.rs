@@ -1,0 +1,410 @@
+//! Every environment variable the crate reads at run time, in one table: its name, the values
+//! it accepts and a line on what it does. The messages of
+//! [`GpuDotError::InvalidEnv`] are made from the same rows, so that what a variable accepts
+//! and what its message says cannot drift apart. The public `ENV_*` names are defined here and
+//! re-exported by the modules that read them; unit tests (src/settings_tests.rs) check the
+//! code that reads each variable, the README's table of settings and the crate docs' against
+//! this table.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::error::GpuDotError;
+
+// The public names, re-exported by the modules that read them.
+
+/// Environment variable choosing the backend: `auto`, `gpu` or `cpu`.
+pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
+/// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
+/// or `reg128`.
+pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
+/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`](crate::DEFAULT_MIN_GPU_FLOPS) and
+/// [`DEFAULT_MIN_GPU_FLOPS_F64`](crate::DEFAULT_MIN_GPU_FLOPS_F64) (a non-negative integer, for
+/// both element types).
+pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
+/// Environment variable turning the autotuner off (`0`, `off`, `false`, `no`) or on (`1`, `on`,
+/// `true`, `yes`).
+pub const ENV_AUTOTUNE: &str = "GPU_DOT_AUTOTUNE";
+/// Environment variable choosing the CUDA device by ordinal (default 0).
+pub const ENV_DEVICE: &str = "GPU_DOT_DEVICE";
+/// Environment variable letting large host-to-host products split across several devices:
+/// `all`, or ordinals separated by commas (`0,1`); one ordinal is that device alone.
+pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
+/// Environment variable: `0` (or `off`) makes every device of a split product upload all of
+/// B from the host instead of sharing it over peer links (see
+/// [`DotOptions::peer_copies`](crate::DotOptions::peer_copies)).
+pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
+/// Environment variable choosing the precision of products: `fp32` (default; FP64 for `f64`),
+/// `tf32x3` or `tf32` (`f32` only), `ozaki` or `ozaki-N` with N from 2 to 18 (both element
+/// types; see [`Precision`](crate::Precision)).
+pub const ENV_PRECISION: &str = "GPU_DOT_PRECISION";
+/// The environment variable that moves the kernel cache to another folder, or turns it off
+/// with `off`, `0`, `none` or an empty value.
+pub const ENV_CACHE_DIR: &str = "GPU_DOT_CACHE_DIR";
+/// The environment variable that turns the prebuilt CUBINs off (`0`, `off`, `none`, `false`
+/// or `no`; `1`, `on`, `true` or `yes` keep them, as does leaving it unset): every kernel
+/// family then comes from the disk cache or NVRTC, as on a device the crate ships no CUBINs
+/// for. Read once, at the first module load; another value is ignored, with a warning.
+pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
+/// Environment variable setting the number of helper threads (default: one fewer than the
+/// cores, at most 15; `0` copies on the calling thread alone).
+pub const ENV_HOST_THREADS: &str = "GPU_DOT_HOST_THREADS";
+
+/// One environment variable.
+#[derive(Debug)]
+pub(crate) struct Setting {
+    /// The variable's name, `GPU_DOT_…`.
+    pub(crate) name: &'static str,
+    /// The values it accepts, as the docs and its message write them.
+    pub(crate) values: &'static [Value],
+    /// What it does, in one line.
+    pub(crate) doc: &'static str,
+}
+
+/// A value, or a form of values, that a setting accepts.
+#[derive(Debug)]
+pub(crate) struct Value {
+    /// As the docs and the messages write it: a word (`fp32`), a pattern (`ozaki-N`) or a
+    /// description (`a non-negative integer`).
+    pub(crate) spelled: &'static str,
+    /// Words and patterns are written as code (in backticks) in the docs; descriptions as
+    /// text.
+    pub(crate) code: bool,
+    /// What the message adds in parentheses (`N from 2 to 18`), or nothing.
+    pub(crate) detail: &'static str,
+    /// Values of this form, each accepted (a word: none, it stands for itself). The tests try
+    /// each.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) examples: &'static [&'static str],
+}
+
+impl Value {
+    /// A value that stands for itself.
+    const fn word(spelled: &'static str) -> Value {
+        Value {
+            spelled,
+            code: true,
+            detail: "",
+            examples: &[],
+        }
+    }
+
+    /// Values of one form (`ozaki-N`), with what the message adds about it.
+    const fn pattern(
+        spelled: &'static str,
+        detail: &'static str,
+        examples: &'static [&'static str],
+    ) -> Value {
+        Value {
+            spelled,
+            code: true,
+            detail,
+            examples,
+        }
+    }
+
+    /// Values described in words (`a non-negative integer`).
+    const fn described(spelled: &'static str, examples: &'static [&'static str]) -> Value {
+        Value {
+            spelled,
+            code: false,
+            detail: "",
+            examples,
+        }
+    }
+
+    /// Values of this form that are accepted: the word itself, or the examples.
+    #[cfg(test)]
+    pub(crate) fn accepted(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let word = self.examples.is_empty().then_some(self.spelled);
+        word.into_iter().chain(self.examples.iter().copied())
+    }
+}
+
+/// The words of an on/off switch, on first.
+const SWITCH_ON: [&str; 4] = ["1", "on", "true", "yes"];
+const SWITCH_OFF: [&str; 4] = ["0", "off", "false", "no"];
+const SWITCH: &[Value] = &[
+    Value::word("1"),
+    Value::word("on"),
+    Value::word("true"),
+    Value::word("yes"),
+    Value::word("0"),
+    Value::word("off"),
+    Value::word("false"),
+    Value::word("no"),
+];
+
+/// `GPU_DOT_BACKEND`.
+pub(crate) const BACKEND: Setting = Setting {
+    name: ENV_BACKEND,
+    values: &[Value::word("auto"), Value::word("gpu"), Value::word("cpu")],
+    doc: "where products run: by size (auto), always on the GPU, or always on the CPU",
+};
+
+/// `GPU_DOT_KERNEL`.
+pub(crate) const KERNEL: Setting = Setting {
+    name: ENV_KERNEL,
+    values: &[
+        Value::word("auto"),
+        Value::word("naive"),
+        Value::word("tiled16"),
+        Value::word("tiled32"),
+        Value::word("reg64"),
+        Value::word("reg128"),
+    ],
+    doc: "the CUDA kernel of GPU products",
+};
+
+/// `GPU_DOT_AUTOTUNE`.
+pub(crate) const AUTOTUNE: Setting = Setting {
+    name: ENV_AUTOTUNE,
+    values: SWITCH,
+    doc: "whether the auto kernel measures its candidate plans once per shape class",
+};
+
+/// `GPU_DOT_PRECISION`.
+pub(crate) const PRECISION: Setting = Setting {
+    name: ENV_PRECISION,
+    values: &[
+        Value::word("fp32"),
+        Value::word("tf32x3"),
+        Value::word("tf32"),
+        Value::word("ozaki"),
+        Value::pattern(
+            "ozaki-N",
+            "N from 2 to 18",
+            &["ozaki-2", "ozaki-15", "ozaki-18"],
+        ),
+    ],
+    doc: "how GPU products multiply",
+};
+
+/// `GPU_DOT_MIN_FLOPS`.
+pub(crate) const MIN_FLOPS: Setting = Setting {
+    name: ENV_MIN_FLOPS,
+    values: &[Value::described(
+        "a non-negative integer",
+        &["0", "6000000"],
+    )],
+    doc: "under auto, products of fewer flops (2·m·k·n) run on the CPU",
+};
+
+/// `GPU_DOT_DEVICE`.
+pub(crate) const DEVICE: Setting = Setting {
+    name: ENV_DEVICE,
+    values: &[Value::described("a device ordinal", &["0", "1"])],
+    doc: "the CUDA device of products whose options name none",
+};
+
+/// `GPU_DOT_DEVICES`.
+pub(crate) const DEVICES: Setting = Setting {
+    name: ENV_DEVICES,
+    values: &[
+        Value::word("all"),
+        Value::described(
+            "device ordinals separated by commas",
+            &["0,1", "0, 1,3", "2"],
+        ),
+    ],
+    doc: "the devices that may share a large host-to-host product",
+};
+
+/// `GPU_DOT_PEER_COPY`.
+pub(crate) const PEER_COPY: Setting = Setting {
+    name: ENV_PEER_COPY,
+    values: SWITCH,
+    doc: "whether a split product shares B over peer links",
+};
+
+/// `GPU_DOT_CACHE_DIR`.
+pub(crate) const CACHE_DIR: Setting = Setting {
+    name: ENV_CACHE_DIR,
+    values: &[
+        Value::described("a folder", &["/var/cache/gpu-dot", "kernels"]),
+        Value::word("off"),
+        Value::word("0"),
+        Value::word("none"),
+        Value::described("empty", &[""]),
+    ],
+    doc: "the folder of the compiled-kernel cache, or none",
+};
+
+/// `GPU_DOT_PREBUILT`.
+pub(crate) const PREBUILT: Setting = Setting {
+    name: ENV_PREBUILT,
+    values: &[
+        Value::word("1"),
+        Value::word("on"),
+        Value::word("true"),
+        Value::word("yes"),
+        Value::word("0"),
+        Value::word("off"),
+        Value::word("false"),
+        Value::word("no"),
+        Value::word("none"),
+    ],
+    doc: "whether modules may come from the CUBINs the crate ships (off: NVRTC compiles them)",
+};
+
+/// `GPU_DOT_HOST_THREADS`.
+pub(crate) const HOST_THREADS: Setting = Setting {
+    name: ENV_HOST_THREADS,
+    values: &[Value::described(
+        "a number of helper threads",
+        &["0", "4", "15", "64"],
+    )],
+    doc: "helper threads for host copies (0: the calling thread alone; at most 15)",
+};
+
+/// `GPU_DOT_TRACE`.
+pub(crate) const TRACE: Setting = Setting {
+    name: "GPU_DOT_TRACE",
+    values: SWITCH,
+    doc: "whether each GPU product's phase times are printed to stderr",
+};
+
+/// Every setting.
+pub(crate) const ALL: [Setting; 12] = [
+    BACKEND,
+    KERNEL,
+    AUTOTUNE,
+    PRECISION,
+    MIN_FLOPS,
+    DEVICE,
+    DEVICES,
+    PEER_COPY,
+    CACHE_DIR,
+    PREBUILT,
+    HOST_THREADS,
+    TRACE,
+];
+
+/// Each setting's accepted values as its message lists them, made once (the error keeps a
+/// `&'static str`).
+static EXPECTED: [OnceLock<String>; ALL.len()] = [const { OnceLock::new() }; ALL.len()];
+
+impl Setting {
+    /// What the setting accepts, as its message says it: every value, `a, b or c`, with
+    /// each pattern's detail (`ozaki-N (N from 2 to 18)`).
+    pub(crate) fn expected(&self) -> &'static str {
+        let row = ALL
+            .iter()
+            .position(|s| s.name == self.name)
+            .expect("every setting is a row of the table");
+        EXPECTED[row].get_or_init(|| {
+            let spelled: Vec<String> = self
+                .values
+                .iter()
+                .map(|v| match v.detail {
+                    "" => v.spelled.to_string(),
+                    detail => format!("{} ({detail})", v.spelled),
+                })
+                .collect();
+            match spelled.split_last() {
+                Some((last, [])) => last.clone(),
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => String::new(),
+            }
+        })
+    }
+
+    /// The error for `value`, which the setting does not accept.
+    pub(crate) fn invalid(&self, value: &str) -> GpuDotError {
+        GpuDotError::InvalidEnv {
+            var: self.name,
+            value: value.to_string(),
+            expected: self.expected(),
+        }
+    }
+
+    /// `value` read as an on/off switch (`1`, `on`, `true`, `yes`; `0`, `off`, `false`, `no`;
+    /// any case, spaces around ignored).
+    pub(crate) fn switch(&self, value: &str) -> Result<bool, GpuDotError> {
+        let v = value.trim().to_ascii_lowercase();
+        if SWITCH_ON.contains(&v.as_str()) {
+            Ok(true)
+        } else if SWITCH_OFF.contains(&v.as_str()) {
+            Ok(false)
+        } else {
+            Err(self.invalid(value))
+        }
+    }
+}
+
+/// The setting as a row of the README's table: `| `NAME` | values | what it does |`.
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "| `{}` | ", self.name)?;
+        for (i, v) in self.values.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            if v.code {
+                write!(f, "{sep}`{}`", v.spelled)?;
+            } else {
+                write!(f, "{sep}{}", v.spelled)?;
+            }
+        }
+        write!(f, " | {} |", self.doc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_distinct_and_of_the_crate() {
+        for (i, s) in ALL.iter().enumerate() {
+            assert!(s.name.starts_with("GPU_DOT_"), "{}", s.name);
+            assert!(!s.values.is_empty(), "{}", s.name);
+            assert!(!s.doc.is_empty(), "{}", s.name);
+            assert!(
+                ALL[..i].iter().all(|t| t.name != s.name),
+                "{} twice",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn messages_list_every_value() {
+        assert_eq!(
+            PRECISION.expected(),
+            "fp32, tf32x3, tf32, ozaki or ozaki-N (N from 2 to 18)"
+        );
+        assert_eq!(BACKEND.expected(), "auto, gpu or cpu");
+        assert_eq!(MIN_FLOPS.expected(), "a non-negative integer");
+        for s in &ALL {
+            for v in s.values {
+                assert!(
+                    s.expected().contains(v.spelled),
+                    "{}: {}",
+                    s.name,
+                    v.spelled
+                );
+            }
+        }
+        let e = PRECISION.invalid("bf16").to_string();
+        assert_eq!(
+            e,
+            "GPU_DOT_PRECISION=\"bf16\" is not valid: expected fp32, tf32x3, tf32, ozaki or \
+             ozaki-N (N from 2 to 18)"
+        );
+    }
+
+    #[test]
+    fn switches() {
+        for on in ["1", "on", " ON", "true", "Yes "] {
+            assert_eq!(AUTOTUNE.switch(on).ok(), Some(true), "{on:?}");
+        }
+        for off in ["0", "off", "False", " no"] {
+            assert_eq!(AUTOTUNE.switch(off).ok(), Some(false), "{off:?}");
+        }
+        for bad in ["", "2", "sometimes"] {
+            assert!(AUTOTUNE.switch(bad).is_err(), "{bad:?}");
+        }
+        // Every word a switch's row lists is a switch word, and the reverse.
+        let words: Vec<&str> = SWITCH.iter().map(|v| v.spelled).collect();
+        assert_eq!(words, [SWITCH_ON, SWITCH_OFF].concat());
+    }
+}

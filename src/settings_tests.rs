@@ -1,0 +1,183 @@
+//! The table of settings ([`crate::settings`]) against the code that reads each variable and
+//! against the docs: every documented value parses, every rejected value's message names
+//! every accepted one, the README's and the crate docs' tables list every variable with its
+//! values, and no variable is named outside the table.
+
+use std::path::Path;
+
+use crate::error::GpuDotError;
+use crate::options::DotOptions;
+use crate::settings::{self, Setting, ALL};
+
+/// `value` of the variable `name` read by the code that reads it.
+fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
+    let options = [
+        settings::BACKEND.name,
+        settings::KERNEL.name,
+        settings::AUTOTUNE.name,
+        settings::PRECISION.name,
+        settings::MIN_FLOPS.name,
+        settings::DEVICE.name,
+        settings::DEVICES.name,
+        settings::PEER_COPY.name,
+    ];
+    if options.contains(&name) {
+        DotOptions::from_lookup(|n| (n == name).then(|| value.to_string())).map(drop)
+    } else if name == settings::HOST_THREADS.name {
+        crate::host::crew::parse_count(value).map(drop)
+    } else if name == settings::PREBUILT.name {
+        crate::device::overrides::parse_prebuilt(value).map(drop)
+    } else if name == settings::TRACE.name {
+        crate::pipeline::ends::parse_trace(value).map(drop)
+    } else if name == settings::CACHE_DIR.name {
+        // Every value is a folder or turns the cache off (the cache's own tests say which).
+        Ok(())
+    } else {
+        panic!("{name}: a setting no code reads")
+    }
+}
+
+/// Values each setting refuses (none for the cache folder, which takes any path).
+const REJECTED: &[(&str, &[&str])] = &[
+    ("GPU_DOT_BACKEND", &["tpu", "gpus"]),
+    ("GPU_DOT_KERNEL", &["fastest", "reg256"]),
+    ("GPU_DOT_AUTOTUNE", &["sometimes", "2", ""]),
+    (
+        "GPU_DOT_PRECISION",
+        &["bf16", "ozaki-1", "ozaki-19", "ozaki-", "ozaki-x", "fp64"],
+    ),
+    ("GPU_DOT_MIN_FLOPS", &["-1", "1e6", "many"]),
+    ("GPU_DOT_DEVICE", &["first", "-1", "0,1"]),
+    ("GPU_DOT_DEVICES", &["", "one", "0,,1", "-1"]),
+    ("GPU_DOT_PEER_COPY", &["sometimes"]),
+    ("GPU_DOT_PREBUILT", &["later", "2"]),
+    ("GPU_DOT_HOST_THREADS", &["many", "-1"]),
+    ("GPU_DOT_TRACE", &["loud"]),
+];
+
+#[test]
+fn every_documented_value_parses() {
+    for s in &ALL {
+        for v in s.values {
+            for example in v.accepted() {
+                if let Err(e) = parse(s.name, example) {
+                    panic!("{}={example:?} ({}) is refused: {e}", s.name, v.spelled);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_rejected_value_names_the_accepted_ones() {
+    for s in &ALL {
+        let rejected = REJECTED.iter().find(|(n, _)| *n == s.name);
+        if s.name == settings::CACHE_DIR.name {
+            assert!(rejected.is_none());
+            continue;
+        }
+        let (_, values) = rejected.unwrap_or_else(|| panic!("{}: no rejected value tried", s.name));
+        for bad in *values {
+            let message = match parse(s.name, bad) {
+                Err(e @ GpuDotError::InvalidEnv { var, .. }) => {
+                    assert_eq!(var, s.name);
+                    e.to_string()
+                }
+                other => panic!("{}={bad:?}: expected InvalidEnv, got {other:?}", s.name),
+            };
+            for v in s.values {
+                let shown = match v.detail {
+                    "" => v.spelled.to_string(),
+                    detail => format!("{} ({detail})", v.spelled),
+                };
+                assert!(
+                    message.contains(&shown),
+                    "{}={bad:?}: the message does not name {shown:?}: {message}",
+                    s.name
+                );
+            }
+        }
+    }
+    // The drift this table ended: every precision that parses is in the message.
+    let e = parse("GPU_DOT_PRECISION", "fp16").unwrap_err().to_string();
+    assert!(e.contains("ozaki-N (N from 2 to 18)"), "{e}");
+    assert_eq!(
+        crate::options::MIN_MODULI..=crate::options::MAX_MODULI,
+        2..=18,
+        "the range the table spells out"
+    );
+}
+
+/// The row of the markdown table in `doc` (lines may carry a prefix, `//! `) that starts with
+/// `| `NAME``.
+fn row<'a>(doc: &'a str, s: &Setting) -> Option<&'a str> {
+    let start = format!("| `{}`", s.name);
+    doc.lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .find(|l| l.starts_with(&start))
+}
+
+/// Every setting has a row in `doc`'s table, and the row names each of its values: words and
+/// patterns as code (`` `fp32` ``), descriptions as text.
+fn check_table(doc: &str, what: &str) {
+    for s in &ALL {
+        let row = row(doc, s)
+            .unwrap_or_else(|| panic!("{what}: no row for {}; the table has\n{s}", s.name));
+        for v in s.values {
+            let shown = match v.code {
+                true => format!("`{}`", v.spelled),
+                false => v.spelled.to_string(),
+            };
+            assert!(
+                row.contains(&shown),
+                "{what}: the row of {} does not name {shown}:\n{row}\nthe table has\n{s}",
+                s.name
+            );
+        }
+    }
+}
+
+#[test]
+fn the_readme_lists_every_setting_and_its_values() {
+    check_table(include_str!("../README.md"), "README.md");
+}
+
+#[test]
+fn the_crate_docs_list_every_setting_and_its_values() {
+    check_table(include_str!("lib.rs"), "the crate docs (src/lib.rs)");
+}
+
+/// No source file names a `GPU_DOT_` variable in a string but the table (the build script's
+/// kernel hash, read at compile time with `env!`, is no setting).
+#[test]
+fn no_variable_is_named_outside_the_table() {
+    fn walk(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !path.ends_with("settings.rs")
+                && !path.ends_with("settings_tests.rs")
+            {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    if code.contains("\"GPU_DOT_") && !code.contains("env!(\"GPU_DOT_") {
+                        found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut found,
+    );
+    assert!(
+        found.is_empty(),
+        "variables named outside src/settings.rs:\n{}",
+        found.join("\n")
+    );
+}
