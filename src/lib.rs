@@ -612,6 +612,10 @@ pub mod __testing {
 
     /// The moduli an automatic Ozaki product of this element type and inner dimension uses.
     pub use crate::engine::ozaki::auto_moduli as ozaki_auto_moduli;
+
+    /// The CPU model of the Ozaki guard: for each element, the first of the counts given whose
+    /// product passes it.
+    pub use crate::engine::ozaki::guard_counts as ozaki_guard_counts;
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

@@ -9,9 +9,11 @@
 //! modulus) by the Chinese remainder theorem, and C = diag(2^-s) C' diag(2^-t), rounded once.
 //!
 //! The files: [`scheme`] (moduli, reconstruction constants, exactness bounds), [`scaling`]
-//! (the count of moduli and each row's shift), [`launch`] (the passes on the device) and
-//! [`model`] (the exact CPU model the tests compare the kernels with).
+//! (the count of moduli and each row's shift), [`guard`] (whether an element is within
+//! native's bound), [`launch`] (the passes on the device) and [`model`] (the exact CPU model
+//! the tests compare the kernels with).
 
+pub(crate) mod guard;
 pub(crate) mod launch;
 pub(crate) mod model;
 pub(crate) mod scaling;
@@ -19,6 +21,7 @@ pub(crate) mod scheme;
 #[cfg(test)]
 mod tests;
 
+pub use guard::guard_counts;
 pub(crate) use launch::{launch, OzError};
 pub use model::reference;
 pub use scaling::auto_moduli;

@@ -470,3 +470,68 @@ fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
     assert!(got[n..2 * n].iter().all(|x| x.is_nan()));
     assert!(got[..n].iter().chain(&got[2 * n..]).all(|x| x.is_finite()));
 }
+
+/// The guard's model is sound: every element it passes errs by at most `GUARD + 1` times
+/// native's componentwise bound, on every family of the accuracy suite, f64 and f32; and it
+/// is useful: uniform inputs pass at the automatic count, and the families that break the
+/// unguarded scheme (scales paired along k, one huge entry a row) pass nowhere.
+#[test]
+fn the_guard_passes_only_what_meets_native_bound() {
+    use super::guard::{guard_counts, GUARD};
+    use crate::accuracy::{componentwise, Family, Reference};
+    for dtype in [Dtype::F64, Dtype::F32] {
+        for k in [64, 512] {
+            let dims = (6, k, 5);
+            let auto = auto_moduli(dtype, k);
+            let counts: Vec<usize> = (auto..=(auto + 3).min(MAX_MODULI)).collect();
+            for family in Family::suite(dtype) {
+                let (a, b) = family.operands::<f64>(dims, 5);
+                let narrow = |x: f64| {
+                    if dtype == Dtype::F32 {
+                        x as f32 as f64
+                    } else {
+                        x
+                    }
+                };
+                let (a, b) = (a.mapv(narrow), b.mapv(narrow));
+                let (sa, sb) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+                let verdicts = guard_counts(sa, sb, dims, dtype, &counts);
+                let reference = Reference::new(a.view(), b.view());
+                let products: Vec<Vec<f64>> = counts
+                    .iter()
+                    .map(|&c| super::model::reference(sa, sb, dims, c))
+                    .collect();
+                for (idx, verdict) in verdicts.iter().enumerate() {
+                    let Some(count) = verdict else { continue };
+                    let got = products[count - auto][idx];
+                    let (i, j) = (idx / dims.2, idx % dims.2);
+                    let one = Reference {
+                        c: ndarray::arr2(&[[reference.c[[i, j]]]]),
+                        abs: ndarray::arr2(&[[reference.abs[[i, j]]]]),
+                        k,
+                    };
+                    let ratio = match dtype {
+                        Dtype::F64 => componentwise(ndarray::arr2(&[[got]]).view(), &one),
+                        Dtype::F32 => componentwise(ndarray::arr2(&[[got as f32]]).view(), &one),
+                    };
+                    assert!(
+                        ratio.worst <= GUARD + 1.0 && ratio.pattern_mismatches == 0,
+                        "{dtype} {} k={k} ({i}, {j}) at {count} moduli: {ratio:?}",
+                        family.name()
+                    );
+                }
+                let passed = verdicts.iter().filter(|v| v.is_some()).count();
+                match family {
+                    Family::Uniform => assert!(
+                        verdicts.iter().all(|v| *v == Some(auto)),
+                        "{dtype} uniform k={k}: {verdicts:?}"
+                    ),
+                    Family::PairedK(_) | Family::OneHuge(_) => {
+                        assert_eq!(passed, 0, "{dtype} {} k={k}", family.name())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
