@@ -1,11 +1,17 @@
 // Shared helpers for the gpu-dot kernels.
 //
 // NVRTC compiles these sources without any CUDA headers, so nothing here includes one. The Rust
-// side splices this file in place of the `#include "common.cuh"` line of each kernel source.
+// side splices this file in place of the `#include "common.cuh"` line of each kernel source, and
+// each of the other headers under kernels/ in place of its own `#include` line (src/engine/
+// table.rs, `HEADERS`). A family includes common.cuh first, then the headers it uses; the
+// headers include nothing themselves.
 #ifndef GPU_DOT_COMMON_CUH
 #define GPU_DOT_COMMON_CUH
 
 typedef long long i64;
+
+// Every device helper of the headers is inlined into its kernels.
+#define GD_DEV __device__ __forceinline__
 
 // Offset of element (r, c) of a matrix with leading dimension `ld`: row-major when TRANS is
 // false, column-major (the transpose of a row-major matrix) when TRANS is true. 64-bit, so a
@@ -33,6 +39,20 @@ __device__ __forceinline__ i64 elem_offset(i64 r, i64 c, i64 ld) {
     A += gd_item_ * stride_a;                \
     B += gd_item_ * stride_b;                \
     C += gd_item_ * stride_c
+
+// A tiled GEMM's entry points for tile configuration CFG in every layout: ENTRY(NAME, CFG, TA,
+// TB, AL), the family's macro that declares those of one layout, for PREFIX_ll (aligned
+// operands, see the family's ALIGNMENT) and PREFIX_ll_u (any alignment), `ll` each of nn, nt,
+// tn and tt.
+#define GD_LAYOUT_ENTRIES(ENTRY, PREFIX, CFG)      \
+    ENTRY(PREFIX##_nn, CFG, false, false, true)    \
+    ENTRY(PREFIX##_nt, CFG, false, true, true)     \
+    ENTRY(PREFIX##_tn, CFG, true, false, true)     \
+    ENTRY(PREFIX##_tt, CFG, true, true, true)      \
+    ENTRY(PREFIX##_nn_u, CFG, false, false, false) \
+    ENTRY(PREFIX##_nt_u, CFG, false, true, false)  \
+    ENTRY(PREFIX##_tn_u, CFG, true, false, false)  \
+    ENTRY(PREFIX##_tt_u, CFG, true, true, false)
 
 // Per-type spellings of the few math functions the element-wise kernels use (NVRTC has no
 // overloaded host math headers).

@@ -1,9 +1,10 @@
 // dgemm.cu -- FP64 DGEMM / DGEMV kernels: FP64 tensor cores (DMMA) on sm_80+, SIMT fallback
 // everywhere.
 //
-// Compiled by NVRTC with `--gpu-architecture=sm_XY --std=c++17`; includes nothing but
-// "common.cuh" (spliced in by the crate: it gives `i64`). Everything lives in namespace `dgm`
-// or carries a `dgemm_`/`dgemv_`/`delem_` prefix.
+// Compiled by NVRTC with `--gpu-architecture=sm_XY --std=c++17`; includes common.cuh and the
+// tiled GEMMs' headers: cp.async copies, tile order and split-K, loader, epilogue (all spliced
+// in by the crate). Everything lives in namespace `dgm` or carries a `dgemm_`/`dgemv_`/`delem_`
+// prefix.
 //
 // CONTRACT (every GEMM/GEMV entry): C (M x N, row-major, leading dim ldc) = op(A) (M x K) *
 // op(B) (K x N)
@@ -111,8 +112,12 @@
 // reads at 8192^3 26.6 -> 24.5 / 19.8 GB, cuBLAS 19.7 GB, but 0.949 / 0.903), GROUP_M 4 or 16,
 // the cp.async L2::128B / L2::256B prefetch hints. Run to run, single timings move by +-5%.
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile.cuh"
+#include "loader.cuh"
+#include "epilogue.cuh"
 
-#define DGM_DEV __device__ __forceinline__
+#define DGM_DEV GD_DEV
 
 namespace dgm {
 
@@ -121,41 +126,6 @@ struct alignas(16) d2 {
 };
 
 extern __shared__ d2 dgm_smem[];
-
-DGM_DEV unsigned smem_u32(const void* p) {
-    unsigned r;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-                 : "=r"(r)
-                 : "l"(p));
-    return r;
-}
-
-// Grouped tile order: GROUP_M tile rows share the B panels in L2. Returns (m0, n0).
-template <int BM, int BN>
-DGM_DEV void tile_origin_of(long long id, int M, int N, int& m0, int& n0) {
-    constexpr long long GROUP_M = 8;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
-    const long long in_group = id % group_size;
-    m0 = (int)((first_m + in_group % gm) * BM);
-    n0 = (int)((in_group / gm) * BN);
-}
-template <int BM, int BN>
-DGM_DEV void tile_origin(int M, int N, int& m0, int& n0) {
-    constexpr long long GROUP_M = 8;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
-    const long long in_group = id % group_size;
-    m0 = (int)((first_m + in_group % gm) * BM);
-    n0 = (int)((in_group / gm) * BN);
-}
 
 // Special registers read anew (volatile: not merged with earlier reads, so values derived from
 // them need not stay live across a main loop).
@@ -184,64 +154,41 @@ DGM_DEV unsigned fresh_tid_x() {
 
 namespace dgm {
 
-DGM_DEV void cp16(unsigned dst, const double* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-DGM_DEV void cp16z(unsigned dst, const double* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-DGM_DEV void cp8(unsigned dst, const double* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
-}
-DGM_DEV void cp8z(unsigned dst, const double* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-DGM_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-DGM_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+using gd::cp_commit;
+using gd::cp_wait;
+
+// D(8x8) += A(8x4) * B(4x8) in FP64: the thread's two elements of D, one of A and one of B
+// (sm_80 / 86 / 89, which lack the m16n8 shapes).
+DGM_DEV void mma884(double& d0, double& d1, double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d0), "+d"(d1)
+        : "d"(a), "d"(b));
 }
 
-// D(16x8) += A(16x16) * B(16x8), fragments in the PTX m16n8k16.f64 layout (g = lane/4,
-// t = lane%4): a[v] = A[g + 8*(v%2)][t + 4*(v/2)], b[v] = B[t + 4*v][g],
-// d[v] = D[g + 8*(v/2)][2*t + v%2].
-DGM_DEV void mma16816(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
+// D(16x8) += A(16xK) * B(Kx8), K = 16 or 8, fragments in the PTX m16n8k16.f64 layout or its
+// k = 0..7 half (g = lane/4, t = lane%4): a[v] = A[g + 8*(v%2)][t + 4*(v/2)], b[v] = B[t +
+// 4*v][g], d[v] = D[g + 8*(v/2)][2*t + v%2].
+template <int K>
+DGM_DEV void mma_f64(double (&d)[4], const double (&a)[K / 2], const double (&b)[K / 4]) {
+    static_assert(K == 16 || K == 8, "m16n8k16 or m16n8k8");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
-          "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+    if constexpr (K == 16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
+              "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
 #else
-    // sm_80 / 86 / 89: eight m8n8k4 (rows g and g+8 separately, k in quarters).
+    // sm_80 / 86 / 89: K/4 pairs of m8n8k4 (rows g and g+8 separately, k in quarters).
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
+    for (int q = 0; q < K / 4; ++q)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-            asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
-                : "d"(a[2 * q + h]), "d"(b[q]));
-#endif
-}
-
-// D(16x8) += A(16x8) * B(8x8): the k = 0..7 half of the m16n8k16 fragments (a[v] = A[g + 8*(v%2)]
-// [t + 4*(v/2)], b[v] = B[t + 4*v][g]).
-DGM_DEV void mma1688(double (&d)[4], const double (&a)[4], const double (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
-#else
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                : "+d"(d[2 * h]), "+d"(d[2 * h + 1])
-                : "d"(a[2 * q + h]), "d"(b[q]));
+        for (int h = 0; h < 2; ++h) mma884(d[2 * h], d[2 * h + 1], a[2 * q + h], b[q]);
 #endif
 }
 
@@ -304,75 +251,6 @@ static_assert(TcSmall::NT == 128 && TcSmall::SMEM_BYTES == 61440,
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Operand tile loader: global operand X (extent BX along x = m or n, 16 along k) into a smem
-// stage laid out S[x][k] (KC, stride BK + 4) or S[k][x] (!KC, stride BX + 4).
-//   KC: element (x, k) at G[x*ld + k]   (A with TA=false, B with TB=true)
-//   else: element (x, k) at G[k*ld + x] (A with TA=true,  B with TB=false)
-// VEC: 16-byte copies (2 doubles) along the contiguous direction; else 8-byte copies.
-// Tiles must be loaded in increasing k order (the loader advances itself).
-// ---------------------------------------------------------------------------------------------
-template <int BX, int BK, int NT, bool KC, bool VEC>
-struct TcLoader {
-    static constexpr int SK = BK + 4, SX = BX + 4;
-    static constexpr int E = VEC ? 2 : 1;              // doubles per copy
-    static constexpr int U = KC ? BK / E : BX / E;     // copies per contiguous row
-    static constexpr int RP = NT / U;                  // rows per pass
-    static constexpr int PASSES = (KC ? BX : BK) / RP;
-    static_assert(NT % U == 0 && (KC ? BX : BK) % RP == 0, "loader map");
-
-    const double* g0;  // operand base (valid address used as dummy source for zero-fill)
-    const double* g;   // this thread's first source element for the current k tile
-    long long ld;
-    int xrem;          // number of valid x from this thread's first x (may be <= 0)
-    int krem;          // number of valid k from this thread's first k in the current tile
-    unsigned sdst;     // this thread's byte offset inside a stage (first copy)
-
-    DGM_DEV TcLoader(const double* G, long long ld_, int X, int K, int x0, int tid) {
-        g0 = G;
-        ld = ld_;
-        const int r = tid / U, c = (tid % U) * E;
-        if constexpr (KC) {
-            g = G + (long long)(x0 + r) * ld + c;
-            xrem = X - x0 - r;
-            krem = K - c;
-            sdst = (unsigned)(r * SK + c) * 8u;
-        } else {
-            g = G + (long long)r * ld + x0 + c;
-            xrem = X - x0 - c;
-            krem = K - r;
-            sdst = (unsigned)(r * SX + c) * 8u;
-        }
-    }
-
-    template <bool GUARD>
-    DGM_DEV void load(unsigned stage_addr) {
-        const unsigned d = stage_addr + sdst;
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-            const double* src = g + (long long)(p * RP) * ld;
-            const unsigned dd = d + (unsigned)(p * RP * (KC ? SK : SX)) * 8u;
-            if constexpr (!GUARD) {
-                if constexpr (VEC) cp16(dd, src);
-                else cp8(dd, src);
-            } else {
-                // valid elements of this copy
-                int nb;
-                if constexpr (KC) {
-                    nb = (p * RP < xrem) ? (krem < E ? krem : E) : 0;
-                } else {
-                    nb = (p * RP < krem) ? (xrem < E ? xrem : E) : 0;
-                }
-                nb = nb < 0 ? 0 : nb;
-                if constexpr (VEC) cp16z(dd, nb ? src : g0, nb * 8);
-                else cp8z(dd, nb ? src : g0, nb * 8);
-            }
-        }
-        g += KC ? (long long)BK : (long long)BK * ld;
-        krem -= BK;
-    }
-};
-
-// ---------------------------------------------------------------------------------------------
 // Pipelined main loop (sm_90, BK = 16): each K tile is two m16n8k8 steps (k 0..7, 8..15; the
 // halves of the m16n8k16 fragments). A's fragments roll in place: row i of the next step is
 // loaded as soon as row i of the current step has issued its mma. B's fragments are
@@ -392,10 +270,10 @@ template <class CF, bool TA, bool TB>
 struct TcPipe {
     static constexpr int MT = CF::MT, NTL = CF::NTL, ST = CF::STAGES, BK = CF::BK;
     static constexpr int PRE = 2;  // rows of step 1 issued before the barrier
-    // fragment strides (doubles): A (m, k) at !TA: m*SK + k, TA: k*SXA + m;
-    // B (k, n) at TB: n*SK + k, !TB: k*SXB + n
-    static constexpr int A_M8 = TA ? 8 : 8 * CF::SK, A_K4 = TA ? 4 * CF::SXA : 4;
-    static constexpr int B_N8 = TB ? 8 * CF::SK : 8, B_K4 = TB ? 4 : 4 * CF::SXB;
+    // fragment strides (doubles)
+    using Frag = gd::MmaFragments<CF, TA, TB>;
+    static constexpr int A_M8 = Frag::A_M8, A_K4 = Frag::A_K4;
+    static constexpr int B_N8 = Frag::B_N8, B_K4 = Frag::B_K4;
 
     double (&acc)[MT][NTL][4];
     const double* smem;
@@ -428,7 +306,7 @@ struct TcPipe {
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
 #pragma unroll
-            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[0][j]);
+            for (int j = 0; j < NTL; ++j) mma_f64<8>(acc[i][j], af[i], bf[0][j]);
             load_a(i, 1, rs);
             if (i == 0) {
                 if constexpr (FAST) copy_fast(ws);
@@ -439,7 +317,7 @@ struct TcPipe {
 #pragma unroll
         for (int i = 0; i < PRE; ++i)
 #pragma unroll
-            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[1][j]);
+            for (int j = 0; j < NTL; ++j) mma_f64<8>(acc[i][j], af[i], bf[1][j]);
         __syncthreads();
         // next tile's stage; after the last tile the current one (the values are not used)
         const int rn = (kt + 1 == KT) ? rs : ((rs + 1 == ST) ? 0 : rs + 1);
@@ -449,7 +327,7 @@ struct TcPipe {
 #pragma unroll
         for (int i = PRE; i < MT; ++i) {
 #pragma unroll
-            for (int j = 0; j < NTL; ++j) mma1688(acc[i][j], af[i], bf[1][j]);
+            for (int j = 0; j < NTL; ++j) mma_f64<8>(acc[i][j], af[i], bf[1][j]);
             load_a(i, 0, rn);
         }
         rs = (rs + 1 == ST) ? 0 : rs + 1;
@@ -489,43 +367,24 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
     const int tid = threadIdx.x;
 
     int m0, n0;
-    tile_origin<BM, BN>(M, N, m0, n0);
+    gd::tile_origin<BM, BN>(M, N, m0, n0);
 
     if constexpr (SPLIT) {
-        const long long kb = (long long)blockIdx.z * k_per_split;
-        long long ke = kb + k_per_split;
-        if (ke > K) ke = K;
-        const int kc = ke > kb ? (int)(ke - kb) : 0;
-        if (kc > 0) {
-            A += TA ? kb * lda : kb;
-            B += TB ? kb : kb * ldb;
-        }
+        gd::splitk_range<TA, TB>(K, A, lda, B, ldb, k_per_split);
+        // (the pipelined loop offsets C to the split's layer after it, see the epilogue)
         if constexpr (!CF::PIPE) C += (long long)blockIdx.z * (long long)M * ldc;
-        K = kc;
     }
 
-    TcLoader<BM, BK, NT, !TA, AL> la(A, lda, M, K, m0, tid);
-    TcLoader<BN, BK, NT, TB, AL> lb(B, ldb, N, K, n0, tid);
+    // Shared memory keeps the operands' orientation, rows padded to 4 (mod 16) doubles.
+    gd::TileLoader<double, BM, BK, NT, 4, !TA, AL> la(A, lda, M, K, m0, tid);
+    gd::TileLoader<double, BN, BK, NT, 4, TB, AL> lb(B, ldb, N, K, n0, tid);
 
-    const unsigned sbase = smem_u32(smem);
+    const unsigned sbase = gd::smem_u32(smem);
     const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
     const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
 
     // Copies K tile nt (if it exists) into stage `slot`; always commits one group.
-    auto copy_tile = [&](int nt, int slot) {
-        if (nt < KT) {
-            const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 8u;
-            const unsigned sb = sa + (unsigned)CF::A_STAGE * 8u;
-            if (interior && K - nt * BK >= BK) {
-                la.template load<false>(sa);
-                lb.template load<false>(sb);
-            } else {
-                la.template load<true>(sa);
-                lb.template load<true>(sb);
-            }
-        }
-        cp_commit();
-    };
+    auto copy_tile = [&](int nt, int slot) { GD_COPY_K_TILE(8u, nt, slot); };
 
     // ---- prologue: tiles 0 .. ST-2 ----
 #pragma unroll
@@ -536,14 +395,12 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
     const int g = lane >> 2, t = lane & 3;
 
     // fragment offsets (doubles) inside a stage
-    // A: element (m, k) of the tile at  !TA: m*SK + k   TA: k*SXA + m
-    constexpr int A_M8 = TA ? 8 : 8 * CF::SK;
-    constexpr int A_K4 = TA ? 4 * CF::SXA : 4;
-    const int aoff = TA ? t * CF::SXA + wm * CF::WTM + g : (wm * CF::WTM + g) * CF::SK + t;
-    // B: element (k, n) at  TB: n*SK + k   !TB: k*SXB + n
-    constexpr int B_N8 = TB ? 8 * CF::SK : 8;
-    constexpr int B_K4 = TB ? 4 : 4 * CF::SXB;
+    using Frag = gd::MmaFragments<CF, TA, TB>;
+    constexpr int A_M8 = Frag::A_M8, A_K4 = Frag::A_K4, B_N8 = Frag::B_N8, B_K4 = Frag::B_K4;
     constexpr int A_K16 = 4 * A_K4, B_K16 = 4 * B_K4;
+    // lane (g, t)'s first element: row g and k t of the warp's rows of A (wm), k t and column
+    // g of its columns of B (wn)
+    const int aoff = TA ? t * CF::SXA + wm * CF::WTM + g : (wm * CF::WTM + g) * CF::SK + t;
     const int boff = TB ? (wn * CF::WTN + g) * CF::SK + t : t * CF::SXB + wn * CF::WTN + g;
 
     double acc[MT][NTL][4];
@@ -579,7 +436,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
                     for (int v = 0; v < 8; ++v)
                         a[v] = As[ks * A_K16 + (2 * i + (v & 1)) * A_M8 + (v >> 1) * A_K4];
 #pragma unroll
-                    for (int j = 0; j < NTL; ++j) mma16816(acc[i][j], a, b[j]);
+                    for (int j = 0; j < NTL; ++j) mma_f64<16>(acc[i][j], a, b[j]);
                     if constexpr (CF::ISSUE_LATE) {
                         if (ks == 0 && i == 0) copy_tile(kt + ST - 1, ws);
                     }
@@ -625,7 +482,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
     if constexpr (CF::PIPE) {
         // indices computed anew: only the accumulators stay live across the main loop
         int em0, en0;
-        tile_origin_of<BM, BN>(fresh_ctaid_x(), M, N, em0, en0);
+        gd::tile_origin_of<BM, BN>(fresh_ctaid_x(), M, N, em0, en0);
         const int etid = (int)fresh_tid_x();
         const int ew = etid >> 5, el = etid & 31;
         r0 = em0 + (ew / CF::WARPS_N) * CF::WTM + (el >> 2);
@@ -633,35 +490,7 @@ DGM_DEV void tc_body(int M, int N, int K, const double* __restrict__ A, long lon
         full = (M - em0 >= BM) && (N - en0 >= BN);
         if constexpr (SPLIT) C += (long long)fresh_ctaid_z() * (long long)M * ldc;
     }
-    const bool cvec = ((ldc & 1) == 0) && ((reinterpret_cast<unsigned long long>(C) & 15ull) == 0);
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = r0 + 16 * i + 8 * h;
-            if (full || r < M) {
-                double* Cr = C + (long long)r * ldc;
-#pragma unroll
-                for (int j = 0; j < NTL; ++j) {
-                    const int c = c0 + 8 * j;
-                    const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    if (full || c + 1 < N) {
-                        if (cvec) {
-                            d2 v;
-                            v.x = v0;
-                            v.y = v1;
-                            *reinterpret_cast<d2*>(Cr + c) = v;
-                        } else {
-                            Cr[c] = v0;
-                            Cr[c + 1] = v1;
-                        }
-                    } else if (c < N) {
-                        Cr[c] = v0;
-                    }
-                }
-            }
-        }
-    }
+    gd::store_mma_tiles<MT, NTL>(C, ldc, M, N, r0, c0, full, acc);
 }
 
 }  // namespace dgm
@@ -717,18 +546,10 @@ DGM_DEV void simt_body(int M, int N, int K, const double* __restrict__ A, long l
     double* Bs = As + BK * S;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     int m0, n0;
-    tile_origin<SimtCfg::BM, SimtCfg::BN>(M, N, m0, n0);
+    gd::tile_origin<SimtCfg::BM, SimtCfg::BN>(M, N, m0, n0);
     if constexpr (SPLIT) {
-        const long long kb = (long long)blockIdx.z * k_per_split;
-        long long ke = kb + k_per_split;
-        if (ke > K) ke = K;
-        const int kc = ke > kb ? (int)(ke - kb) : 0;
-        if (kc > 0) {
-            A += TA ? kb * lda : kb;
-            B += TB ? kb : kb * ldb;
-        }
+        gd::splitk_range<TA, TB>(K, A, lda, B, ldb, k_per_split);
         C += (long long)blockIdx.z * (long long)M * ldc;
-        K = kc;
     }
     double acc[4][4];
 #pragma unroll
@@ -921,18 +742,8 @@ DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ld
         dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
     }
 
-#define DGM_TC_FAMILY(PREFIX, CFG)                          \
-    DGM_TC_ENTRY(PREFIX##_nn, CFG, false, false, true)      \
-    DGM_TC_ENTRY(PREFIX##_nt, CFG, false, true, true)       \
-    DGM_TC_ENTRY(PREFIX##_tn, CFG, true, false, true)       \
-    DGM_TC_ENTRY(PREFIX##_tt, CFG, true, true, true)        \
-    DGM_TC_ENTRY(PREFIX##_nn_u, CFG, false, false, false)   \
-    DGM_TC_ENTRY(PREFIX##_nt_u, CFG, false, true, false)    \
-    DGM_TC_ENTRY(PREFIX##_tn_u, CFG, true, false, false)    \
-    DGM_TC_ENTRY(PREFIX##_tt_u, CFG, true, true, false)
-
-DGM_TC_FAMILY(dgemm_tc_128x64, dgm::TcBig)
-DGM_TC_FAMILY(dgemm_tc_64x64, dgm::TcSmall)
+GD_LAYOUT_ENTRIES(DGM_TC_ENTRY, dgemm_tc_128x64, dgm::TcBig)
+GD_LAYOUT_ENTRIES(DGM_TC_ENTRY, dgemm_tc_64x64, dgm::TcSmall)
 #endif
 
 #define DGM_SIMT_ENTRY(NAME, TA, TB)                                                         \

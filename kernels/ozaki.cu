@@ -2,9 +2,9 @@
 // exact integer products of scaled operands, modulo a set of small coprime moduli, rebuilt by
 // the Chinese remainder theorem.
 //
-// Compiled by NVRTC with `--gpu-architecture=sm_90a --std=c++17`; includes nothing but
-// "common.cuh" (spliced in by the crate). Everything lives in namespace `oz` or carries an
-// `ozaki_` prefix.
+// Compiled by NVRTC with `--gpu-architecture=sm_90a --std=c++17`; includes common.cuh and the
+// headers of the cp.async copies, wgmma and the TMA bulk copies (all spliced in by the crate).
+// Everything lives in namespace `oz` or carries an `ozaki_` prefix.
 //
 // THE SCHEME. For C = op(A) (M x K) * op(B) (K x N), with X = op(A) and Y = op(B)^T (N x K):
 //   1. ozaki_scale_*: per row i of X a power of two 2^s_i, per row j of Y 2^t_j: the larger
@@ -95,8 +95,11 @@
 // every layer, and the copies run ahead across them, so a tile's epilogue overlaps the next
 // one's first copies, and no block waits to be launched.
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "wgmma.cuh"
+#include "tma.cuh"
 
-#define OZ_DEV __device__ __forceinline__
+#define OZ_DEV GD_DEV
 
 namespace oz {
 
@@ -340,14 +343,6 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
     }
 }
 
-OZ_DEV unsigned smem_u32(const void* p) {
-    unsigned r;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-                 : "=r"(r)
-                 : "l"(p));
-    return r;
-}
-
 // The modulus of layer z and its umod constant.
 OZ_DEV void modulus(const Consts& c, int z, unsigned& m, unsigned long long& mg) {
     m = 256;
@@ -407,125 +402,13 @@ constexpr int STAGES = 4;
 constexpr int SMEM_BYTES = STAGES * STAGE + 1024 + 64;  // + alignment slack, 8 mbarriers
 static_assert(SMEM_BYTES == 230464, "keep the @launch line in sync");
 
-OZ_DEV void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// The helpers below that take `pred` act only where it is 1, by a predicate inside the asm
-// and with no memory clobber: a branch on the lane, or a clobber, around them while wgmma
-// groups are in flight makes ptxas serialize the wgmma pipeline. (Their order against the
-// wgmma and barrier asm, all volatile, is kept.)
-
-// Arrives on the barrier, first raising the bytes its phase waits for by `bytes`.
-OZ_DEV void mbar_arrive_expect(unsigned bar, unsigned bytes, unsigned pred) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.eq.u32 p, %2, 1;\n"
-        " @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n}\n" ::"r"(bar),
-        "r"(bytes), "r"(pred));
-}
-// Waits for the completion of the barrier's phase of this parity.
-OZ_DEV void mbar_wait(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT:\n"
-        " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        " @!p bra WAIT;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
-// Arrives on the barrier at the same offset in block `rank` of the cluster. Release at CTA
-// scope only: the arrival publishes no data (it tells that wgmma reads, already complete, are
-// done), and a cluster-scope release would fence every arrival at a cost of half the GEMM.
-OZ_DEV void mbar_arrive_at(unsigned bar, unsigned rank, unsigned pred) {
-    asm volatile(
-        "{\n .reg .pred p;\n .reg .b32 ra;\n setp.eq.u32 p, %2, 1;\n"
-        " @p mapa.shared::cluster.u32 ra, %0, %1;\n"
-        " @p mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-        "r"(rank), "r"(pred));
-}
-// `bytes` from global src to this block's shared dst by the TMA unit, counted on `bar`.
-OZ_DEV void bulk_copy(unsigned dst, const signed char* src, unsigned bytes, unsigned bar,
-                      unsigned pred) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.eq.u32 p, %4, 1;\n"
-        " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n}\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar), "r"(pred));
-}
-// … to the same offsets in both blocks of the cluster, counted on each one's `bar`.
-OZ_DEV void bulk_copy_both(unsigned dst, const signed char* src, unsigned bytes, unsigned bar,
-                           unsigned pred) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.eq.u32 p, %5, 1;\n"
-        " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1], %2, [%3], %4;\n}\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar), "h"((unsigned short)3), "r"(pred));
-}
-OZ_DEV unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-OZ_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-OZ_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-OZ_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-OZ_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-OZ_DEV void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accesses of `d` across the wgmma fences and waits.
-template <int N>
-OZ_DEV void fence_regs(int (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
-}
-
-// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle (as sgemm_wg.cu):
-// start address >> 4, leading byte offset 16 (unused), stride byte offset 1024 (next 8-row
-// group), layout type 1 = 128-byte swizzle.
-OZ_DEV unsigned long long desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
-           (1ull << 62);
-}
-
 // D(64 x 256, this warpgroup's s32 accumulators) += A(64 x 32) * B(32 x 256), s8 operands
 // read from shared memory through the descriptors (integer products and sums are exact).
 OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long long db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
-        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
-        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
-        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
-        "%120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, 1;\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
-          "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
-          "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),
-          "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),
-          "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
-          "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),
-          "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]),
-          "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]),
-          "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]),
-          "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
-          "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]),
-          "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]),
-          "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]),
-          "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]),
-          "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]),
-          "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]),
-          "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]),
-          "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
-          "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]),
-          "+r"(d[126]), "+r"(d[127])
-        : "l"(da), "l"(db));
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {" GD_WG_D128
+                 "}, %128, %129, 1;\n"
+                 : GD_WG_ACC128("+r", d)
+                 : "l"(da), "l"(db));
 }
 
 // Tile pair `id` of a layer (the cluster's two tiles) in grouped order (8 tile rows share
@@ -568,13 +451,13 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
     constexpr unsigned WARPS = 2 * NT / 32;  // consumer warps of the cluster
     extern __shared__ unsigned char oz_smem[];
-    const unsigned base = (smem_u32(oz_smem) + 1023u) & ~1023u;
+    const unsigned base = (gd::smem_u32(oz_smem) + 1023u) & ~1023u;
     // mbarriers after the stages: full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s).
     const unsigned bars = base + STAGES * STAGE;
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (STAGES + st); };
 
-    const unsigned rank = cluster_rank();
+    const unsigned rank = gd::cluster_rank();
     const int tiles = Kp / BK;  // K steps of a unit
     const int pairs = (Mp / BM) * (Np / BN) / 2;
     const int units = pairs * c.count;
@@ -584,14 +467,14 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     if (tid == 0) {
 #pragma unroll
         for (int st = 0; st < STAGES; ++st) {
-            mbar_init(full(st), 1);
-            mbar_init(empty(st), WARPS);
+            gd::mbar_init(full(st), 1);
+            gd::mbar_init(empty(st), WARPS);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        gd::fence_mbarrier_init();
     }
     // Both blocks' barriers exist before either copies into or arrives on the other's.
-    cluster_arrive();
-    cluster_wait();
+    gd::cluster_arrive();
+    gd::cluster_wait();
 
     // The copies (warp 0's cursor): the next step's unit lu and K tile lk, and where that
     // unit's operand tiles start: X's tile row (m0 / 192) and Y's (n0 / 256) of layer z, each
@@ -611,17 +494,17 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     auto load_next = [&](int st) {
         if (lu >= units) return;
         const unsigned dst = base + st * STAGE, bar = full(st), pred = lane == 0;
-        mbar_arrive_expect(bar, STAGE, pred);
+        gd::mbar_arrive_expect(bar, STAGE, pred);
         const signed char* a = la + (i64)lk * PANEL_A;
         const signed char* b = lb + (i64)lk * PANEL_B;
         if (pair_m) {
-            bulk_copy(dst, a, PANEL_A, bar, pred);
+            gd::bulk_copy(dst, a, PANEL_A, bar, pred);
             const int h = rank * (PANEL_B / 2);
-            bulk_copy_both(dst + PANEL_A + h, b + h, PANEL_B / 2, bar, pred);
+            gd::bulk_copy_both(dst + PANEL_A + h, b + h, PANEL_B / 2, bar, pred);
         } else {
-            bulk_copy(dst + PANEL_A, b, PANEL_B, bar, pred);
+            gd::bulk_copy(dst + PANEL_A, b, PANEL_B, bar, pred);
             const int h = rank * (PANEL_A / 2);
-            bulk_copy_both(dst + h, a + h, PANEL_A / 2, bar, pred);
+            gd::bulk_copy_both(dst + h, a + h, PANEL_A / 2, bar, pred);
         }
         if (++lk == tiles) {
             lk = 0;
@@ -633,10 +516,10 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     // refills it (with step q + STAGES) once every warp of the two has.
     auto release = [&](unsigned q) {
         const int ps = q % STAGES;
-        mbar_arrive_at(empty(ps), 0, lane == 0);
-        mbar_arrive_at(empty(ps), 1, lane == 0);
+        gd::mbar_arrive_at(empty(ps), 0, lane == 0);
+        gd::mbar_arrive_at(empty(ps), 1, lane == 0);
         if (tid < 32 && lu < units) {
-            mbar_wait(empty(ps), (q / STAGES) & 1);
+            gd::mbar_wait(empty(ps), (q / STAGES) & 1);
             load_next(ps);
         }
     };
@@ -658,25 +541,25 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
         for (int i = 0; i < NACC; ++i) acc[i] = 0;
         for (int i = 0; i < tiles; ++i, ++q) {
             const int st = q % STAGES;
-            mbar_wait(full(st), (q / STAGES) & 1);
+            gd::mbar_wait(full(st), (q / STAGES) & 1);
             const unsigned a_t = base + st * STAGE + wg * 64 * 128, b_t = base + st * STAGE + PANEL_A;
-            wg_fence();
-            fence_regs(acc);
+            gd::wg_fence();
+            gd::fence_regs(acc);
 #pragma unroll
             for (int k = 0; k < BK / 32; ++k)
-                wgmma_m64n256k32(acc, desc(a_t + 32 * k), desc(b_t + 32 * k));
-            wg_commit();
+                wgmma_m64n256k32(acc, gd::desc(a_t + 32 * k), gd::desc(b_t + 32 * k));
+            gd::wg_commit();
             // Step q - 1's products are done.
-            wg_wait<1>();
-            fence_regs(acc);
+            gd::wg_wait<1>();
+            gd::fence_regs(acc);
             if (i > 0) release(q - 1);
         }
-        wg_wait<0>();
-        fence_regs(acc);
+        gd::wg_wait<0>();
+        gd::fence_regs(acc);
         release(q - 1);
         if (u + stride >= units) {
             // No more arrivals on the other block's barriers from this one.
-            cluster_arrive();
+            gd::cluster_arrive();
             arrived = true;
         }
 
@@ -724,9 +607,9 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
             }
         }
     }
-    if (!arrived) cluster_arrive();
+    if (!arrived) gd::cluster_arrive();
     // Stay until the other block has made its last arrival here.
-    cluster_wait();
+    gd::cluster_wait();
 }
 
 #endif  // sm_90a
@@ -742,14 +625,6 @@ constexpr int MMA_STAGE = MMA_PANEL_A + MMA_PANEL_B;
 constexpr int MMA_SMEM_BYTES = MMA_STAGES * MMA_STAGE + 128;  // + alignment slack
 static_assert(MMA_SMEM_BYTES == 98432, "keep the @launch line in sync");
 
-OZ_DEV void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-OZ_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-OZ_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 OZ_DEV void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -771,7 +646,7 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
                      const signed char* __restrict__ PB, int Mp, int Np, int Kp,
                      unsigned char* __restrict__ R, const Consts& c) {
     extern __shared__ unsigned char oz_smem[];
-    const unsigned base = (smem_u32(oz_smem) + 127u) & ~127u;
+    const unsigned base = (gd::smem_u32(oz_smem) + 127u) & ~127u;
     const int z = blockIdx.z;
     const int tiles_m = Mp / MMA_BM, tiles_n = Np / MMA_BN;
     const int id = blockIdx.x, group = 8 * tiles_n;
@@ -793,8 +668,8 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
 #pragma unroll
         for (int i = 0; i < MMA_PANEL_A / 16 / MMA_NT; ++i) {
             const int ch = (tid + i * MMA_NT) * 16;
-            cp_async16(dst + ch, a + ch);
-            cp_async16(dst + MMA_PANEL_A + ch, b + ch);
+            gd::cp_async<16>(dst + ch, a + ch);
+            gd::cp_async<16>(dst + MMA_PANEL_A + ch, b + ch);
         }
     };
     int acc[4][4][4];
@@ -808,15 +683,15 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
 #pragma unroll
     for (int st = 0; st < MMA_STAGES - 1; ++st) {
         if (st < ksteps) load(st, st);
-        cp_commit();
+        gd::cp_commit();
     }
     for (int kt = 0; kt < ksteps; ++kt) {
         // K tile kt has landed, and every warp is done with the stage refilled next.
-        cp_wait<MMA_STAGES - 2>();
+        gd::cp_wait<MMA_STAGES - 2>();
         __syncthreads();
         const int next = kt + MMA_STAGES - 1;
         if (next < ksteps) load(next % MMA_STAGES, next);
-        cp_commit();
+        gd::cp_commit();
         const unsigned sa = base + (kt % MMA_STAGES) * MMA_STAGE, sb = sa + MMA_PANEL_A;
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
@@ -843,7 +718,7 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
                 for (int j = 0; j < 4; ++j) mma_s8(acc[i][j], a[i], b[j][0], b[j][1]);
         }
     }
-    cp_wait<0>();
+    gd::cp_wait<0>();
 
     // Epilogue. acc[i][j][e]: row 16i + g (+8 for e >= 2) of the warp's 64, column
     // 8j + 2t + e % 2 of its 32.

@@ -1,6 +1,7 @@
 // sgemm_fast.cu -- high-throughput FP32 SGEMM / SGEMV kernels for sm_90 (H100 / H200).
 //
-// Includes only common.cuh (which the crate splices in textually; NVRTC compiles it with
+// Includes common.cuh and the tiled GEMMs' headers: cp.async copies, tile order and split-K,
+// loaders (the crate splices them in textually; NVRTC compiles it with
 // `--gpu-architecture=sm_90 --std=c++17` and no CUDA header). Pure FP32 FFMA arithmetic (no
 // TF32 / tensor cores).
 // Everything lives in namespace `sgf` or carries an `sgf`/`sgemm_fast`/`sgemv_` prefix.
@@ -63,8 +64,11 @@
 // 0.98x cuBLAS against 0.95x for 128 x 128 with 256 threads, 4096^3 0.96x against 0.92x.
 
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile.cuh"
+#include "loader.cuh"
 
-#define SGF_DEV __device__ __forceinline__
+#define SGF_DEV GD_DEV
 
 namespace sgf {
 
@@ -72,27 +76,6 @@ struct alignas(16) f4 {
     float x, y, z, w;
 };
 
-SGF_DEV unsigned smem_u32(const void* p) {
-    unsigned r;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-                 : "=r"(r)
-                 : "l"(p));
-    return r;
-}
-SGF_DEV void cp16(unsigned dst, const float* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-SGF_DEV void cp16z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-SGF_DEV void cp4(unsigned dst, const float* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-SGF_DEV void cp4z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
 // 16-byte shared load at a 32-bit shared-window address (the same instruction whichever way
 // the compiler would have formed a generic pointer's address).
 SGF_DEV f4 lds128(unsigned addr) {
@@ -101,11 +84,6 @@ SGF_DEV f4 lds128(unsigned addr) {
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                  : "r"(addr));
     return v;
-}
-SGF_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-SGF_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -163,112 +141,16 @@ static_assert(CfgSmall::BM == 64 && CfgSmall::BN == 64 && CfgSmall::NT == 64 &&
               "@launch sgemm_fast_64x64");
 #endif
 
-// ---------------------------------------------------------------------------------------------
-// Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a smem
-// stage laid out S[k][x] with row stride P floats.
-//   KCONTIG: element (x, k) at G[x*ld + k]   (A with TA=false, B with TB=true)
-//   else   : element (x, k) at G[k*ld + x]   (A with TA=true,  B with TB=false)
-// Tiles must be loaded in increasing k order (the loader advances itself).
-// ---------------------------------------------------------------------------------------------
-template <int BX, int BK, int NT, int P, bool KCONTIG, bool VEC>
-struct Loader {
-    const float* g0;  // operand base (valid address used as dummy source for zero-fill)
-    const float* g;   // this thread's first source element for the current k tile
-    long long ld;
-    int xrem;         // number of valid x from this thread's first x (may be <= 0)
-    int krem;         // number of valid k from this thread's first k in the current tile
-    unsigned sdst;    // this thread's byte offset inside a stage (first slot)
-
-    // ---- KCONTIG (always 4-byte copies) ----
-    static constexpr int RPP = NT / 8;       // rows per pass
-    static constexpr int NR = BX / RPP;      // rows per thread
-    static constexpr int NH = BK / 8;        // k-halves per thread
-    // ---- x-contiguous, 16-byte ----
-    static constexpr int XQ = BX / 4;
-    static constexpr int KSTEP16 = NT / XQ;
-    static constexpr int NS16 = BK / KSTEP16;
-    // ---- x-contiguous, 4-byte ----
-    static constexpr int KSTEP4 = NT / BX;
-    static constexpr int NS4 = BK / KSTEP4;
-
-    SGF_DEV Loader(const float* G, long long ld_, int X, int K, int x0, int tid) {
-        g0 = G;
-        ld = ld_;
-        if constexpr (KCONTIG) {
-            static_assert(NT % 8 == 0 && BX % RPP == 0 && BK % 8 == 0, "kcontig map");
-            const int xb = tid >> 3, kl = tid & 7;
-            g = G + (long long)(x0 + xb) * ld + kl;
-            xrem = X - x0 - xb;
-            krem = K - kl;
-            sdst = (unsigned)(kl * P + xb) * 4u;
-        } else if constexpr (VEC) {
-            static_assert(NT % XQ == 0 && BK % KSTEP16 == 0, "vec map");
-            const int xq = tid % XQ, kb = tid / XQ;
-            g = G + (long long)kb * ld + x0 + 4 * xq;
-            xrem = X - x0 - 4 * xq;
-            krem = K - kb;
-            sdst = (unsigned)(kb * P + 4 * xq) * 4u;
-        } else {
-            static_assert(NT % BX == 0 && BK % KSTEP4 == 0, "scalar map");
-            const int xs = tid % BX, kb = tid / BX;
-            g = G + (long long)kb * ld + x0 + xs;
-            xrem = X - x0 - xs;
-            krem = K - kb;
-            sdst = (unsigned)(kb * P + xs) * 4u;
-        }
-    }
-
-    template <bool GUARD>
-    SGF_DEV void load(unsigned stage_addr) {
-        const unsigned d = stage_addr + sdst;
-        if constexpr (KCONTIG) {
-#pragma unroll
-            for (int r = 0; r < NR; ++r) {
-                const float* gr = g + (long long)(r * RPP) * ld;
-#pragma unroll
-                for (int h = 0; h < NH; ++h) {
-                    const unsigned dd = d + (unsigned)((8 * h) * P + r * RPP) * 4u;
-                    if constexpr (!GUARD) {
-                        cp4(dd, gr + 8 * h);
-                    } else {
-                        const bool ok = (r * RPP < xrem) && (8 * h < krem);
-                        cp4z(dd, ok ? gr + 8 * h : g0, ok ? 4 : 0);
-                    }
-                }
-            }
-            g += BK;
-        } else if constexpr (VEC) {
-#pragma unroll
-            for (int s = 0; s < NS16; ++s) {
-                const float* gs = g + (long long)(s * KSTEP16) * ld;
-                const unsigned dd = d + (unsigned)(s * KSTEP16 * P) * 4u;
-                if constexpr (!GUARD) {
-                    cp16(dd, gs);
-                } else {
-                    int nb = xrem < 4 ? xrem : 4;
-                    nb = nb < 0 ? 0 : nb;
-                    if (s * KSTEP16 >= krem) nb = 0;
-                    cp16z(dd, nb ? gs : g0, nb * 4);
-                }
-            }
-            g += (long long)BK * ld;
-        } else {
-#pragma unroll
-            for (int s = 0; s < NS4; ++s) {
-                const float* gs = g + (long long)(s * KSTEP4) * ld;
-                const unsigned dd = d + (unsigned)(s * KSTEP4 * P) * 4u;
-                if constexpr (!GUARD) {
-                    cp4(dd, gs);
-                } else {
-                    const bool ok = (xrem > 0) && (s * KSTEP4 < krem);
-                    cp4z(dd, ok ? gs : g0, ok ? 4 : 0);
-                }
-            }
-            g += (long long)BK * ld;
-        }
-        krem -= BK;
-    }
-};
+// Outputs row[4j .. 4j + 3] as one 16-byte store at p.
+template <int TN>
+SGF_DEV void store4(float* p, const float (&row)[TN], int j) {
+    f4 v;
+    v.x = row[4 * j + 0];
+    v.y = row[4 * j + 1];
+    v.z = row[4 * j + 2];
+    v.w = row[4 * j + 3];
+    *reinterpret_cast<f4*>(p) = v;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Main GEMM body
@@ -286,53 +168,24 @@ SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long lo
     const int tid = threadIdx.x;
 
     // ---- grouped tile order (GROUP_M tile-rows share B panels in L2) ----
-    constexpr int GROUP_M = SGF_GROUP_M;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
-    const long long in_group = id % group_size;
-    const int m0 = (int)((first_m + in_group % gm) * BM);
-    const int n0 = (int)((in_group / gm) * BN);
+    int m0, n0;
+    gd::tile_origin<BM, BN, SGF_GROUP_M>(M, N, m0, n0);
 
     if constexpr (SPLIT) {
-        const long long kb = (long long)blockIdx.z * k_per_split;
-        long long ke = kb + k_per_split;
-        if (ke > K) ke = K;
-        const int kc = ke > kb ? (int)(ke - kb) : 0;
-        if (kc > 0) {
-            A += TA ? kb * lda : kb;
-            B += TB ? kb : kb * ldb;
-        }
+        gd::splitk_range<TA, TB>(K, A, lda, B, ldb, k_per_split);
         C += (long long)blockIdx.z * (long long)M * ldc;
-        K = kc;
     }
 
-    Loader<BM, BK, NT, PA, !TA, AL> la(A, lda, M, K, m0, tid);
-    Loader<BN, BK, NT, PB, TB, AL> lb(B, ldb, N, K, n0, tid);
+    gd::KMajorLoader<BM, BK, NT, PA, !TA, AL> la(A, lda, M, K, m0, tid);
+    gd::KMajorLoader<BN, BK, NT, PB, TB, AL> lb(B, ldb, N, K, n0, tid);
 
-    const unsigned sbase = smem_u32(smem);
+    const unsigned sbase = gd::smem_u32(smem);
     const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
     const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
 
     // ---- prologue: tiles 0 .. ST-2 ----
 #pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-        if (s < KT) {
-            const unsigned sa = sbase + (unsigned)(s * CF::STAGE) * 4u;
-            const unsigned sb = sa + (unsigned)CF::A_STAGE * 4u;
-            if (interior && K - s * BK >= BK) {
-                la.template load<false>(sa);
-                lb.template load<false>(sb);
-            } else {
-                la.template load<true>(sa);
-                lb.template load<true>(sb);
-            }
-        }
-        cp_commit();
-    }
+    for (int s = 0; s < ST - 1; ++s) GD_COPY_K_TILE(4u, s, s);
 
     const int warp = tid >> 5, lane = tid & 31;
     const int warp_m = warp / CF::WARPS_N, warp_n = warp % CF::WARPS_N;
@@ -348,22 +201,11 @@ SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long lo
 
     int rs = 0, ws = ST - 1;
     for (int kt = 0; kt < KT; ++kt) {
-        cp_wait<ST - 2>();
+        gd::cp_wait<ST - 2>();
         __syncthreads();
         {
             const int nt = kt + ST - 1;
-            if (nt < KT) {
-                const unsigned sa = sbase + (unsigned)(ws * CF::STAGE) * 4u;
-                const unsigned sb = sa + (unsigned)CF::A_STAGE * 4u;
-                if (interior && K - nt * BK >= BK) {
-                    la.template load<false>(sa);
-                    lb.template load<false>(sb);
-                } else {
-                    la.template load<true>(sa);
-                    lb.template load<true>(sb);
-                }
-            }
-            cp_commit();
+            GD_COPY_K_TILE(4u, nt, ws);
         }
         const unsigned As = sbase + (unsigned)(rs * CF::STAGE + a_off) * 4u;
         const unsigned Bs = sbase + (unsigned)(rs * CF::STAGE + CF::A_STAGE + b_off) * 4u;
@@ -406,14 +248,7 @@ SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long lo
             const int r = (i / 4) * LM * 4 + (i % 4);
             float* Cr = Cb + (long long)r * ldc;
 #pragma unroll
-            for (int j = 0; j < TN / 4; ++j) {
-                f4 v;
-                v.x = acc[i][4 * j + 0];
-                v.y = acc[i][4 * j + 1];
-                v.z = acc[i][4 * j + 2];
-                v.w = acc[i][4 * j + 3];
-                *reinterpret_cast<f4*>(Cr + j * LN * 4) = v;
-            }
+            for (int j = 0; j < TN / 4; ++j) store4(Cr + j * LN * 4, acc[i], j);
         }
     } else {
 #pragma unroll
@@ -425,12 +260,7 @@ SGF_DEV void gemm_body(int M, int N, int K, const float* __restrict__ A, long lo
                 for (int j = 0; j < TN / 4; ++j) {
                     const int c = j * LN * 4;
                     if (cvec && c + 3 < nrem) {
-                        f4 v;
-                        v.x = acc[i][4 * j + 0];
-                        v.y = acc[i][4 * j + 1];
-                        v.z = acc[i][4 * j + 2];
-                        v.w = acc[i][4 * j + 3];
-                        *reinterpret_cast<f4*>(Cr + c) = v;
+                        store4(Cr + c, acc[i], j);
                     } else {
 #pragma unroll
                         for (int q = 0; q < 4; ++q)
@@ -596,18 +426,8 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
         sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
     }
 
-#define SGF_GEMM_FAMILY(PREFIX, CFG)                                   \
-    SGF_GEMM_ENTRY(PREFIX##_nn, CFG, false, false, true)               \
-    SGF_GEMM_ENTRY(PREFIX##_nt, CFG, false, true, true)                \
-    SGF_GEMM_ENTRY(PREFIX##_tn, CFG, true, false, true)                \
-    SGF_GEMM_ENTRY(PREFIX##_tt, CFG, true, true, true)                 \
-    SGF_GEMM_ENTRY(PREFIX##_nn_u, CFG, false, false, false)            \
-    SGF_GEMM_ENTRY(PREFIX##_nt_u, CFG, false, true, false)             \
-    SGF_GEMM_ENTRY(PREFIX##_tn_u, CFG, true, false, false)             \
-    SGF_GEMM_ENTRY(PREFIX##_tt_u, CFG, true, true, false)
-
-SGF_GEMM_FAMILY(sgemm_fast_64x128, sgf::CfgBig)
-SGF_GEMM_FAMILY(sgemm_fast_64x64, sgf::CfgSmall)
+GD_LAYOUT_ENTRIES(SGF_GEMM_ENTRY, sgemm_fast_64x128, sgf::CfgBig)
+GD_LAYOUT_ENTRIES(SGF_GEMM_ENTRY, sgemm_fast_64x64, sgf::CfgSmall)
 
 GD_AUX_ENTRIES(float, sgemm_splitk_reduce, sgemm_axpby, elem_relu, elem_relu_backward)
 GD_GEMV_ENTRIES(float, sgf, sgemv)

@@ -1,7 +1,8 @@
 // sgemm_tc.cu -- FP32 GEMM on the TF32 tensor cores (sm_80+): 3xTF32 (FP32-accurate) and TF32.
 //
-// Compiled by NVRTC with `--gpu-architecture=sm_XY --std=c++17`; includes nothing but
-// "common.cuh" (spliced in by the crate). The crate compiles this file twice, as two modules:
+// Compiled by NVRTC with `--gpu-architecture=sm_XY --std=c++17`; includes common.cuh and the
+// tiled GEMMs' headers: cp.async copies, tile order and split-K, loader, epilogue (all spliced
+// in by the crate). The crate compiles this file twice, as two modules:
 // with `#define SGT_X3 1` (3xTF32 entries, stem `sgemm_tf32x3_`) and with `#define SGT_X3 0`
 // (one TF32 product, stem `sgemm_tf32_`). Everything lives in namespace `sgt` or carries an
 // `sgemm_tf32` prefix.
@@ -58,12 +59,16 @@
 // 8t + g: conflict-free. Global -> shared: 16-byte cp.async.cg along the contiguous direction
 // (aligned entries) or 4-byte cp.async.ca (_u entries); edge tiles zero-fill.
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile.cuh"
+#include "loader.cuh"
+#include "epilogue.cuh"
 
 #ifndef SGT_X3
 #define SGT_X3 1
 #endif
 
-#define SGT_DEV __device__ __forceinline__
+#define SGT_DEV GD_DEV
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
@@ -72,53 +77,7 @@ namespace sgt {
 struct alignas(16) f4 {
     float x, y, z, w;
 };
-struct alignas(8) f2 {
-    float x, y;
-};
-
 extern __shared__ f4 sgt_smem[];
-
-SGT_DEV unsigned smem_u32(const void* p) {
-    unsigned r;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-                 : "=r"(r)
-                 : "l"(p));
-    return r;
-}
-SGT_DEV void cp16(unsigned dst, const float* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-SGT_DEV void cp16z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-SGT_DEV void cp4(unsigned dst, const float* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-SGT_DEV void cp4z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-                 : "memory");
-}
-SGT_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-SGT_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Grouped tile order: GROUP_M tile rows share the B panels in L2. Returns (m0, n0).
-template <int BM, int BN>
-SGT_DEV void tile_origin(int M, int N, int& m0, int& n0) {
-    constexpr long long GROUP_M = 8;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
-    const long long in_group = id % group_size;
-    m0 = (int)((first_m + in_group % gm) * BM);
-    n0 = (int)((in_group / gm) * BN);
-}
 
 // x rounded to TF32 (round to nearest, ties away), as the bits mma reads.
 SGT_DEV unsigned to_tf32(float x) {
@@ -174,70 +133,6 @@ static_assert(Big::NT == 256 && Big::SMEM_BYTES == 110592, "keep the @launch lin
 typedef Cfg<64, 64, 2, 2, 2> Small;
 static_assert(Small::NT == 128 && Small::SMEM_BYTES == 55296, "keep the @launch lines in sync");
 
-// Operand tile loader: global operand X (extent BX along x = m or n, BK along k) into a stage
-// laid out S[x][k] (KC, stride SK) or S[k][x] (!KC, stride BX + 8).
-//   KC: element (x, k) at G[x*ld + k]   (A with TA=false, B with TB=true)
-//   else: element (x, k) at G[k*ld + x] (A with TA=true,  B with TB=false)
-// VEC: 16-byte copies (4 floats) along the contiguous direction; else 4-byte copies.
-template <int BX, int BK, int NT, bool KC, bool VEC>
-struct Loader {
-    static constexpr int SK = BK + 4, SX = BX + 8;
-    static constexpr int E = VEC ? 4 : 1;
-    static constexpr int U = KC ? BK / E : BX / E;  // copies per contiguous row
-    static constexpr int RP = NT / U;               // rows per pass
-    static constexpr int PASSES = (KC ? BX : BK) / RP;
-    static_assert(NT % U == 0 && (KC ? BX : BK) % RP == 0, "loader map");
-
-    const float* g0;
-    const float* g;
-    long long ld;
-    int xrem, krem;
-    unsigned sdst;
-
-    SGT_DEV Loader(const float* G, long long ld_, int X, int K, int x0, int tid) {
-        g0 = G;
-        ld = ld_;
-        const int r = tid / U, c = (tid % U) * E;
-        if constexpr (KC) {
-            g = G + (long long)(x0 + r) * ld + c;
-            xrem = X - x0 - r;
-            krem = K - c;
-            sdst = (unsigned)(r * SK + c) * 4u;
-        } else {
-            g = G + (long long)r * ld + x0 + c;
-            xrem = X - x0 - c;
-            krem = K - r;
-            sdst = (unsigned)(r * SX + c) * 4u;
-        }
-    }
-
-    template <bool GUARD>
-    SGT_DEV void load(unsigned stage_addr) {
-        const unsigned d = stage_addr + sdst;
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-            const float* src = g + (long long)(p * RP) * ld;
-            const unsigned dd = d + (unsigned)(p * RP * (KC ? SK : SX)) * 4u;
-            if constexpr (!GUARD) {
-                if constexpr (VEC) cp16(dd, src);
-                else cp4(dd, src);
-            } else {
-                int nb;
-                if constexpr (KC) {
-                    nb = (p * RP < xrem) ? (krem < E ? krem : E) : 0;
-                } else {
-                    nb = (p * RP < krem) ? (xrem < E ? xrem : E) : 0;
-                }
-                nb = nb < 0 ? 0 : nb;
-                if constexpr (VEC) cp16z(dd, nb ? src : g0, nb * 4);
-                else cp4z(dd, nb ? src : g0, nb * 4);
-            }
-        }
-        g += KC ? (long long)BK : (long long)BK * ld;
-        krem -= BK;
-    }
-};
-
 template <class CF, bool TA, bool TB, bool AL, bool SPLIT>
 SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long lda,
                   const float* __restrict__ B, long long ldb, float* __restrict__ C,
@@ -248,43 +143,23 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
     const int tid = threadIdx.x;
 
     int m0, n0;
-    tile_origin<BM, BN>(M, N, m0, n0);
+    gd::tile_origin<BM, BN>(M, N, m0, n0);
 
     if constexpr (SPLIT) {
-        const long long kb = (long long)blockIdx.z * k_per_split;
-        long long ke = kb + k_per_split;
-        if (ke > K) ke = K;
-        const int kc = ke > kb ? (int)(ke - kb) : 0;
-        if (kc > 0) {
-            A += TA ? kb * lda : kb;
-            B += TB ? kb : kb * ldb;
-        }
+        gd::splitk_range<TA, TB>(K, A, lda, B, ldb, k_per_split);
         C += (long long)blockIdx.z * (long long)M * ldc;
-        K = kc;
     }
 
-    Loader<BM, BK, NT, !TA, AL> la(A, lda, M, K, m0, tid);
-    Loader<BN, BK, NT, TB, AL> lb(B, ldb, N, K, n0, tid);
+    // Shared memory keeps the operands' orientation, S[k][x] rows padded to 8 (mod 32) floats.
+    gd::TileLoader<float, BM, BK, NT, 8, !TA, AL> la(A, lda, M, K, m0, tid);
+    gd::TileLoader<float, BN, BK, NT, 8, TB, AL> lb(B, ldb, N, K, n0, tid);
 
-    const unsigned sbase = smem_u32(smem);
+    const unsigned sbase = gd::smem_u32(smem);
     const bool interior = (M - m0 >= BM) && (N - n0 >= BN);
     const int KT = K > 0 ? (K - 1) / BK + 1 : 0;
 
     // Copies K tile nt (if it exists) into stage `slot`; always commits one group.
-    auto copy_tile = [&](int nt, int slot) {
-        if (nt < KT) {
-            const unsigned sa = sbase + (unsigned)(slot * CF::STAGE) * 4u;
-            const unsigned sb = sa + (unsigned)CF::A_STAGE * 4u;
-            if (interior && K - nt * BK >= BK) {
-                la.template load<false>(sa);
-                lb.template load<false>(sb);
-            } else {
-                la.template load<true>(sa);
-                lb.template load<true>(sb);
-            }
-        }
-        cp_commit();
-    };
+    auto copy_tile = [&](int nt, int slot) { GD_COPY_K_TILE(4u, nt, slot); };
 
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) copy_tile(s, s);
@@ -293,13 +168,10 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
     const int wm = warp / CF::WARPS_N, wn = warp % CF::WARPS_N;
     const int g = lane >> 2, t = lane & 3;
 
-    // A: element (m, k) of the tile at  !TA: m*SK + k   TA: k*SXA + m
-    constexpr int A_M8 = TA ? 8 : 8 * CF::SK;
-    constexpr int A_K4 = TA ? 4 * CF::SXA : 4;
+    // fragment offsets (floats) inside a stage
+    using Frag = gd::MmaFragments<CF, TA, TB>;
+    constexpr int A_M8 = Frag::A_M8, A_K4 = Frag::A_K4, B_N8 = Frag::B_N8, B_K4 = Frag::B_K4;
     const int aoff = TA ? t * CF::SXA + wm * CF::WTM + g : (wm * CF::WTM + g) * CF::SK + t;
-    // B: element (k, n) at  TB: n*SK + k   !TB: k*SXB + n
-    constexpr int B_N8 = TB ? 8 * CF::SK : 8;
-    constexpr int B_K4 = TB ? 4 : 4 * CF::SXB;
     const int boff = TB ? (wn * CF::WTN + g) * CF::SK + t : t * CF::SXB + wn * CF::WTN + g;
 
     float acc[MT][NTL][4];
@@ -313,7 +185,7 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
     bool inf = false;
     int rs = 0, ws = ST - 1;
     for (int kt = 0; kt < KT; ++kt) {
-        cp_wait<ST - 2>();
+        gd::cp_wait<ST - 2>();
         __syncthreads();
         const float* As = smem + rs * CF::STAGE + aoff;
         const float* Bs = smem + rs * CF::STAGE + CF::A_STAGE + boff;
@@ -355,7 +227,7 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
         rs = (rs + 1 == ST) ? 0 : rs + 1;
         ws = (ws + 1 == ST) ? 0 : ws + 1;
     }
-    cp_wait<0>();
+    gd::cp_wait<0>();
 
     const int r0 = m0 + wm * CF::WTM + g;
     const int c0 = n0 + wn * CF::WTN + 2 * t;
@@ -381,35 +253,7 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
 #endif
 
     // Epilogue: the thread holds rows g, g+8 of each 16x8 tile, column pairs 2t, 2t+1.
-    const bool cvec = ((ldc & 1) == 0) && ((reinterpret_cast<unsigned long long>(C) & 7ull) == 0);
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = r0 + 16 * i + 8 * h;
-            if (interior || r < M) {
-                float* Cr = C + (long long)r * ldc;
-#pragma unroll
-                for (int j = 0; j < NTL; ++j) {
-                    const int c = c0 + 8 * j;
-                    const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    if (interior || c + 1 < N) {
-                        if (cvec) {
-                            f2 v;
-                            v.x = v0;
-                            v.y = v1;
-                            *reinterpret_cast<f2*>(Cr + c) = v;
-                        } else {
-                            Cr[c] = v0;
-                            Cr[c + 1] = v1;
-                        }
-                    } else if (c < N) {
-                        Cr[c] = v0;
-                    }
-                }
-            }
-        }
-    }
+    gd::store_mma_tiles<MT, NTL>(C, ldc, M, N, r0, c0, interior, acc);
 }
 
 }  // namespace sgt
@@ -427,22 +271,13 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
         GD_BATCH_OFFSETS;                                                                        \
         sgt::body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }
-#define SGT_FAMILY(PREFIX, CFG)                        \
-    SGT_ENTRY(PREFIX##_nn, CFG, false, false, true)    \
-    SGT_ENTRY(PREFIX##_nt, CFG, false, true, true)     \
-    SGT_ENTRY(PREFIX##_tn, CFG, true, false, true)     \
-    SGT_ENTRY(PREFIX##_tt, CFG, true, true, true)      \
-    SGT_ENTRY(PREFIX##_nn_u, CFG, false, false, false) \
-    SGT_ENTRY(PREFIX##_nt_u, CFG, false, true, false)  \
-    SGT_ENTRY(PREFIX##_tn_u, CFG, true, false, false)  \
-    SGT_ENTRY(PREFIX##_tt_u, CFG, true, true, false)
 
 #if SGT_X3
-SGT_FAMILY(sgemm_tf32x3_128x128, sgt::Big)
-SGT_FAMILY(sgemm_tf32x3_64x64, sgt::Small)
+GD_LAYOUT_ENTRIES(SGT_ENTRY, sgemm_tf32x3_128x128, sgt::Big)
+GD_LAYOUT_ENTRIES(SGT_ENTRY, sgemm_tf32x3_64x64, sgt::Small)
 #else
-SGT_FAMILY(sgemm_tf32_128x128, sgt::Big)
-SGT_FAMILY(sgemm_tf32_64x64, sgt::Small)
+GD_LAYOUT_ENTRIES(SGT_ENTRY, sgemm_tf32_128x128, sgt::Big)
+GD_LAYOUT_ENTRIES(SGT_ENTRY, sgemm_tf32_64x64, sgt::Small)
 #endif
 
 #endif  // sm_80+

@@ -2,9 +2,9 @@
 // 3xTF32 (FP32-accurate) and TF32.
 //
 // Compiled by NVRTC with `--gpu-architecture=sm_90a --std=c++17` (wgmma exists only on the
-// sm_90a target, which runs on compute capability 9.0 exactly); includes nothing but
-// "common.cuh" (spliced in by the crate). Everything lives in namespace `sgw` or carries an
-// `sgemm_wg` prefix.
+// sm_90a target, which runs on compute capability 9.0 exactly); includes common.cuh and the
+// headers of the cp.async copies, the tile order and wgmma (all spliced in by the crate).
+// Everything lives in namespace `sgw` or carries an `sgemm_wg` prefix.
 //
 // The big tiles make a product in two steps on one stream (below); the direct entries
 // (sgemm_wg_*_128x64, for thin and small products) read the operands as they are, in one.
@@ -74,8 +74,11 @@
 // a stage to wgmma. 3xTF32 waits for each K tile's wgmma group (U is needed at once); TF32
 // keeps one group in flight and refills a stage only once the group before last has finished.
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile.cuh"
+#include "wgmma.cuh"
 
-#define SGW_DEV __device__ __forceinline__
+#define SGW_DEV GD_DEV
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -92,116 +95,24 @@ struct alignas(8) f2 {
     float x, y;
 };
 
-SGW_DEV unsigned smem_u32(const void* p) {
-    unsigned r;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-                 : "=r"(r)
-                 : "l"(p));
-    return r;
-}
-SGW_DEV void cp16(unsigned dst, const float* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-SGW_DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// D(64 x N, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x N), N = 128 or 256, both
+// read from shared memory through the descriptors; D is zeroed first when `accumulate` is 0.
 template <int N>
-SGW_DEV void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-SGW_DEV void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-SGW_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-SGW_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-SGW_DEV void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accesses of `d` across the wgmma fences and waits.
-template <int N>
-SGW_DEV void fence_regs(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle at shared address
-// `addr` (the 8-row group's 1024-byte atom aligned): start address >> 4 (bits 0-13), leading
-// byte offset 16 (unused in this mode), stride byte offset 1024 (next 8-row group, bits
-// 32-45), layout type 1 = 128-byte swizzle (bits 62-63).
-SGW_DEV unsigned long long desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
-           (1ull << 62);
-}
-
-// D(64 x 128, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x 128), both read from
-// shared memory through the descriptors; D is zeroed first when `accumulate` is 0.
-SGW_DEV void wgmma_m64n128k8(float (&d)[64], unsigned long long da, unsigned long long db,
-                             int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
-        "%60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// D(64 x 256, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x 256), both read from
-// shared memory through the descriptors; D is zeroed first when `accumulate` is 0.
-SGW_DEV void wgmma_m64n256k8(float (&d)[128], unsigned long long da, unsigned long long db,
-                             int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
-        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
-        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
-        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
-        "%120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
-          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
-          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
-          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
-          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
-          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
-          "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "r"(accumulate));
+SGW_DEV void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db,
+                      int accumulate) {
+    static_assert(N == 128 || N == 256, "the block tiles' widths");
+    if constexpr (N == 128)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" GD_WG_D64
+                     "}, %64, %65, p, 1, 1;\n}\n"
+                     : GD_WG_ACC64("+f", d, 0)
+                     : "l"(da), "l"(db), "r"(accumulate));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" GD_WG_D128
+                     "}, %128, %129, p, 1, 1;\n}\n"
+                     : GD_WG_ACC128("+f", d)
+                     : "l"(da), "l"(db), "r"(accumulate));
 }
 
 // D(64 x 64, this warpgroup's accumulators) (+)= A(64 x 8) * B(8 x 64), A from registers (the
@@ -210,20 +121,11 @@ SGW_DEV void wgmma_m64n256k8(float (&d)[128], unsigned long long da, unsigned lo
 // through its descriptor; D is zeroed first when `accumulate` is 0.
 SGW_DEV void wgmma_m64n64k8_rs(float (&d)[32], const unsigned (&a)[4], unsigned long long db,
                                int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" GD_WG_D32
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : GD_WG_ACC32("+f", d, 0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
 
 // x rounded to TF32 (round to nearest, ties away from zero), as an FP32 value.
@@ -231,21 +133,6 @@ SGW_DEV float to_tf32(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return __uint_as_float(r);
-}
-
-// Grouped tile order: 8 tile rows share the B panels in L2. Returns (m0, n0).
-template <int BN>
-SGW_DEV void tile_origin(int M, int N, int& m0, int& n0) {
-    constexpr long long GROUP_M = 8;
-    const long long tiles_m = (M - 1) / BM + 1;
-    const long long tiles_n = (N - 1) / BN + 1;
-    const long long id = blockIdx.x;
-    const long long group_size = GROUP_M * tiles_n;
-    const long long first_m = (id / group_size) * GROUP_M;
-    const long long gm = (tiles_m - first_m) < GROUP_M ? (tiles_m - first_m) : GROUP_M;
-    const long long in_group = id % group_size;
-    m0 = (int)((first_m + in_group % gm) * BM);
-    n0 = (int)((in_group / gm) * BN);
 }
 
 // Packs an R x K operand (element (r, k) at X[r*sr + k*sk]) into K-major panels, through a
@@ -299,10 +186,10 @@ SGW_DEV void gemm(int M, int N, int K, const float* __restrict__ PA, const float
     static_assert(D >= 2, "a pipeline");
     constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x BN / 128 threads
     extern __shared__ unsigned char sgw_smem[];
-    const unsigned base = (smem_u32(sgw_smem) + 1023u) & ~1023u;
+    const unsigned base = (gd::smem_u32(sgw_smem) + 1023u) & ~1023u;
 
     int m0, n0;
-    tile_origin<BN>(M, N, m0, n0);
+    gd::tile_origin<BM, BN>(M, N, m0, n0);
     const int Mp = (M + BM - 1) / BM * BM, Np = (N + BN - 1) / BN * BN;
     const int kt_total = Kp / BK;
     const int kt0 = blockIdx.z * kt_per_split;
@@ -321,18 +208,20 @@ SGW_DEV void gemm(int M, int N, int K, const float* __restrict__ PA, const float
         const unsigned s = base + stage * STAGE + soff;
         const i64 k = (i64)kt * BK;
 #pragma unroll
-        for (int j = 0; j < BM / 32; ++j) cp16(s + j * 32 * 128, a_src + (i64)(32 * j) * Kp + k);
+        for (int j = 0; j < BM / 32; ++j)
+            gd::cp_async<16>(s + j * 32 * 128, a_src + (i64)(32 * j) * Kp + k);
 #pragma unroll
         for (int j = 0; j < BN / 32; ++j)
-            cp16(s + PANEL + j * 32 * 128, b_src + (i64)(32 * j) * Kp + k);
+            gd::cp_async<16>(s + PANEL + j * 32 * 128, b_src + (i64)(32 * j) * Kp + k);
         if constexpr (X3) {
             const unsigned s2 = s + PANEL + PANEL_B;
 #pragma unroll
             for (int j = 0; j < BM / 32; ++j)
-                cp16(s2 + j * 32 * 128, a_src + a_small + (i64)(32 * j) * Kp + k);
+                gd::cp_async<16>(s2 + j * 32 * 128, a_src + a_small + (i64)(32 * j) * Kp + k);
 #pragma unroll
             for (int j = 0; j < BN / 32; ++j)
-                cp16(s2 + PANEL + j * 32 * 128, b_src + b_small + (i64)(32 * j) * Kp + k);
+                gd::cp_async<16>(s2 + PANEL + j * 32 * 128,
+                                 b_src + b_small + (i64)(32 * j) * Kp + k);
         }
     };
 
@@ -351,55 +240,51 @@ SGW_DEV void gemm(int M, int N, int K, const float* __restrict__ PA, const float
 #pragma unroll
     for (int s = 0; s < D; ++s) {
         if (s < tiles) load(s, kt0 + s);
-        cp_commit();
+        gd::cp_commit();
     }
     for (int i = 0; i < tiles; ++i) {
-        cp_wait<D - 1>();
-        fence_proxy_async();
+        gd::cp_wait<D - 1>();
+        gd::fence_proxy_async();
         __syncthreads();
         // Every warpgroup has finished the wgmma groups of tile i - 1 - LAG: its stage is free.
         if (i + D < tiles) load((i + D) % STAGES, kt0 + i + D);
-        cp_commit();
+        gd::cp_commit();
 
         const unsigned st = base + (i % STAGES) * STAGE;
         const unsigned a_big = st + wg * 64 * 128, b_big = st + PANEL;
-        wg_fence();
+        gd::wg_fence();
         if constexpr (X3) {
-            fence_regs(u);
-            fence_regs(v);
+            gd::fence_regs(u);
+            gd::fence_regs(v);
             const unsigned a_sm = a_big + PANEL + PANEL_B, b_sm = b_big + PANEL + PANEL_B;
 #pragma unroll
             for (int k = 0; k < BK / 8; ++k)
-                wgmma_m64n128k8(u, desc(a_big + 32 * k), desc(b_big + 32 * k), k);
+                wgmma_ss<BN>(u, gd::desc(a_big + 32 * k), gd::desc(b_big + 32 * k), k);
 #pragma unroll
             for (int k = 0; k < BK / 8; ++k) {
-                wgmma_m64n128k8(v, desc(a_big + 32 * k), desc(b_sm + 32 * k), 1);
-                wgmma_m64n128k8(v, desc(a_sm + 32 * k), desc(b_big + 32 * k), 1);
+                wgmma_ss<BN>(v, gd::desc(a_big + 32 * k), gd::desc(b_sm + 32 * k), 1);
+                wgmma_ss<BN>(v, gd::desc(a_sm + 32 * k), gd::desc(b_big + 32 * k), 1);
             }
-            wg_commit();
-            wg_wait<0>();
-            fence_regs(u);
-            fence_regs(v);
+            gd::wg_commit();
+            gd::wg_wait<0>();
+            gd::fence_regs(u);
+            gd::fence_regs(v);
 #pragma unroll
             for (int j = 0; j < NACC; ++j) acc[j] += u[j];
         } else {
-            fence_regs(acc);
+            gd::fence_regs(acc);
 #pragma unroll
-            for (int k = 0; k < BK / 8; ++k) {
-                if constexpr (BN == 256)
-                    wgmma_m64n256k8(acc, desc(a_big + 32 * k), desc(b_big + 32 * k), 1);
-                else
-                    wgmma_m64n128k8(acc, desc(a_big + 32 * k), desc(b_big + 32 * k), 1);
-            }
-            wg_commit();
-            wg_wait<LAG>();
-            fence_regs(acc);
+            for (int k = 0; k < BK / 8; ++k)
+                wgmma_ss<BN>(acc, gd::desc(a_big + 32 * k), gd::desc(b_big + 32 * k), 1);
+            gd::wg_commit();
+            gd::wg_wait<LAG>();
+            gd::fence_regs(acc);
         }
     }
-    wg_wait<0>();
-    fence_regs(acc);
-    if constexpr (X3) fence_regs(v);
-    cp_wait<0>();
+    gd::wg_wait<0>();
+    gd::fence_regs(acc);
+    if constexpr (X3) gd::fence_regs(v);
+    gd::cp_wait<0>();
 
     // Epilogue. Accumulator j of n8 block q: row 16*warp + g (+8 for j % 4 >= 2), column
     // 8*q + 2*t + j % 2, within this warpgroup's 64 rows.
@@ -475,16 +360,6 @@ static_assert(dsmem<true>() == 230400 && dsmem<false>() == 214016,
 // row n of 128 bytes; mode 1 (N-major): K row k of 256 bytes. The swizzles keep the fragment
 // reads free of bank conflicts.
 
-SGW_DEV void cp16z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes)
-                 : "memory");
-}
-SGW_DEV void cp4z(unsigned dst, const float* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes)
-                 : "memory");
-}
 SGW_DEV int clamp4(long long v) { return v < 0 ? 0 : v > 4 ? 4 : (int)v; }
 SGW_DEV void lds128(unsigned a, float (&v)[4]) {
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
@@ -537,24 +412,25 @@ struct Direct {
             for (int j = 0; j < 4; ++j) {
                 const int r = (tid >> 3) + 32 * j, c = tid & 7, k = k0 + 4 * c;
                 const int b = m0 + r < M ? 4 * clamp4(K - k) : 0;
-                cp16z(st + r * 128 + ((c ^ ((r >> 1) & 7)) << 4),
-                      b ? X + (i64)(m0 + r) * xr + k : X, b);
+                gd::cp_async_z<16>(st + r * 128 + ((c ^ ((r >> 1) & 7)) << 4),
+                                   b ? X + (i64)(m0 + r) * xr + k : X, b);
             }
         } else if (xmode == 2) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int kk = (tid >> 5) + 8 * j, c = tid & 31, r = m0 + 4 * c;
                 const int b = k0 + kk < K ? 4 * clamp4(M - r) : 0;
-                cp16z(st + kk * 512 + ((c ^ (2 * ((kk >> 3) & 3))) << 4),
-                      b ? X + r + (i64)(k0 + kk) * xk : X, b);
+                gd::cp_async_z<16>(st + kk * 512 + ((c ^ (2 * ((kk >> 3) & 3))) << 4),
+                                   b ? X + r + (i64)(k0 + kk) * xk : X, b);
             }
         } else {
 #pragma unroll 4
             for (int j = 0; j < 16; ++j) {
                 const int e = tid + 256 * j, r = e >> 5, kk = e & 31;
                 const bool ok = m0 + r < M && k0 + kk < K;
-                cp4z(st + r * 128 + (((kk >> 2) ^ ((r >> 1) & 7)) << 4) + 4 * (kk & 3),
-                     ok ? X + (i64)(m0 + r) * xr + (i64)(k0 + kk) * xk : X, ok ? 4 : 0);
+                gd::cp_async_z<4>(
+                    st + r * 128 + (((kk >> 2) ^ ((r >> 1) & 7)) << 4) + 4 * (kk & 3),
+                    ok ? X + (i64)(m0 + r) * xr + (i64)(k0 + kk) * xk : X, ok ? 4 : 0);
             }
         }
         const unsigned sy = st + DX;
@@ -563,22 +439,23 @@ struct Direct {
             for (int j = 0; j < 2; ++j) {
                 const int kk = (tid >> 4) + 16 * j, c = tid & 15, n = n0 + 4 * c;
                 const int b = k0 + kk < K ? 4 * clamp4(N - n) : 0;
-                cp16z(sy + kk * 256 + c * 16, b ? Y + n + (i64)(k0 + kk) * yk : Y, b);
+                gd::cp_async_z<16>(sy + kk * 256 + c * 16, b ? Y + n + (i64)(k0 + kk) * yk : Y, b);
             }
         } else if (ymode == 2) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int n = (tid >> 3) + 32 * j, c = tid & 7, k = k0 + 4 * c;
                 const int b = n0 + n < N ? 4 * clamp4(K - k) : 0;
-                cp16z(sy + n * 128 + c * 16, b ? Y + (i64)(n0 + n) * yr + k : Y, b);
+                gd::cp_async_z<16>(sy + n * 128 + c * 16, b ? Y + (i64)(n0 + n) * yr + k : Y, b);
             }
         } else {
 #pragma unroll 4
             for (int j = 0; j < 8; ++j) {
                 const int e = tid + 256 * j, n = e >> 5, kk = e & 31;
                 const bool ok = n0 + n < N && k0 + kk < K;
-                cp4z(sy + n * 128 + kk * 4, ok ? Y + (i64)(n0 + n) * yr + (i64)(k0 + kk) * yk : Y,
-                     ok ? 4 : 0);
+                gd::cp_async_z<4>(sy + n * 128 + kk * 4,
+                                  ok ? Y + (i64)(n0 + n) * yr + (i64)(k0 + kk) * yk : Y,
+                                  ok ? 4 : 0);
             }
         }
     }
@@ -687,13 +564,13 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
     constexpr int STAGE = DX + DY, CONV = X3 ? 2 * DY : DY;
     static_assert(S >= 3, "tile i + 1 lands while tile i is multiplied");
     extern __shared__ unsigned char sgw_smem[];
-    const unsigned base = (smem_u32(sgw_smem) + 1023u) & ~1023u;
+    const unsigned base = (gd::smem_u32(sgw_smem) + 1023u) & ~1023u;
     const unsigned conv0 = base + S * STAGE;  // 1024-aligned: STAGE is a multiple of 1024
 
     Direct op{M, N, K, X, xr, xk, Y, yr, yk, 0, 0};
     op.modes();
     int m0, n0;
-    tile_origin<DBN>(M, N, m0, n0);
+    gd::tile_origin<BM, DBN>(M, N, m0, n0);
     const int kt_total = (K + BK - 1) / BK;
     const int kt0 = blockIdx.z * kt_per_split;
     const int kt1 = kt_total < kt0 + kt_per_split ? kt_total : kt0 + kt_per_split;
@@ -705,7 +582,7 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
     const int xrow = m0 + xr_local;
     auto load = [&](int i) {
         if (i < tiles) op.load(base + (i % S) * STAGE, m0, n0, (kt0 + i) * BK, tid);
-        cp_commit();
+        gd::cp_commit();
     };
 
     float acc[32], u[X3 ? 32 : 1], v[X3 ? 32 : 1];
@@ -721,7 +598,7 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
 
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) load(s);
-    cp_wait<S - 2>();
+    gd::cp_wait<S - 2>();
     __syncthreads();
     // Tile i's A fragments in f[i % 2], made while tile i - 1 is multiplied.
     unsigned f0[2][4][4], f1[2][4][4];  // [big, small][k8 step][register]
@@ -729,49 +606,49 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
         y_convert<X3>(conv0, base + DX, op.ymode, tid);
         x_fragments<X3>(base, op.xmode, xr_local, t, f0[0], f0[1]);
     }
-    fence_proxy_async();
+    gd::fence_proxy_async();
     __syncthreads();
 
     auto step = [&](int i, const unsigned (&f)[2][4][4], unsigned (&next)[2][4][4]) {
         const unsigned cv = conv0 + (i & 1) * CONV;
-        wg_fence();
+        gd::wg_fence();
         if constexpr (X3) {
-            fence_regs(u);
-            fence_regs(v);
+            gd::fence_regs(u);
+            gd::fence_regs(v);
 #pragma unroll
-            for (int s = 0; s < 4; ++s) wgmma_m64n64k8_rs(u, f[0][s], desc(cv + 32 * s), s);
+            for (int s = 0; s < 4; ++s) wgmma_m64n64k8_rs(u, f[0][s], gd::desc(cv + 32 * s), s);
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
-                wgmma_m64n64k8_rs(v, f[0][s], desc(cv + DY + 32 * s), 1);
-                wgmma_m64n64k8_rs(v, f[1][s], desc(cv + 32 * s), 1);
+                wgmma_m64n64k8_rs(v, f[0][s], gd::desc(cv + DY + 32 * s), 1);
+                wgmma_m64n64k8_rs(v, f[1][s], gd::desc(cv + 32 * s), 1);
             }
         } else {
-            fence_regs(acc);
+            gd::fence_regs(acc);
 #pragma unroll
-            for (int s = 0; s < 4; ++s) wgmma_m64n64k8_rs(acc, f[0][s], desc(cv + 32 * s), 1);
+            for (int s = 0; s < 4; ++s) wgmma_m64n64k8_rs(acc, f[0][s], gd::desc(cv + 32 * s), 1);
         }
-        wg_commit();
+        gd::wg_commit();
         // Tile i + 1 has landed (S - 3 later copies may be in flight), and every thread has
         // finished with tile i - 1's stage.
-        cp_wait<S - 3>();
+        gd::cp_wait<S - 3>();
         __syncthreads();
         if (i + 1 < tiles) {
             // The other buffer's readers, tile i - 1's wgmma groups, finished before the last
             // barrier of that tile.
             const unsigned st = base + ((i + 1) % S) * STAGE;
             y_convert<X3>(conv0 + ((i + 1) & 1) * CONV, st + DX, op.ymode, tid);
-            fence_proxy_async();
+            gd::fence_proxy_async();
             x_fragments<X3>(st, op.xmode, xr_local, t, next[0], next[1]);
         }
         load(i + S - 1);
-        wg_wait<0>();
+        gd::wg_wait<0>();
         if constexpr (X3) {
-            fence_regs(u);
-            fence_regs(v);
+            gd::fence_regs(u);
+            gd::fence_regs(v);
 #pragma unroll
             for (int j = 0; j < 32; ++j) acc[j] += u[j];
         } else {
-            fence_regs(acc);
+            gd::fence_regs(acc);
         }
         __syncthreads();
     };
@@ -779,7 +656,7 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
         step(i, f0, f1);
         if (i + 1 < tiles) step(i + 1, f1, f0);
     }
-    cp_wait<0>();
+    gd::cp_wait<0>();
 
     // Epilogue: accumulator 4q + 2h + e is row xrow + h, column n0 + 8q + 2t + e.
     float* Cz = C + (i64)blockIdx.z * layer;

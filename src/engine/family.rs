@@ -6,7 +6,17 @@
 use crate::element::Dtype;
 use crate::options::{Kernel, Precision};
 
-const COMMON: &str = include_str!("../../kernels/common.cuh");
+/// The headers under `kernels/` that the family sources include, each spliced in place of its
+/// `#include` line (NVRTC compiles one self-contained source). They include none themselves.
+const HEADERS: [(&str, &str); 7] = [
+    ("common.cuh", include_str!("../../kernels/common.cuh")),
+    ("cp_async.cuh", include_str!("../../kernels/cp_async.cuh")),
+    ("tile.cuh", include_str!("../../kernels/tile.cuh")),
+    ("loader.cuh", include_str!("../../kernels/loader.cuh")),
+    ("epilogue.cuh", include_str!("../../kernels/epilogue.cuh")),
+    ("wgmma.cuh", include_str!("../../kernels/wgmma.cuh")),
+    ("tma.cuh", include_str!("../../kernels/tma.cuh")),
+];
 
 /// One compiled module's worth of kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,11 +94,15 @@ impl Family {
         }
     }
 
-    /// The source NVRTC compiles: the family's file with `common.cuh` spliced in (and, for
-    /// the two families of `sgemm_tc.cu`, the define that picks one).
+    /// The source NVRTC compiles: the family's file with the headers it includes spliced in
+    /// (and, for the two families of `sgemm_tc.cu`, the define that picks one).
     pub(crate) fn source(self) -> String {
         crate::device::overrides::source_override(self.name()).unwrap_or_else(|| {
-            let src = self.raw_source().replace("#include \"common.cuh\"", COMMON);
+            let src = HEADERS
+                .iter()
+                .fold(self.raw_source().to_string(), |src, (name, text)| {
+                    src.replace(&format!("#include \"{name}\""), text)
+                });
             match self {
                 Family::SgemmTf32x3 => format!("#define SGT_X3 1\n{src}"),
                 Family::SgemmTf32 => format!("#define SGT_X3 0\n{src}"),
