@@ -140,7 +140,7 @@ fn child(case: &str) {
         "f32" | "tf32x3" => {
             let (a, b) = (random_matrix(1024, 1024, 1), random_matrix(1024, 1024, 2));
             let precision = if case == "f32" {
-                Precision::Fp32
+                Precision::Native
             } else {
                 Precision::Tf32x3
             };

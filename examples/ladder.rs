@@ -112,7 +112,7 @@ fn measure<A: Element>(
     Record {
         dtype: A::DTYPE,
         name: name.to_string(),
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         dims,
         ms: t.median_ms,
         gflops: t.gflops,
@@ -166,9 +166,29 @@ where
             );
             records.push(r);
         }
-        // `--rounds`: `auto` in the native precision and cuBLAS timed in turn, the order
-        // swapped every round, so that clock and power drift fall on both alike.
-        if rounds > 0 && kernels.contains(&Kernel::Auto) {
+        // The default precision: emulated where that pays and its guard passes, else native.
+        if kernels.contains(&Kernel::Auto) {
+            problem.set_precision(Precision::Auto);
+            let mut r = measure(
+                &mut problem,
+                &reference,
+                "default",
+                (m, k, n),
+                &mut |p| p.run(Kernel::Auto).expect("kernel runs"),
+                &mut |p, reps| p.time(Kernel::Auto, 1, reps).expect("kernel timing"),
+            );
+            r.precision = problem.ran_in();
+            records.push(r);
+            problem.set_precision(Precision::Native);
+        }
+        // `--rounds`: `auto` in the native precision, and the default precision, each timed
+        // in turn with cuBLAS, the order swapped every round, so that clock and power drift
+        // fall on both alike.
+        for (precision, name) in [(Precision::Native, "auto"), (Precision::Auto, "default")] {
+            if rounds == 0 || !kernels.contains(&Kernel::Auto) {
+                break;
+            }
+            problem.set_precision(precision);
             let reps = records
                 .iter()
                 .find(|r| r.dims == (m, k, n) && r.name == "cublas")
@@ -193,7 +213,7 @@ where
                 let mut sorted = ratios.clone();
                 sorted.sort_by(f64::total_cmp);
                 println!(
-                    "{} {m:>5}×{k:>5}×{n:>5} auto / cublas over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+                    "{} {m:>5}×{k:>5}×{n:>5} {name} / cublas over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
                     A::DTYPE,
                     sorted[rounds / 2],
                     sorted[0],
@@ -201,11 +221,12 @@ where
                 );
                 if let Some(r) = records
                     .iter_mut()
-                    .find(|r| r.dims == (m, k, n) && r.name == "auto")
+                    .find(|r| r.dims == (m, k, n) && r.name == name)
                 {
                     r.rounds = ratios;
                 }
             }
+            problem.set_precision(Precision::Native);
         }
         // Ozaki scheme II on the INT8 tensor cores (compute capability 8.0 on): the automatic
         // count of moduli, one fewer and (f64) one more.
@@ -249,7 +270,7 @@ where
                 );
                 records.push(r);
             }
-            problem.set_precision(Precision::Fp32);
+            problem.set_precision(Precision::Native);
         }
         if A::DTYPE == Dtype::F32 {
             // The tensor-core precisions under `auto`, and cuBLAS with TF32.
@@ -266,7 +287,7 @@ where
                 r.precision = precision;
                 records.push(r);
             }
-            problem.set_precision(Precision::Fp32);
+            problem.set_precision(Precision::Native);
             if let Some(r) = problem.measure_cublas(&reference, (m, k, n), true) {
                 records.push(r);
             }
@@ -586,8 +607,8 @@ fn main() {
                 let mut record = serde_json::json!({
                     "dtype": r.dtype.name(),
                     "kernel": r.name.split(' ').next(),
-                    // f64 in its native precision is FP64: "native" (Precision::Fp32 inside).
-                    "precision": if r.dtype == Dtype::F64 && r.precision == Precision::Fp32 {
+                    // f64 in its native precision is FP64: "native" (Precision::Native inside).
+                    "precision": if r.dtype == Dtype::F64 && r.precision == Precision::Native {
                         "native".to_string()
                     } else {
                         r.precision.to_string()

@@ -302,7 +302,7 @@ fn f64_study(quick: bool) -> Vec<Case> {
             let auto = gpu_dot::__testing::ozaki_auto_moduli(gpu_dot::Dtype::F64, dims.1);
             let mut errors = vec![f64::NAN; 5];
             let precisions = [
-                Precision::Fp32,
+                Precision::Native,
                 Precision::Ozaki { moduli: auto as u8 },
                 Precision::Ozaki {
                     moduli: (auto - 1) as u8,
@@ -316,7 +316,7 @@ fn f64_study(quick: bool) -> Vec<Case> {
                 let c = p.run(Kernel::Auto).expect("a product");
                 *e = reference.relative_error(c.view());
             }
-            p.set_precision(Precision::Fp32);
+            p.set_precision(Precision::Native);
             #[cfg(feature = "cublas")]
             {
                 let c = p.run_cublas().expect("cuBLAS runs");

@@ -128,6 +128,39 @@ struct Consts {
 };
 static_assert(sizeof(Consts) == 720, "the host's layout");
 
+// THE GUARD (the default precision's; src/engine/ozaki/guard.rs states and models it). With x =
+// a_i * 2^s and y = b_j * 2^t rounded to integers (errors at most 1/2, zero where the element
+// is), |2^-(s+t) sum x'y' - sum ab| <= E_ij = 2^-t |a_i|_1 / 2 + 2^-s |b_j|_1 / 2 + K 2^-(s+t) / 4.
+// A lower bound of native's sum |a||b| is the exact product of the magnitudes truncated to 7
+// bits below each row's largest, floor(|x| * 2^sigma) <= 127: an element passes at a count when
+// E_ij * 2^(sigma_i + tau_j) <= gu * sum_k mag_a * mag_b (gu = GUARD * u). ozaki_guard_scale_*
+// gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
+// ozaki_magnitudes_* the magnitude panels, and ozaki_guard_gemm* their product, judged in the
+// epilogue: each tile's int in `need` becomes the largest, over its elements, index of the first
+// candidate each passes at (n: none).
+constexpr int MAX_CANDIDATES = 4;
+// The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
+struct GuardScale {
+    int n;                        // candidate counts, 1 .. MAX_CANDIDATES
+    int bits[MAX_CANDIDATES];     // each one's scaling bits
+    int unused;
+    double bound[MAX_CANDIDATES]; // and norm bound
+};
+static_assert(sizeof(GuardScale) == 56, "the host's layout");
+// The host's `GuardArgs` (88 bytes).
+struct Guard {
+    const int* ea;     // ea[c * lde_a + i]: row i of X's shift for candidate c
+    const int* eb;
+    const int* sa;     // sigma of row i of X, FLAG for a zero row or one holding Inf or NaN
+    const int* sb;
+    const double* la;  // |row i of X|_1 * 2^sigma, rounded up
+    const double* lb;
+    int* need;         // need[tile_row * tiles_n + tile_col], zeroed by the host
+    int lde_a, lde_b, tiles_n, k, n, unused;
+    double gu;         // GUARD * u
+};
+static_assert(sizeof(Guard) == 88, "the host's layout");
+
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
 // largest fraction (m-1)/m of x/m for m <= 255; m = 256 has magic = 2^32 exactly). As
@@ -179,18 +212,24 @@ struct RowSize {
         inv = scale_t(1.0, -e);
         cap = scale_t(1.0, e + 1);
     }
-    // Elements k0, k0 + step, ... below K of the row at x (k-stride sk), eight loads at a time.
-    template <typename T>
-    OZ_DEV void add_row(const T* __restrict__ x, i64 sk, int k0, int step, int K) {
+    static constexpr bool L1 = false;  // no 1-norm beside (GuardSize has one)
+    // Elements k0, k0 + step, ... below K of the row at x (k-stride sk), eight loads at a time,
+    // each given to f.
+    template <typename T, typename F>
+    static OZ_DEV void each(const T* __restrict__ x, i64 sk, int k0, int step, int K, F&& f) {
         int k = k0;
         for (; k + 7 * step < K; k += 8 * step) {
             double v[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = (double)x[(i64)(k + j * step) * sk];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) add(v[j]);
+            for (int j = 0; j < 8; ++j) f(v[j]);
         }
-        for (; k < K; k += step) add((double)x[(i64)k * sk]);
+        for (; k < K; k += step) f((double)x[(i64)k * sk]);
+    }
+    template <typename T>
+    OZ_DEV void add_row(const T* __restrict__ x, i64 sk, int k0, int step, int K) {
+        each(x, sk, k0, step, K, [&](double v) { add(v); });
     }
     // Takes in another part of the same row (s, anchor, mx and bad only: add no elements
     // after a merge, inv and cap are left as they were).
@@ -232,9 +271,69 @@ struct RowSize {
     }
 };
 
-template <typename T>
-OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bits, double bound,
-                  int* __restrict__ E) {
+// A row's size with its 1-norm beside, for the guard: l1 = sum |x| * 2^-anchor, rescaled
+// with s when the anchor grows (exactly, or down to nothing below 2^-1074 of the anchor).
+struct GuardSize : RowSize {
+    static constexpr bool L1 = true;
+    double l1 = 0.0;
+    OZ_DEV void add(double v) {
+        const int a = anchor;
+        RowSize::add(v);
+        if (anchor != a) l1 = scale_t(l1, a - anchor);
+        l1 += fabs(v) * inv;
+    }
+    template <typename T>
+    OZ_DEV void add_row(const T* __restrict__ x, i64 sk, int k0, int step, int K) {
+        each(x, sk, k0, step, K, [&](double v) { add(v); });
+    }
+    OZ_DEV void merge(double omx, double os, int oanchor, int obad, double ol1) {
+        const int a = max(anchor, oanchor);
+        l1 = scale_t(l1, anchor - a) + scale_t(ol1, oanchor - a);
+        RowSize::merge(omx, os, oanchor, obad);
+    }
+    OZ_DEV void merge_lane(int o) {
+        const double ol1 = __shfl_xor_sync(0xffffffffu, l1, o);
+        const double omx = __shfl_xor_sync(0xffffffffu, mx, o);
+        const double os = __shfl_xor_sync(0xffffffffu, s, o);
+        const int oa = __shfl_xor_sync(0xffffffffu, anchor, o);
+        const int ob = __shfl_xor_sync(0xffffffffu, bad, o);
+        merge(omx, os, oa, ob, ol1);
+    }
+};
+
+// What the scaling writes of a row: its shift (ozaki_scale_*) ...
+struct ShiftOut {
+    int* E;
+    int bits;
+    double bound;
+    OZ_DEV void operator()(int r, const RowSize& z) const { E[r] = z.shift(bits, bound); }
+};
+// ... or, for the guard, its shift for each candidate count, its sigma and |row|_1 * 2^sigma.
+struct GuardOut {
+    int* E;
+    int ldE;
+    int* S;
+    double* L;
+    const GuardScale& g;
+    OZ_DEV void operator()(int r, const GuardSize& z) const {
+#pragma unroll
+        for (int c = 0; c < MAX_CANDIDATES; ++c)
+            if (c < g.n) E[(i64)c * ldE + r] = z.shift(g.bits[c], g.bound[c]);
+        if (z.bad || z.mx == 0.0) {
+            S[r] = FLAG;
+            L[r] = 0.0;
+            return;
+        }
+        const int sigma = 6 - ilogb(z.mx);
+        S[r] = sigma;
+        // The sum's rounding (at most K * 2^-53 of it) and the terms lost below 2^-1074 of
+        // the anchor are within the margins.
+        L[r] = fma(scale_t(z.l1, z.anchor + sigma), 1.0 + 0x1p-30, 0x1p-30);
+    }
+};
+
+template <typename Z, typename T, typename Out>
+OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const Out& out) {
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int r0 = blockIdx.x * 32;
     if (sk != 1 && sr == 1) {
@@ -242,17 +341,24 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
         // blockDim.y (at most 32) rows of threads take every blockDim.y-th k.
         __shared__ double part_mx[32][33], part_s[32][33];
         __shared__ int part_a[32][33], part_bad[32][33];
+        __shared__ double part_l1[Z::L1 ? 32 : 1][33];
         const int r = r0 + tx, ny = blockDim.y;
-        RowSize z;
+        Z z;
         if (r < R) z.add_row(X + (i64)r * sr, sk, ty, ny, K);
         part_mx[ty][tx] = z.mx;
         part_s[ty][tx] = z.s;
         part_a[ty][tx] = z.anchor;
         part_bad[ty][tx] = z.bad;
+        if constexpr (Z::L1) part_l1[ty][tx] = z.l1;
         __syncthreads();
         if (ty == 0 && r < R) {
-            for (int i = 1; i < ny; ++i) z.merge(part_mx[i][tx], part_s[i][tx], part_a[i][tx], part_bad[i][tx]);
-            E[r] = z.shift(bits, bound);
+            for (int i = 1; i < ny; ++i) {
+                if constexpr (Z::L1)
+                    z.merge(part_mx[i][tx], part_s[i][tx], part_a[i][tx], part_bad[i][tx], part_l1[i][tx]);
+                else
+                    z.merge(part_mx[i][tx], part_s[i][tx], part_a[i][tx], part_bad[i][tx]);
+            }
+            out(r, z);
         }
     } else {
         // K along the contiguous index (or neither): a warp per row, the block's 32 rows
@@ -260,14 +366,71 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 #pragma unroll 1
         for (int i = blockIdx.y; i < 4; i += gridDim.y) {
             const int r = r0 + ty + 8 * i;
-            RowSize z;
+            Z z;
             if (r < R) z.add_row(X + (i64)r * sr, sk, tx, 32, K);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) z.merge_lane(o);
-            if (tx == 0 && r < R) E[r] = z.shift(bits, bound);
+            if (tx == 0 && r < R) out(r, z);
         }
     }
 }
+
+// The low bytes of eight words as one 8-byte word.
+OZ_DEV uint2 pack8(const unsigned (&b)[8]) {
+    const unsigned w0 = __byte_perm(__byte_perm(b[0], b[1], 0x0040),
+                                    __byte_perm(b[2], b[3], 0x0040), 0x5410);
+    const unsigned w1 = __byte_perm(__byte_perm(b[4], b[5], 0x0040),
+                                    __byte_perm(b[6], b[7], 0x0040), 0x5410);
+    return make_uint2(w0, w1);
+}
+
+// The residues' writer: layer l's 8 bytes of rint(x * 2^s) for every modulus l (row -1: past
+// R, zeros).
+struct SplitResidues {
+    const int* __restrict__ E;
+    const Consts& c;
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer) const {
+        const int s = row >= 0 ? E[row] : 0;
+        unsigned c0[8], c1[8];
+        int c2[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(v8[e], s));
+            c0[e] = (unsigned)v & 0x1fffffu;
+            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
+            c2[e] = (int)(v >> 42);
+        }
+        // Layer l's bytes, l = 0, 1, ...
+#pragma unroll
+        for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
+            if (l < c.count) {
+                const unsigned m = c.moduli[l], half = (m - 1) / 2;
+                const unsigned lo = (unsigned)c.magic[l];
+                const unsigned p21 = c.p21[l], p42 = c.p42[l], off = c.off[l];
+                unsigned b[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const unsigned y = (unsigned)c2[e] * p42 + c1[e] * p21 + c0[e] + off;
+                    const unsigned x = y + half;
+                    const unsigned q = (x + __umulhi(x, lo)) >> 8;
+                    b[e] = y - q * m;
+                }
+                *reinterpret_cast<uint2*>(p) = pack8(b);
+            }
+        }
+    }
+};
+// The guard's writer: one layer of floor(|x| * 2^sigma), 0 to 127 (0 for a row without sigma).
+struct SplitMagnitudes {
+    const int* __restrict__ S;
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64) const {
+        const int sg = row >= 0 ? S[row] : FLAG;
+        unsigned b[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) b[e] = sg == FLAG ? 0u : __double2uint_rz(scale_t(fabs(v8[e]), sg));
+        *reinterpret_cast<uint2*>(p) = pack8(b);
+    }
+};
 
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 64 shared tile so that
 // both the read (along whichever stride is 1) and the write (along k) are coalesced; each
@@ -279,9 +442,9 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, int bit
 // 2^27, lies in (0, 2^30) and is congruent to v; one umod of y + (m - 1) / 2 then gives the
 // balanced residue as y - q * m, whose low byte is stored (for m = 256 a residue of 128 is
 // stored as -128, the same residue).
-template <typename T>
-OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* __restrict__ E,
-                  signed char* __restrict__ P, int Rp, int Kp, int TM, const Consts& c) {
+template <typename T, typename W>
+OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
+                   signed char* __restrict__ P, int Rp, int Kp, int TM, const W& w) {
     constexpr int TK = 64;  // k of a tile: each thread makes 8 consecutive k of one row
     __shared__ double tile[32][TK + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -303,42 +466,12 @@ OZ_DEV void split(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const i
         }
         __syncthreads();
         const int row = r0 + r;
-        const int s = row < R ? E[row] : 0;
-        unsigned c0[8], c1[8];
-        int c2[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(tile[r][q8 + e], s));
-            c0[e] = (unsigned)v & 0x1fffffu;
-            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
-            c2[e] = (int)(v >> 42);
-        }
-        // Layer l's bytes, l = 0, 1, ..., in the tiled and swizzled layout (see PANELS): the
-        // 8 bytes stay together within one 16-byte chunk.
+        // In the tiled and swizzled layout (see PANELS): the 8 bytes stay together within one
+        // 16-byte chunk.
         const int kk = k0 + q8, tr = row / TM;
         signed char* p = P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
                          ((((kk & 127) >> 4) ^ (row & 7)) << 4) + (kk & 15);
-#pragma unroll
-        for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
-            if (l < c.count) {
-                const unsigned m = c.moduli[l], half = (m - 1) / 2;
-                const unsigned lo = (unsigned)c.magic[l];
-                const unsigned p21 = c.p21[l], p42 = c.p42[l], off = c.off[l];
-                unsigned b[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    const unsigned y = (unsigned)c2[e] * p42 + c1[e] * p21 + c0[e] + off;
-                    const unsigned x = y + half;
-                    const unsigned q = (x + __umulhi(x, lo)) >> 8;
-                    b[e] = y - q * m;
-                }
-                const unsigned w0 = __byte_perm(__byte_perm(b[0], b[1], 0x0040),
-                                                __byte_perm(b[2], b[3], 0x0040), 0x5410);
-                const unsigned w1 = __byte_perm(__byte_perm(b[4], b[5], 0x0040),
-                                                __byte_perm(b[6], b[7], 0x0040), 0x5410);
-                *reinterpret_cast<uint2*>(p) = make_uint2(w0, w1);
-            }
-        }
+        w(row < R ? row : -1, &tile[r][q8], p, layer);
         __syncthreads();
     }
 }
@@ -390,6 +523,54 @@ OZ_DEV uint2 quad_trade(unsigned w0, unsigned w1, int t) {
             o0 |= v;
     }
     return make_uint2(o0, o1);
+}
+
+// What an INT8 GEMM does with a finished tile (epilogue_wg and epilogue_mma, by overload):
+// the residues modulo layer z's modulus into R[z] ...
+struct ResidueTail {
+    unsigned char* __restrict__ R;
+    const Consts& c;
+};
+// ... or the guard's verdicts on the magnitudes' product.
+struct GuardTail {
+    const Guard& g;
+};
+
+// One side of an element for the guard: its row's sigma, scaled 1-norm and shifts.
+struct Side {
+    int sigma;
+    double l1;
+    int e[MAX_CANDIDATES];
+    OZ_DEV Side(const int* S, const double* L, const int* E, int ld, int i, int n) {
+        sigma = S[i];
+        l1 = L[i];
+#pragma unroll
+        for (int c = 0; c < MAX_CANDIDATES; ++c) e[c] = c < n ? E[(i64)c * ld + i] : 0;
+    }
+};
+
+// The index of the first candidate count at which the element of rows a and b, whose
+// magnitudes' product is S, passes the guard; g.n where none does. Rows without sigma (zero,
+// or holding Inf or NaN: the reconstruction computes those natively) pass at the first.
+OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
+    if (a.sigma == FLAG || b.sigma == FLAG) return 0;
+    const double room = g.gu * (double)S;
+#pragma unroll
+    for (int c = 0; c < MAX_CANDIDATES; ++c) {
+        if (c >= g.n) break;
+        const int da = a.sigma - a.e[c], db = b.sigma - b.e[c];
+        const double bound = 0.5 * scale_t(a.l1, db) + 0.5 * scale_t(b.l1, da) +
+                             0.25 * (double)g.k * scale_t(1.0, da + db);
+        // Three rounded terms and a sum: 2^-50 more bounds their rounding.
+        if (bound * (1.0 + 0x1p-50) <= room) return c;
+    }
+    return g.n;
+}
+
+// The tile's verdict: the largest of the warp's, into its int.
+OZ_DEV void tile_verdict(const Guard& g, int tile, int worst) {
+    worst = __reduce_max_sync(0xffffffffu, worst);
+    if ((threadIdx.x & 31) == 0) atomicMax(g.need + tile, worst);
 }
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -445,9 +626,10 @@ struct Unit {
 // 192 x 256 tile of R[z] from the residue panels of modulus z. One K step is one 128-wide K
 // tile of both operands; the copies run STAGES steps ahead of the products across units, so
 // the next unit's first tiles arrive during a unit's epilogue.
+template <typename Tail>
 OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
-                 const signed char* __restrict__ PB, int Mp, int Np, int Kp,
-                 unsigned char* __restrict__ R, const Consts& c, int pair_m) {
+                 const signed char* __restrict__ PB, int Mp, int Np, int Kp, int layers,
+                 int pair_m, const Tail& tail) {
     constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
     constexpr unsigned WARPS = 2 * NT / 32;  // consumer warps of the cluster
     extern __shared__ unsigned char oz_smem[];
@@ -460,7 +642,7 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     const unsigned rank = gd::cluster_rank();
     const int tiles = Kp / BK;  // K steps of a unit
     const int pairs = (Mp / BM) * (Np / BN) / 2;
-    const int units = pairs * c.count;
+    const int units = pairs * layers;
     const int first = blockIdx.x >> 1, stride = gridDim.x >> 1;
     const int tid = threadIdx.x;
 
@@ -563,53 +745,84 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
             arrived = true;
         }
 
-        // Epilogue. Accumulator i of n8 block j: row 16*warp + g (+8 for i % 4 >= 2), column
-        // 8*j + 2*t + i % 2, within this warpgroup's 64 rows.
-        unsigned m;
-        unsigned long long mg;
-        modulus(c, unit.z, m, mg);
-        const unsigned off = acc_offset(m);
-        unsigned char* rz = R + (i64)unit.z * M * N;
-        if ((N & 7) == 0) {
-            // Rows 8-byte aligned: the quad's lanes trade residues so that lane t holds the 8
-            // bytes of n8 block 4 blk + t, one 8-byte store each (a warp fills whole 32-byte
-            // sectors). Every lane trades; the bounds' test comes after.
-#pragma unroll
-            for (int blk = 0; blk < BN / 32; ++blk)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    unsigned w[2];  // the pairs of n8 blocks 4 blk + 0 .. 3, 16 bits each
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const int j = 4 * blk + 2 * r;
-                        w[r] = umod((unsigned)acc[4 * j + 2 * h] + off, m, mg) |
-                               umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg) << 8 |
-                               umod((unsigned)acc[4 * j + 4 + 2 * h] + off, m, mg) << 16 |
-                               umod((unsigned)acc[4 * j + 4 + 2 * h + 1] + off, m, mg) << 24;
-                    }
-                    const uint2 o = quad_trade(w[0], w[1], t);
-                    const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
-                    const int col = unit.n0 + 8 * (4 * blk + t);
-                    if (row < M && col < N) *reinterpret_cast<uint2*>(rz + (i64)row * N + col) = o;
-                }
-        } else {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = unit.m0 + wg * 64 + warp * 16 + g + 8 * h;
-                if (row >= M) continue;
-                unsigned char* rrow = rz + (i64)row * N;
-                const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j)
-                    store_pair(rrow, unit.n0 + 8 * j + 2 * t, N, even,
-                               umod((unsigned)acc[4 * j + 2 * h] + off, m, mg),
-                               umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg));
-            }
-        }
+        epilogue_wg(tail, unit.z, unit.m0, unit.n0, acc, wg, warp, g, t, M, N);
     }
     if (!arrived) gd::cluster_arrive();
     // Stay until the other block has made its last arrival here.
     gd::cluster_wait();
+}
+
+// The residues of the warpgroup GEMM's tile (m0, n0) of layer z into R[z]: accumulator i of
+// n8 block j is row 16*warp + g (+8 for i % 4 >= 2), column 8*j + 2*t + i % 2 of this
+// warpgroup's 64 rows.
+OZ_DEV void epilogue_wg(const ResidueTail& tail, int z, int m0, int n0, const int (&acc)[BN / 2],
+                        int wg, int warp, int g, int t, int M, int N) {
+    unsigned char* __restrict__ R = tail.R;
+    const Consts& c = tail.c;
+    unsigned m;
+    unsigned long long mg;
+    modulus(c, z, m, mg);
+    const unsigned off = acc_offset(m);
+    unsigned char* rz = R + (i64)z * M * N;
+    if ((N & 7) == 0) {
+        // Rows 8-byte aligned: the quad's lanes trade residues so that lane t holds the 8
+        // bytes of n8 block 4 blk + t, one 8-byte store each (a warp fills whole 32-byte
+        // sectors). Every lane trades; the bounds' test comes after.
+#pragma unroll
+        for (int blk = 0; blk < BN / 32; ++blk)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                unsigned w[2];  // the pairs of n8 blocks 4 blk + 0 .. 3, 16 bits each
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int j = 4 * blk + 2 * r;
+                    w[r] = umod((unsigned)acc[4 * j + 2 * h] + off, m, mg) |
+                           umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg) << 8 |
+                           umod((unsigned)acc[4 * j + 4 + 2 * h] + off, m, mg) << 16 |
+                           umod((unsigned)acc[4 * j + 4 + 2 * h + 1] + off, m, mg) << 24;
+                }
+                const uint2 o = quad_trade(w[0], w[1], t);
+                const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
+                const int col = n0 + 8 * (4 * blk + t);
+                if (row < M && col < N) *reinterpret_cast<uint2*>(rz + (i64)row * N + col) = o;
+            }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
+            if (row >= M) continue;
+            unsigned char* rrow = rz + (i64)row * N;
+            const bool even = (reinterpret_cast<unsigned long long>(rrow) & 1) == 0;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+                store_pair(rrow, n0 + 8 * j + 2 * t, N, even,
+                           umod((unsigned)acc[4 * j + 2 * h] + off, m, mg),
+                           umod((unsigned)acc[4 * j + 2 * h + 1] + off, m, mg));
+        }
+    }
+}
+
+
+// The guard's verdicts on the warpgroup GEMM's tile (m0, n0) of the magnitudes' product (the
+// layout of epilogue_wg's accumulators).
+OZ_DEV void epilogue_wg(const GuardTail& tail, int, int m0, int n0, const int (&acc)[BN / 2],
+                        int wg, int warp, int g, int t, int M, int N) {
+    const Guard& G = tail.g;
+    const int rows[2] = {m0 + wg * 64 + warp * 16 + g, m0 + wg * 64 + warp * 16 + g + 8};
+    const Side a0(G.sa, G.la, G.ea, G.lde_a, min(rows[0], M - 1), G.n);
+    const Side a1(G.sa, G.la, G.ea, G.lde_a, min(rows[1], M - 1), G.n);
+    int worst = 0;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int col = n0 + 8 * j + 2 * t + e;
+            if (col >= N) continue;
+            const Side b(G.sb, G.lb, G.eb, G.lde_b, col, G.n);
+            if (rows[0] < M) worst = max(worst, first_pass(G, acc[4 * j + e], a0, b));
+            if (rows[1] < M) worst = max(worst, first_pass(G, acc[4 * j + 2 + e], a1, b));
+        }
+    tile_verdict(G, (m0 / BM) * G.tiles_n + n0 / BN, worst);
 }
 
 #endif  // sm_90a
@@ -642,9 +855,10 @@ OZ_DEV void mma_s8(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1
 
 // The block's 128 x 128 tile of R[z] (z = blockIdx.z), tiles in grouped order (8 tile rows
 // share their Y panels in L2) on blockIdx.x.
+template <typename Tail>
 OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
                      const signed char* __restrict__ PB, int Mp, int Np, int Kp,
-                     unsigned char* __restrict__ R, const Consts& c) {
+                     const Tail& tail) {
     extern __shared__ unsigned char oz_smem[];
     const unsigned base = (gd::smem_u32(oz_smem) + 127u) & ~127u;
     const int z = blockIdx.z;
@@ -720,8 +934,16 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
     }
     gd::cp_wait<0>();
 
-    // Epilogue. acc[i][j][e]: row 16i + g (+8 for e >= 2) of the warp's 64, column
-    // 8j + 2t + e % 2 of its 32.
+    epilogue_mma(tail, z, m0, n0, wm, wn, lane, acc, M, N);
+}
+
+// The residues of the mma.sync GEMM's tile (m0, n0) of layer z into R[z], the warp's 64 x 32
+// at (wm, wn): acc[i][j][e] is row 16i + g (+8 for e >= 2) of the warp's 64, column
+// 8j + 2t + e % 2 of its 32.
+OZ_DEV void epilogue_mma(const ResidueTail& tail, int z, int m0, int n0, int wm, int wn, int lane,
+                         const int (&acc)[4][4][4], int M, int N) {
+    unsigned char* __restrict__ R = tail.R;
+    const Consts& c = tail.c;
     unsigned m;
     unsigned long long mg;
     modulus(c, z, m, mg);
@@ -755,6 +977,33 @@ OZ_DEV void gemm_mma(int M, int N, const signed char* __restrict__ PA,
                                umod((unsigned)acc[i][j][2 * h + 1] + off, m, mg));
             }
         }
+}
+
+// The guard's verdicts on the mma.sync GEMM's tile (m0, n0) of the magnitudes' product (the
+// layout of epilogue_mma's accumulators).
+OZ_DEV void epilogue_mma(const GuardTail& tail, int, int m0, int n0, int wm, int wn, int lane,
+                         const int (&acc)[4][4][4], int M, int N) {
+    const Guard& G = tail.g;
+    const int g = lane >> 2, t = lane & 3;
+    int worst = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
+            if (row >= M) continue;
+            const Side a(G.sa, G.la, G.ea, G.lde_a, row, G.n);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = n0 + wn * 32 + 8 * j + 2 * t + e;
+                    if (col >= N) continue;
+                    const Side b(G.sb, G.lb, G.eb, G.lde_b, col, G.n);
+                    worst = max(worst, first_pass(G, acc[i][j][2 * h + e], a, b));
+                }
+        }
+    tile_verdict(G, (m0 / MMA_BM) * G.tiles_n + n0 / MMA_BN, worst);
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
@@ -916,34 +1165,64 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
 extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_d(int R, int K, const double* X,
                                                                 i64 sr, i64 sk, int bits,
                                                                 double bound, int* E) {
-    oz::scale<double>(R, K, X, sr, sk, bits, bound, E);
+    oz::scale<oz::RowSize>(R, K, X, sr, sk, oz::ShiftOut{E, bits, bound});
 }
 extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_s(int R, int K, const float* X,
                                                                 i64 sr, i64 sk, int bits,
                                                                 double bound, int* E) {
-    oz::scale<float>(R, K, X, sr, sk, bits, bound, E);
+    oz::scale<oz::RowSize>(R, K, X, sr, sk, oz::ShiftOut{E, bits, bound});
+}
+extern "C" __global__ void __launch_bounds__(1024)
+    ozaki_guard_scale_d(int R, int K, const double* X, i64 sr, i64 sk, oz::GuardScale g, int* E,
+                        int ldE, int* S, double* L) {
+    oz::scale<oz::GuardSize>(R, K, X, sr, sk, oz::GuardOut{E, ldE, S, L, g});
+}
+extern "C" __global__ void __launch_bounds__(1024)
+    ozaki_guard_scale_s(int R, int K, const float* X, i64 sr, i64 sk, oz::GuardScale g, int* E,
+                        int ldE, int* S, double* L) {
+    oz::scale<oz::GuardSize>(R, K, X, sr, sk, oz::GuardOut{E, ldE, S, L, g});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, int TM, oz::Consts c) {
-    oz::split<double>(R, K, X, sr, sk, E, P, Rp, Kp, TM, c);
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResidues{E, c});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, int TM, oz::Consts c) {
-    oz::split<float>(R, K, X, sr, sk, E, P, Rp, Kp, TM, c);
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResidues{E, c});
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S, signed char* P,
+                       int Rp, int Kp, int TM) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S, signed char* P,
+                       int Rp, int Kp, int TM) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
                unsigned char* R, oz::Consts c, int pair_m) {
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, R, c, pair_m);
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, c.count, pair_m, oz::ResidueTail{R, c});
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
+    ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
+                     int Kp, int pair_m, oz::Guard g) {
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{g});
 }
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
                    int Kp, unsigned char* R, oz::Consts c) {
-    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, R, c);
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::ResidueTail{R, c});
+}
+extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
+    ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
+                         int Np, int Kp, oz::Guard g) {
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{g});
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

@@ -115,7 +115,7 @@
 //! | `GPU_DOT_BACKEND` | `auto`, `gpu`, `cpu` | `auto` |
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
 //! | `GPU_DOT_AUTOTUNE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no` | `1` |
-//! | `GPU_DOT_PRECISION` | `fp32`, `tf32x3`, `tf32`, `ozaki`, `ozaki-N` (N from 2 to 18; see [`Precision`]) | `fp32` (FP64 for `f64`) |
+//! | `GPU_DOT_PRECISION` | `auto`, `native` (or `fp32`), `tf32x3`, `tf32`, `ozaki`, `ozaki-N` (N from 2 to 18; see [`Precision`]) | `auto` |
 //! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
 //! | `GPU_DOT_DEVICE` | a device ordinal: the default CUDA device | `0` |
 //! | `GPU_DOT_DEVICES` | `all`, or device ordinals separated by commas (`0,1`), to split large products across | one device |
@@ -276,6 +276,7 @@ pub use device::context::DeviceInfo;
 pub use device::modules::ModuleLoad;
 pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
+pub use engine::ozaki::GuardReport;
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;
 #[doc(hidden)]
@@ -602,7 +603,9 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 /// compilation, kernels chosen for an older device); not part of the API.
 #[doc(hidden)]
 pub mod __testing {
-    pub use crate::device::overrides::{pretend_compute_capability, use_prebuilt_kernels};
+    pub use crate::device::overrides::{
+        emulate_every_size, pretend_compute_capability, use_prebuilt_kernels,
+    };
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::family::override_kernel_source;
 

@@ -197,9 +197,19 @@ impl FromStr for Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Precision {
-    /// FP32 fused multiply-adds on the CUDA cores: IEEE single precision throughout.
+    /// The default: for each product, the fastest way the crate has whose result is within
+    /// native's componentwise error bound on that product's own inputs. Where Ozaki scheme
+    /// II is faster than native on the device and shape, a guard computed on the device
+    /// bounds each element's error before the product runs, and the product is emulated
+    /// only when every element passes (with the count of moduli the inputs need); else it
+    /// runs natively. The route report says which ran, with how many moduli, and what the
+    /// guard found. `GPU_DOT_PRECISION=native` turns the emulation off.
     #[default]
-    Fp32,
+    Auto,
+    /// The element type's own arithmetic: FP32 fused multiply-adds on the CUDA cores for
+    /// `f32` (IEEE single precision throughout), FP64 (on the FP64 tensor cores where the
+    /// device has them) for `f64`.
+    Native,
     /// Each factor split into a TF32 "big" part and the TF32 rounding of the remainder, and
     /// three tensor-core products (big·big + big·small + small·big) summed in FP32: about
     /// FP32's accuracy (BENCHMARKS.md) at tensor-core speed. Infinite and NaN inputs give
@@ -235,18 +245,24 @@ pub enum Precision {
 
 impl Precision {
     /// The precisions of the CUDA-core and TF32 kernels.
-    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32x3, Precision::Tf32];
+    pub const ALL: [Precision; 3] = [Precision::Native, Precision::Tf32x3, Precision::Tf32];
 
     /// Ozaki scheme II with the moduli chosen automatically.
     pub const OZAKI: Precision = Precision::Ozaki { moduli: 0 };
 
+    /// The native precision's former name, from when it was named for `f32` products alone
+    /// (`f64` products are FP64 in it).
+    #[deprecated(note = "renamed `Precision::Native`: FP32 for `f32` products, FP64 for `f64`")]
+    #[allow(non_upper_case_globals)]
+    pub const Fp32: Precision = Precision::Native;
+
     /// What a product of `dtype` asked for in this precision computes in: `f64` is FP64
-    /// (reported as `Fp32`, the native precision) unless Ozaki is asked for.
+    /// (`Native`) unless Ozaki or the default is asked for.
     pub(crate) fn for_dtype(self, dtype: crate::element::Dtype) -> Precision {
         match (dtype, self) {
             (crate::element::Dtype::F32, p) => p,
-            (crate::element::Dtype::F64, p @ Precision::Ozaki { .. }) => p,
-            (crate::element::Dtype::F64, _) => Precision::Fp32,
+            (crate::element::Dtype::F64, p @ (Precision::Ozaki { .. } | Precision::Auto)) => p,
+            (crate::element::Dtype::F64, _) => Precision::Native,
         }
     }
 
@@ -254,6 +270,8 @@ impl Precision {
     /// for (an automatic Ozaki request is served by any count of moduli).
     pub(crate) fn served_by(self, ran: Precision) -> bool {
         match (self, ran) {
+            // The default is served by whatever it chose.
+            (Precision::Auto, _) => true,
             (Precision::Ozaki { moduli: 0 }, Precision::Ozaki { .. }) => true,
             // A count out of range runs clamped to it.
             (Precision::Ozaki { moduli: a }, Precision::Ozaki { moduli: r }) => a.clamp(2, 18) == r,
@@ -261,11 +279,13 @@ impl Precision {
         }
     }
 
-    /// Its name in options, reports and result files: `fp32`, `tf32x3`, `tf32`, `ozaki`
-    /// (the count of moduli is in its `Display` form, `ozaki-15`).
+    /// Its name in options, reports and result files: `native`, `tf32x3`, `tf32`, `ozaki`
+    /// (the count of moduli is in its `Display` form, `ozaki-15`). `fp32`, the native
+    /// precision's former name, is still read as `native`.
     pub fn name(self) -> &'static str {
         match self {
-            Precision::Fp32 => "fp32",
+            Precision::Auto => "auto",
+            Precision::Native => "native",
             Precision::Tf32x3 => "tf32x3",
             Precision::Tf32 => "tf32",
             Precision::Ozaki { .. } => "ozaki",
@@ -286,7 +306,8 @@ impl FromStr for Precision {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "fp32" | "" => Ok(Precision::Fp32),
+            "auto" | "" => Ok(Precision::Auto),
+            "native" | "fp32" => Ok(Precision::Native),
             "tf32x3" | "3xtf32" => Ok(Precision::Tf32x3),
             "tf32" => Ok(Precision::Tf32),
             "ozaki" => Ok(Precision::OZAKI),
@@ -348,7 +369,7 @@ pub struct DotOptions {
     /// peers, so B crosses the host once. Off (or without peer links), every device uploads
     /// all of B from the host. On by default.
     pub peer_copies: bool,
-    /// How products multiply on the GPU (default [`Precision::Fp32`]: FP32 for `f32`, FP64
+    /// How products multiply on the GPU (default [`Precision::Native`]: FP32 for `f32`, FP64
     /// for `f64`).
     pub precision: Precision,
 }
@@ -367,7 +388,7 @@ impl DotOptions {
             devices: None,
             min_split_flops: None,
             peer_copies: true,
-            precision: Precision::Fp32,
+            precision: Precision::Native,
         }
     }
 

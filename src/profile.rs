@@ -172,6 +172,8 @@ pub struct DeviceProblem<A: Element = f32> {
     scratch: Option<DevBuf>,
     /// The precision the crate's kernels run in.
     precision: Precision,
+    /// What the last launch ran in, and what its guard found.
+    last: Option<(Precision, Option<crate::GuardReport>)>,
     #[cfg(feature = "cublas")]
     blas: Option<cudarc::cublas::CudaBlas>,
     /// Whether cuBLAS SGEMM may use TF32: asked for, and as last set on the handle.
@@ -221,7 +223,8 @@ impl<A: Element> DeviceProblem<A> {
             b,
             c,
             scratch: None,
-            precision: Precision::Fp32,
+            precision: Precision::Native,
+            last: None,
             #[cfg(feature = "cublas")]
             blas: None,
             #[cfg(feature = "cublas")]
@@ -230,7 +233,7 @@ impl<A: Element> DeviceProblem<A> {
     }
 
     /// Runs and times this problem's kernels in `precision` from now on (`f32`; default
-    /// [`Precision::Fp32`]).
+    /// [`Precision::Native`]).
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
     }
@@ -268,7 +271,17 @@ impl<A: Element> DeviceProblem<A> {
             &mut c,
             &mut self.scratch,
         )
-        .map(|_| ())
+        .map(|ran| self.last = Some((ran.precision, ran.guard)))
+    }
+
+    /// The precision the last launch ran in (the native one before any launch).
+    pub fn ran_in(&self) -> Precision {
+        self.last.map_or(Precision::Native, |l| l.0)
+    }
+
+    /// What the last launch's guard found, where it was guarded.
+    pub fn guard(&self) -> Option<crate::GuardReport> {
+        self.last.and_then(|l| l.1)
     }
 
     /// Runs `kernel` once on a NaN-poisoned output and returns the product.

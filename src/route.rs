@@ -11,6 +11,7 @@ use crate::device::context::{self, Gpu, Home};
 use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::family::Family;
+use crate::engine::ozaki::GuardReport;
 use crate::engine::plan::Plan;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
@@ -56,8 +57,13 @@ pub enum Route {
         precision: Precision,
         /// The precision the options asked for, when it could not run (a device without
         /// TF32 tensor cores, or a kernel without tensor-core forms): then `precision` is
-        /// `Fp32`.
+        /// `Native`.
         precision_unavailable: Option<Precision>,
+        /// What the device's guard found where the default precision weighed emulation (the
+        /// first panel's): `failed == 0` when it emulated (`precision` then names the count
+        /// of moduli), else the tiles it found outside native's bound at every count it
+        /// weighed, and the product ran natively. `None` where no guard ran.
+        guard: Option<GuardReport>,
     },
     /// On the CPU, by ndarray's `dot`.
     Cpu(CpuReason),
@@ -111,6 +117,7 @@ impl fmt::Display for Route {
                 devices,
                 precision,
                 precision_unavailable,
+                guard,
             } => {
                 match &devices[..] {
                     [_, _, ..] => {
@@ -119,8 +126,20 @@ impl fmt::Display for Route {
                     }
                     _ => write!(f, "GPU, {dtype}, ")?,
                 }
-                if *precision != Precision::Fp32 {
+                if *precision != Precision::Native {
                     write!(f, "{precision}, ")?;
+                }
+                match guard {
+                    Some(g) if g.failed == 0 => {
+                        write!(f, "guarded (every element within native's bound), ")?
+                    }
+                    Some(g) => write!(
+                        f,
+                        "native (the guard found {} of {} tiles outside native's bound when \
+                         emulated), ",
+                        g.failed, g.tiles
+                    )?,
+                    None => {}
                 }
                 match precision_unavailable {
                     Some(asked @ Precision::Ozaki { .. }) => write!(
@@ -596,12 +615,13 @@ pub(crate) fn gpu_route<T: Element>(
     devices: Vec<usize>,
 ) -> Route {
     let asked = opts.precision.for_dtype(T::DTYPE);
-    let precision = done.ran.map_or(Precision::Fp32, |r| r.precision);
+    let precision = done.ran.map_or(Precision::Native, |r| r.precision);
     Route::Gpu {
         batch,
         devices,
         precision,
         precision_unavailable: (done.ran.is_some() && !asked.served_by(precision)).then_some(asked),
+        guard: done.ran.and_then(|r| r.guard),
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

@@ -34,9 +34,11 @@ pub const ENV_DEVICES: &str = "GPU_DOT_DEVICES";
 /// B from the host instead of sharing it over peer links (see
 /// [`DotOptions::peer_copies`](crate::DotOptions::peer_copies)).
 pub const ENV_PEER_COPY: &str = "GPU_DOT_PEER_COPY";
-/// Environment variable choosing the precision of products: `fp32` (default; FP64 for `f64`),
-/// `tf32x3` or `tf32` (`f32` only), `ozaki` or `ozaki-N` with N from 2 to 18 (both element
-/// types; see [`Precision`](crate::Precision)).
+/// Environment variable choosing the precision of products: `auto` (the default: emulated
+/// where that is faster and the device's guard finds it within native's error bound, else
+/// native), `native` (`fp32`, its former name: FP32 for `f32`, FP64 for `f64`), `tf32x3` or
+/// `tf32` (`f32` only), `ozaki` or `ozaki-N` with N from 2 to 18 (both element types,
+/// unguarded; see [`Precision`](crate::Precision)).
 pub const ENV_PRECISION: &str = "GPU_DOT_PRECISION";
 /// The environment variable that moves the kernel cache to another folder, or turns it off
 /// with `off`, `0`, `none` or an empty value.
@@ -167,6 +169,8 @@ pub(crate) const AUTOTUNE: Setting = Setting {
 pub(crate) const PRECISION: Setting = Setting {
     name: ENV_PRECISION,
     values: &[
+        Value::word("auto"),
+        Value::word("native"),
         Value::word("fp32"),
         Value::word("tf32x3"),
         Value::word("tf32"),
@@ -370,7 +374,7 @@ mod tests {
     fn messages_list_every_value() {
         assert_eq!(
             PRECISION.expected(),
-            "fp32, tf32x3, tf32, ozaki or ozaki-N (N from 2 to 18)"
+            "auto, native, fp32, tf32x3, tf32, ozaki or ozaki-N (N from 2 to 18)"
         );
         assert_eq!(BACKEND.expected(), "auto, gpu or cpu");
         assert_eq!(MIN_FLOPS.expected(), "a non-negative integer");
@@ -387,8 +391,8 @@ mod tests {
         let e = PRECISION.invalid("bf16").to_string();
         assert_eq!(
             e,
-            "GPU_DOT_PRECISION=\"bf16\" is not valid: expected fp32, tf32x3, tf32, ozaki or \
-             ozaki-N (N from 2 to 18)"
+            "GPU_DOT_PRECISION=\"bf16\" is not valid: expected auto, native, fp32, tf32x3, \
+             tf32, ozaki or ozaki-N (N from 2 to 18)"
         );
     }
 

@@ -276,7 +276,7 @@ fn automatic_moduli_are_as_accurate_as_native_fp64_on_uniform_inputs() {
         let r = compensated(&a, &b);
         let scale = k as f64;
         let oz = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
-        let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+        let native = a.gpu_dot_with(&b, &options(Precision::Native)).unwrap();
         let (e_oz, e_native) = (max_rel(&oz.c, &r, scale), max_rel(&native.c, &r, scale));
         println!(
             "{m}×{k}×{n}: ozaki-{} {e_oz:.3e}, native {e_native:.3e}",
@@ -307,7 +307,7 @@ fn automatic_moduli_are_as_accurate_as_native_fp64_over_a_wide_range() {
         let b = wide(&mut rng, k, n, 30);
         let r = compensated(&a, &b);
         let oz = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
-        let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+        let native = a.gpu_dot_with(&b, &options(Precision::Native)).unwrap();
         let (e_oz, e_native) = (frobenius(&oz.c, &r), frobenius(&native.c, &r));
         println!(
             "{m}×{k}×{n} 2^±30: ozaki-{} {e_oz:.3e}, native {e_native:.3e}",
@@ -333,7 +333,7 @@ fn inf_and_nan_give_the_native_pattern() {
     b[[2, 10]] = 0.0;
     a[[8, 2]] = 0.0; // Inf · 0 where row 8 meets column 9: NaN
     let p = a.gpu_dot_with(&b, &options(Precision::OZAKI)).unwrap();
-    let native = a.gpu_dot_with(&b, &options(Precision::Fp32)).unwrap();
+    let native = a.gpu_dot_with(&b, &options(Precision::Native)).unwrap();
     let want = model(&a, &b, moduli_of(&p.route));
     for ((i, j), &x) in p.c.indexed_iter() {
         let special = [3, 5].contains(&i) || [4, 9].contains(&j);
@@ -422,7 +422,7 @@ fn a_product_ozaki_cannot_run_falls_back_to_native_and_says_so() {
             precision_unavailable,
             ..
         } => {
-            assert_eq!(*precision, Precision::Fp32);
+            assert_eq!(*precision, Precision::Native);
             assert_eq!(*precision_unavailable, Some(Precision::OZAKI));
         }
         other => panic!("{other}"),

@@ -13,11 +13,11 @@ use rand::{Rng, SeedableRng};
 #[test]
 fn the_precision_parses_from_the_environment() {
     let parse = |v: &str| DotOptions::from_lookup(|n| (n == ENV_PRECISION).then(|| v.to_string()));
-    assert_eq!(DotOptions::builtin().precision, Precision::Fp32);
+    assert_eq!(DotOptions::builtin().precision, Precision::Native);
     assert_eq!(parse("tf32x3").unwrap().precision, Precision::Tf32x3);
     assert_eq!(parse(" 3xTF32").unwrap().precision, Precision::Tf32x3);
     assert_eq!(parse("TF32").unwrap().precision, Precision::Tf32);
-    assert_eq!(parse("fp32").unwrap().precision, Precision::Fp32);
+    assert_eq!(parse("fp32").unwrap().precision, Precision::Native);
     match parse("bf16") {
         Err(GpuDotError::InvalidEnv { var, .. }) => assert_eq!(var, ENV_PRECISION),
         other => panic!("expected InvalidEnv, got {other:?}"),

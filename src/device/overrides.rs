@@ -84,3 +84,18 @@ pub(crate) fn pretended_sm() -> Option<u32> {
         sm => Some(sm),
     }
 }
+
+/// Makes the default precision weigh emulation on every product the Ozaki kernels can run,
+/// whatever its size (the accuracy suite's small products); `false` restores the measured
+/// sizes from which it pays.
+pub fn emulate_every_size(on: bool) {
+    EMULATE_EVERY_SIZE.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+static EMULATE_EVERY_SIZE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a test asked for [`emulate_every_size`].
+pub(crate) fn emulating_every_size() -> bool {
+    EMULATE_EVERY_SIZE.load(std::sync::atomic::Ordering::SeqCst)
+}

@@ -242,7 +242,7 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
             b,
             ldb: b.ld as i64,
             ldc: ldc as i64,
-            precision: Precision::Fp32,
+            precision: Precision::Native,
         })
     }
 

@@ -59,7 +59,7 @@ pub(crate) fn launch_batched<T: Element>(
 ) -> Result<(Option<Plan>, Precision), GpuDotError> {
     assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
     if batch.items == 0 {
-        return Ok((None, Precision::Fp32));
+        return Ok((None, Precision::Native));
     }
     // Every item lies inside the buffers: the last one starts furthest in.
     let last = batch.items - 1;
@@ -84,7 +84,7 @@ pub(crate) fn launch_batched<T: Element>(
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?;
             launch_simple(gpu, stream, kernel, args, &mut c)?;
         }
-        return Ok((None, Precision::Fp32));
+        return Ok((None, Precision::Native));
     }
     let dtype = T::DTYPE;
     // Matrix-matrix items from sm_80 on only: a single product with one row or column runs
@@ -101,7 +101,7 @@ pub(crate) fn launch_batched<T: Element>(
             let mut c = c.slice_mut(z * batch.c..);
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
             let plan = Plan::Tile { config, splits: 1 };
-            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws)?);
+            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws)?.precision);
         }
         let ran = ran.expect("at least one item");
         return Ok((Some(Plan::Tile { config, splits: 1 }), ran));

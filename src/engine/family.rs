@@ -195,7 +195,7 @@ mod tests {
             Family::serving(dtype, precision, kernel, sm, batched)
         };
         assert_eq!(
-            f(Dtype::F32, Precision::Fp32, Kernel::Auto, 90, false),
+            f(Dtype::F32, Precision::Native, Kernel::Auto, 90, false),
             [Sgemm]
         );
         assert_eq!(
@@ -223,7 +223,7 @@ mod tests {
             [Naive]
         );
         assert_eq!(
-            f(Dtype::F64, Precision::Fp32, Kernel::Tiled32, 90, true),
+            f(Dtype::F64, Precision::Native, Kernel::Tiled32, 90, true),
             [Tiled]
         );
         assert_eq!(SgemmWg.stand_in(Precision::Tf32), Some(SgemmTf32));

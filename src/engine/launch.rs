@@ -9,10 +9,11 @@ use cudarc::driver::{
 };
 
 use crate::device::context::Gpu;
+use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
 use crate::engine::family::Family;
-use crate::engine::ozaki::OzError;
+use crate::engine::ozaki::{GuardReport, OzError};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -54,11 +55,90 @@ pub(crate) fn launch_simple<T: Element>(
         .map_err(GpuDotError::at("launching a kernel"))
 }
 
-/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns the precision it ran in
-/// (the tile row's: FP32 where the device lacks the asked-for kernels; FP32 for the GEMVs;
-/// native where an Ozaki product cannot run). `scratch` is the split-K (and Ozaki)
-/// workspace, grown as needed (`high_water`: the device's record for it).
+/// What a launch ran in: its precision, and what the guard found where the product was
+/// guarded (the default precision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Launched {
+    pub(crate) precision: Precision,
+    pub(crate) guard: Option<GuardReport>,
+}
+
+/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
+/// row's precision: native where the device lacks the asked-for kernels, for the GEMVs, and
+/// where an Ozaki product cannot run or its guard refuses it). `scratch` is the split-K (and
+/// Ozaki) workspace, grown as needed (`high_water`: the device's record for it).
+///
+/// The default precision ([`Precision::Auto`]) runs a tiled plan by guarded Ozaki where
+/// [`emulation_pays`] for the device and shape, else natively.
 pub(crate) fn launch_plan<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    plan: Plan,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    split_ws: &mut Option<DevBuf>,
+) -> Result<Launched, GpuDotError> {
+    let mut guard = None;
+    if let Plan::Tile { .. } = plan {
+        let (m, k, n) = args.dims();
+        let emulate = match args.precision.for_dtype(T::DTYPE) {
+            Precision::Ozaki { moduli } => Some((moduli, false)),
+            Precision::Auto
+                if emulation_pays(T::DTYPE, gpu.kernel_sm(), (m, k, n)) && ozaki_ready(gpu) =>
+            {
+                Some((0, true))
+            }
+            _ => None,
+        };
+        if let Some((moduli, guarded)) = emulate {
+            match crate::engine::ozaki::launch(gpu, stream, moduli, guarded, args, c, split_ws) {
+                // Not here (device, k, workspace or NVRTC): the native kernels below run it,
+                // and the route report names the precision that could not run.
+                Err(OzError::Unavailable) => {}
+                // The guard refused it: natively, and the report says what the guard found.
+                Err(OzError::Guarded(report)) => guard = Some(report),
+                Err(OzError::Gpu(e)) => return Err(e),
+                Ok(ran) => {
+                    return Ok(Launched {
+                        precision: ran.precision,
+                        guard: ran.guard,
+                    })
+                }
+            }
+        }
+    }
+    launch_native(gpu, stream, plan, args, c, split_ws)
+        .map(|precision| Launched { precision, guard })
+}
+
+/// Where the default precision emulates: the shapes on which guarded Ozaki products ran
+/// faster than the native kernels on the devices measured (BENCHMARKS.md), on devices with
+/// INT8 tensor cores (compute capability 8.0 on). The guard's own cost (about one more INT8
+/// GEMM and two passes over the operands) is counted in.
+pub(crate) fn emulation_pays(dtype: Dtype, sm: u32, (m, k, n): (usize, usize, usize)) -> bool {
+    // The smallest side of a product the emulation wins on, and its smallest volume.
+    let (side, volume) = match dtype {
+        Dtype::F64 => (EMULATE_F64.0, EMULATE_F64.1),
+        Dtype::F32 => (EMULATE_F32.0, EMULATE_F32.1),
+    };
+    let big = m.min(n).min(k) >= side && (m as f64) * (k as f64) * (n as f64) >= volume;
+    sm >= 80 && (big || crate::device::overrides::emulating_every_size())
+}
+
+/// Whether the Ozaki kernels are loaded, loading them now where that needs no NVRTC (the
+/// shipped CUBINs, the disk cache); else their compilation starts on a background thread
+/// and the default precision runs natively meanwhile.
+fn ozaki_ready(gpu: &Gpu) -> bool {
+    matches!(gpu.prepare(Family::Ozaki), Ok(Readiness::Ready))
+}
+
+/// `f64` products emulate from sides of this many and a volume of `m·k·n` this large (3072³).
+const EMULATE_F64: (usize, f64) = (2048, 3072.0 * 3072.0 * 3072.0);
+/// `f32` products, from sides of this many and a volume this large (1536³).
+const EMULATE_F32: (usize, f64) = (1024, 1536.0 * 1536.0 * 1536.0);
+
+/// [`launch_plan`] in the native precision (or the TF32 ones asked for).
+fn launch_native<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     plan: Plan,
@@ -94,20 +174,11 @@ pub(crate) fn launch_plan<T: Element>(
             // outputs, 256 threads); the buffers cover op(A), op(B) and C (checked when the
             // arguments were made), and the kernels guard every access by M, N and K.
             unsafe { builder.launch(cfg) }
-                .map(|_| Precision::Fp32)
+                .map(|_| Precision::Native)
                 .map_err(GpuDotError::at("launching a GEMV kernel"))
         }
         Plan::Tile { config, splits } => {
             let precision = args.precision.for_dtype(dtype);
-            if let Precision::Ozaki { moduli } = precision {
-                match crate::engine::ozaki::launch(gpu, stream, moduli, args, c, split_ws) {
-                    // Not here (device, k, workspace or NVRTC): the native kernels below run
-                    // it, and the route report names the precision that could not run.
-                    Err(OzError::Unavailable) => {}
-                    Err(OzError::Gpu(e)) => return Err(e),
-                    Ok(ran) => return Ok(ran),
-                }
-            }
             if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
                 match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
                     // Without room for the panels or the split partials (the mma.sync

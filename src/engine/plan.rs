@@ -208,7 +208,7 @@ mod tests {
 
     const H200: Target = Target {
         dtype: Dtype::F32,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         sm: 90,
         sms: 132,
     };
@@ -251,7 +251,7 @@ mod tests {
         ));
         // Old devices run the SIMT fallback for both configurations.
         assert_eq!(
-            TileRow::of(Dtype::F64, Precision::Fp32, TileConfig::Big, 75).stem,
+            TileRow::of(Dtype::F64, Precision::Native, TileConfig::Big, 75).stem,
             "dgemm_simt"
         );
     }

@@ -22,6 +22,7 @@ use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{DevBuf, GemmArgs};
 use crate::engine::launch;
+use crate::engine::ozaki::GuardReport;
 use crate::engine::plan::{self, Plan, Target};
 use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
@@ -56,6 +57,8 @@ pub(crate) struct Ran {
     /// The precision its multiplications ran in (FP32 where the one asked for has no kernel
     /// on the device or for the plan).
     pub(crate) precision: Precision,
+    /// What the guard found, where the product was guarded.
+    pub(crate) guard: Option<GuardReport>,
 }
 
 /// How one product runs: its panel count and each panel's kernel plan (`None`: the
@@ -398,17 +401,21 @@ pub(crate) fn launch<T: Element>(
     c: &mut CudaViewMut<'_, T>,
     scratch: &mut Option<DevBuf>,
 ) -> Result<Ran, GpuDotError> {
-    let precision = match plan {
+    let launched = match plan {
         Some(plan) => launch::launch_plan(gpu, stream, plan, args, c, scratch)?,
         None => {
             launch::launch_simple(gpu, stream, kernel, args, c)?;
-            Precision::Fp32
+            launch::Launched {
+                precision: Precision::Native,
+                guard: None,
+            }
         }
     };
     Ok(Ran {
         kernel,
         plan,
-        precision,
+        precision: launched.precision,
+        guard: launched.guard,
     })
 }
 
@@ -482,8 +489,8 @@ pub(crate) fn launch_isolated<T: Element>(
                         .iter()
                         .zip(candidates.iter().zip(&ran_in))
                         .min_by(|x, y| x.0.total_cmp(y.0))
-                        .map(|(&t, (&plan, &precision))| (t, plan, precision));
-                    let (_, plan, precision) = best.expect("at least one candidate");
+                        .map(|(&t, (&plan, &launched))| (t, plan, launched));
+                    let (_, plan, launched) = best.expect("at least one candidate");
                     ISOLATED
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -492,7 +499,8 @@ pub(crate) fn launch_isolated<T: Element>(
                     return Ok(Ran {
                         kernel,
                         plan: Some(plan),
-                        precision,
+                        precision: launched.precision,
+                        guard: launched.guard,
                     });
                 }
             }
@@ -569,7 +577,7 @@ mod tests {
 
     #[test]
     fn slow_candidates_drop_out_and_the_fastest_is_kept() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(999), Precision::Fp32);
+        let key = product((1000, 1000, 1000), 0).key(0, Some(999), Precision::Native);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,
@@ -608,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_late_report_of_a_dropped_candidate_keeps_the_fastest_running() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(998), Precision::Fp32);
+        let key = product((1000, 1000, 1000), 0).key(0, Some(998), Precision::Native);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,

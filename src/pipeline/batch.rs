@@ -186,6 +186,7 @@ fn run<T: Element>(
             kernel: opts.kernel,
             plan,
             precision,
+            guard: None,
         }),
         panels: 1,
         a_layout: classify(&a.view).0,

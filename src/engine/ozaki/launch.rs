@@ -3,16 +3,20 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
 use crate::engine::family::Family;
-use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE};
+use crate::engine::table::{
+    OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE, OZAKI_GUARD_GEMM,
+    OZAKI_GUARD_GEMM_MMA,
+};
 use crate::error::GpuDotError;
-use crate::options::Precision;
+use crate::options::{Precision, MAX_MODULI};
 
+use super::guard::{unit_roundoff, GUARD};
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
 
@@ -22,6 +26,9 @@ pub(crate) enum OzError {
     /// [`MAX_K`], no room for the workspace, or the family does not build): nothing was
     /// enqueued, and the native kernels run it.
     Unavailable,
+    /// The guard found an element that no count it weighed keeps within native's bound:
+    /// nothing more was enqueued, and the native kernels run the product.
+    Guarded(GuardReport),
     Gpu(GpuDotError),
 }
 
@@ -86,23 +93,45 @@ impl Gemm {
     }
 }
 
-/// Bytes of the workspace of an `m × k × n` product on `count` moduli by `gemm`, and the
-/// sections' offsets: (total, [EA, EB, PA, PB, R]).
+/// Sections of the workspace, by index into [`workspace`]'s offsets.
+const EA: usize = 0;
+const EB: usize = 1;
+const PA: usize = 2;
+const PB: usize = 3;
+const R: usize = 4;
+const SA: usize = 5;
+const SB: usize = 6;
+const LA: usize = 7;
+const LB: usize = 8;
+const NEED: usize = 9;
+
+/// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
+/// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
+/// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
+/// NEED] (the magnitude shifts, the scaled 1-norms and one int per GEMM tile).
 pub(super) fn workspace(
     count: usize,
+    shifts: usize,
+    guarded: bool,
     (m, k, n): (usize, usize, usize),
     gemm: Gemm,
-) -> (usize, [usize; 5]) {
-    let (_, (mp, np)) = gemm.panels(m, n);
+) -> (usize, [usize; 10]) {
+    let ((tm, tn), (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
+    let g = guarded as usize;
     let sizes = [
-        4 * mp,
-        4 * np,
+        4 * mp * shifts,
+        4 * np * shifts,
         count * mp * kp,
         count * np * kp,
         count * m * n,
+        4 * mp * g,
+        4 * np * g,
+        8 * mp * g,
+        8 * np * g,
+        4 * (mp / tm) * (np / tn) * g,
     ];
-    let mut at = [0; 5];
+    let mut at = [0; 10];
     let mut total = 0;
     for (o, s) in at.iter_mut().zip(sizes) {
         *o = total;
@@ -111,28 +140,108 @@ pub(super) fn workspace(
     (total, at)
 }
 
-/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II on the first `moduli_for(..)` moduli, with
-/// the workspace in `ws` (grown as needed), and returns the precision it ran in.
+/// The guard's arguments to the scaling pass (`oz::GuardScale`): the candidate counts'
+/// scaling bits and norm bounds, `n` of them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GuardScale {
+    n: i32,
+    bits: [i32; MAX_CANDIDATES],
+    unused: i32,
+    bound: [f64; MAX_CANDIDATES],
+}
+
+const _: () = assert!(std::mem::size_of::<GuardScale>() == 56);
+
+// SAFETY: `GuardScale` is `#[repr(C)]` plain data (integers and doubles), laid out as the
+// kernels' `oz::GuardScale` (56 bytes, asserted on both sides).
+unsafe impl cudarc::driver::DeviceRepr for GuardScale {}
+
+/// The guard GEMM's epilogue arguments (`oz::Guard`): the rows' shifts for each candidate
+/// count (`ea[c·lde_a + i]`), magnitude shifts, scaled 1-norms, and one int per output tile
+/// (`need[tile_row·tiles_n + tile_col]`) that receives the largest, over the tile's elements,
+/// of the index of the first candidate each passes at (`n`: none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GuardArgs {
+    ea: u64,
+    eb: u64,
+    sa: u64,
+    sb: u64,
+    la: u64,
+    lb: u64,
+    need: u64,
+    lde_a: i32,
+    lde_b: i32,
+    tiles_n: i32,
+    k: i32,
+    n: i32,
+    unused: i32,
+    gu: f64,
+}
+
+const _: () = assert!(std::mem::size_of::<GuardArgs>() == 88);
+
+// SAFETY: `GuardArgs` is `#[repr(C)]` plain data (device addresses as integers, integers and
+// a double), laid out as the kernels' `oz::Guard` (88 bytes, asserted on both sides); the
+// addresses point into the workspace the launches that read them are ordered after.
+unsafe impl cudarc::driver::DeviceRepr for GuardArgs {}
+
+/// The most candidate counts the guard weighs at once.
+pub(crate) const MAX_CANDIDATES: usize = 4;
+
+/// What the guard found for one product: the output tiles of its INT8 GEMM, and those that
+/// no candidate count passed (then the whole product runs natively).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardReport {
+    /// Output tiles the guard judged.
+    pub tiles: usize,
+    /// Tiles with an element that no count of moduli the guard weighed keeps within native's
+    /// bound: any sends the product to the native kernels.
+    pub failed: usize,
+}
+
+/// How an Ozaki launch ended.
+pub(crate) struct Emulated {
+    /// The precision it ran in (`Ozaki` with its count).
+    pub(crate) precision: Precision,
+    /// The guard's verdict, when the product was guarded.
+    pub(crate) guard: Option<GuardReport>,
+}
+
+/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace in `ws` (grown as
+/// needed), and returns the precision it ran in. Unguarded, it runs on the first
+/// `moduli_for(..)` moduli. `guarded` (the default precision), it first runs the guard
+/// (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic count and up to three more, waits
+/// for its verdict, and runs on the fewest moduli that every element passes at; where some
+/// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
+/// native kernels then run the product).
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     moduli: u8,
+    guarded: bool,
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
     ws: &mut Option<DevBuf>,
-) -> Result<Precision, OzError> {
+) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
     if sm < 80 || k == 0 || k > MAX_K {
         return Err(OzError::Unavailable);
     }
-    let count = moduli_for(T::DTYPE, moduli, k);
-    let (bits_a, bits_b) = scaling_bits(count, k);
+    let first = moduli_for(T::DTYPE, moduli, k);
+    // The counts weighed: the automatic one alone unguarded, else it and up to three more.
+    let candidates: Vec<usize> = if guarded {
+        (first..=(first + MAX_CANDIDATES - 1).min(MAX_MODULI)).collect()
+    } else {
+        vec![first]
+    };
+    let (bits_a, bits_b) = scaling_bits(first, k);
     if bits_a < 1 || bits_b < 1 {
         return Err(OzError::Unavailable);
     }
-    let bound = norm_bound(count, k);
-    let consts = Consts::cached(count);
+    let most = *candidates.last().expect("at least one count");
     let gemm_kind = Gemm::of(sm, m, n);
     let (tile_rows, (mp, np)) = gemm_kind.panels(m, n);
     let kp = k.next_multiple_of(128);
@@ -148,39 +257,59 @@ pub(crate) fn launch<T: Element>(
         Dtype::F64 => "d",
         Dtype::F32 => "s",
     };
-    let scale = function(&format!("ozaki_scale_{suffix}"))?;
-    let split = function(&format!("ozaki_split_{suffix}"))?;
-    let gemm = function(match gemm_kind {
-        Gemm::Wg { .. } => OZAKI_GEMM.0,
-        Gemm::Mma => OZAKI_GEMM_MMA.0,
-    })?;
-    // The reconstruction for the fewest moduli that covers `count` (its limbs fit them).
-    let upto = match count {
-        0..=8 => 8,
-        9..=16 => 16,
-        _ => 18,
-    };
-    let rebuild = function(&format!("ozaki_rebuild{upto}_{suffix}"))?;
-    let (total, at) = workspace(count, (m, k, n), gemm_kind);
+    let (total, at) = workspace(most, candidates.len(), guarded, (m, k, n), gemm_kind);
     let work =
         scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
     let base = work.addr(stream);
+    let sec = |i: usize| base + at[i] as u64;
     let fail = |what: &'static str| move |e| OzError::Gpu(GpuDotError::at(what)(e));
-    let (ea, eb, pa, pb, r) = (
-        base + at[0] as u64,
-        base + at[1] as u64,
-        base + at[2] as u64,
-        base + at[3] as u64,
-        base + at[4] as u64,
-    );
     let (a_strides, b_strides) = args.row_strides();
     let (a_buf, b_buf) = args.bufs();
     let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, kp as i32);
-    // Scales, then residue panels, of op(A) (m × k) and op(B)ᵀ (n × k).
-    for (rows, rows_p, tile_rows, x, (sr, sk), e, p, bits) in [
-        (mi, mp, tile_rows.0 as i32, a_buf, a_strides, ea, pa, bits_a),
-        (ni, np, tile_rows.1 as i32, b_buf, b_strides, eb, pb, bits_b),
-    ] {
+    // op(A) (m × k) and op(B)ᵀ (n × k), as rows.
+    let operands = [
+        (
+            mi,
+            mp,
+            tile_rows.0 as i32,
+            a_buf,
+            a_strides,
+            sec(EA),
+            sec(PA),
+            sec(SA),
+            sec(LA),
+        ),
+        (
+            ni,
+            np,
+            tile_rows.1 as i32,
+            b_buf,
+            b_strides,
+            sec(EB),
+            sec(PB),
+            sec(SB),
+            sec(LB),
+        ),
+    ];
+    let (scale, guard_scale) = if guarded {
+        (
+            None,
+            Some(function(&format!("ozaki_guard_scale_{suffix}"))?),
+        )
+    } else {
+        (Some(function(&format!("ozaki_scale_{suffix}"))?), None)
+    };
+    // 1. Scales: each row's shift (for each candidate count when guarded, with the guard's
+    // magnitude shift and scaled 1-norm).
+    let mut weighed = GuardScale {
+        n: candidates.len() as i32,
+        ..GuardScale::default()
+    };
+    for (i, &count) in candidates.iter().enumerate() {
+        weighed.bits[i] = scaling_bits(count, k).0;
+        weighed.bound[i] = norm_bound(count, k);
+    }
+    for &(rows, rows_p, _, x, (sr, sk), e, _, s, l) in &operands {
         // Rows along the contiguous index: one block of 32 × 32 threads per 32 rows; else a
         // warp per row.
         let along_r = sk != 1 && sr == 1;
@@ -193,30 +322,150 @@ pub(crate) fn launch<T: Element>(
             block_dim: (32, if along_r { 32 } else { 8 }, 1),
             shared_mem_bytes: 0,
         };
-        let mut builder = stream.launch_builder(&scale);
-        builder
-            .arg(&rows)
-            .arg(&ki)
-            .arg(x)
-            .arg(&sr)
-            .arg(&sk)
-            .arg(&bits)
-            .arg(&bound)
-            .arg(&e);
-        // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
-        // int bits, double bound, int* E)` in order and type (T the entry's element type by
-        // its suffix); element (r, k) of the R × K operand at X[r·sr + k·sk] lies in the
-        // buffer (the operand covers its matrix, checked when the arguments were made) and
-        // the kernel reads only r < R, k < K; E is the workspace's section of Rp ≥ R ints; one
-        // block per 32 rows, of (32, 32) threads and grid y 1 where rows run along the
-        // contiguous index (the kernel's own test), else of (32, 8) and grid y 4; static
-        // shared memory only.
-        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
-        let cfg = LaunchConfig {
-            grid_dim: ((kp / 64) as u32, (rows_p / 32).min(65_535) as u32, 1),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
+        match (&scale, &guard_scale) {
+            (Some(scale), _) => {
+                let (bits, bound) = (bits_a, norm_bound(first, k));
+                let mut builder = stream.launch_builder(scale);
+                builder
+                    .arg(&rows)
+                    .arg(&ki)
+                    .arg(x)
+                    .arg(&sr)
+                    .arg(&sk)
+                    .arg(&bits)
+                    .arg(&bound)
+                    .arg(&e);
+                // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64
+                // sr, i64 sk, int bits, double bound, int* E)` in order and type (T the
+                // entry's element type by its suffix); element (r, k) of the R × K operand at
+                // X[r·sr + k·sk] lies in the buffer (the operand covers its matrix, checked
+                // when the arguments were made) and the kernel reads only r < R, k < K; E is
+                // the workspace's section of Rp ≥ R ints; one block per 32 rows, of (32, 32)
+                // threads and grid y 1 where rows run along the contiguous index (the
+                // kernel's own test), else of (32, 8) and grid y 4; static shared memory only.
+                unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
+            }
+            (None, Some(guard_scale)) => {
+                let lde = rows_p as i32;
+                let mut builder = stream.launch_builder(guard_scale);
+                builder
+                    .arg(&rows)
+                    .arg(&ki)
+                    .arg(x)
+                    .arg(&sr)
+                    .arg(&sk)
+                    .arg(&weighed)
+                    .arg(&e)
+                    .arg(&lde)
+                    .arg(&s)
+                    .arg(&l);
+                // SAFETY: arguments match `ozaki_guard_scale_{d,s}(int R, int K, const T* X,
+                // i64 sr, i64 sk, GuardScale g, int* E, int ldE, int* S, double* L)`; X as for
+                // `ozaki_scale_*`; E is the workspace's section of g.n · Rp ints (layer c at
+                // E + c·ldE, ldE = Rp ≥ R), S and L its sections of Rp ints and Rp doubles,
+                // written for r < R; `GuardScale` matches the kernel's struct by value; the
+                // grid and block as for `ozaki_scale_*`.
+                unsafe { builder.launch(cfg) }
+                    .map_err(fail("launching the Ozaki guard's scaling"))?;
+            }
+            (None, None) => unreachable!("one of the two scalings"),
+        }
+    }
+    // 2. The guard: magnitude panels, their product judged tile by tile, and its verdict.
+    let mut chosen = 0;
+    let mut report = None;
+    if guarded {
+        let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
+        for &(rows, rows_p, tm, x, (sr, sk), _, p, s, _) in &operands {
+            let cfg = split_config(kp, rows_p);
+            let rp = rows_p as i32;
+            let mut builder = stream.launch_builder(&magnitudes);
+            builder
+                .arg(&rows)
+                .arg(&ki)
+                .arg(x)
+                .arg(&sr)
+                .arg(&sk)
+                .arg(&s)
+                .arg(&p)
+                .arg(&rp)
+                .arg(&kpi)
+                .arg(&tm);
+            // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
+            // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM)`; X as for
+            // the scaling, whose S (R ints) the launch before it on this stream wrote; P is
+            // the first layer of the workspace's panel section (Rp·Kp bytes of at least
+            // count·Rp·Kp), written whole, in the tiles of the GEMM's rows TM (as for
+            // `ozaki_split_*`); grid and block as for the split.
+            unsafe { builder.launch(cfg) }
+                .map_err(fail("launching the Ozaki guard's magnitudes"))?;
+        }
+        let tiles = (mp / tile_rows.0) * (np / tile_rows.1);
+        let need = sec(NEED);
+        // SAFETY: `need` is the workspace's section of `tiles` ints on this stream's device;
+        // the memset is ordered before the guard GEMM that accumulates into it.
+        unsafe { cudarc::driver::result::memset_d8_async(need, 0, 4 * tiles, stream.cu_stream()) }
+            .map_err(fail("clearing the Ozaki guard's verdicts"))?;
+        let guard = GuardArgs {
+            ea: sec(EA),
+            eb: sec(EB),
+            sa: sec(SA),
+            sb: sec(SB),
+            la: sec(LA),
+            lb: sec(LB),
+            need,
+            lde_a: mp as i32,
+            lde_b: np as i32,
+            tiles_n: (np / tile_rows.1) as i32,
+            k: ki,
+            n: candidates.len() as i32,
+            unused: 0,
+            gu: GUARD * unit_roundoff(T::DTYPE),
         };
+        let entry = match gemm_kind {
+            Gemm::Wg { .. } => OZAKI_GUARD_GEMM,
+            Gemm::Mma => OZAKI_GUARD_GEMM_MMA,
+        };
+        let guard_gemm = function(entry)?;
+        enqueue_gemm(
+            stream,
+            &guard_gemm,
+            gemm_kind,
+            (mi, ni, mp, np, kpi, 1),
+            (sec(PA), sec(PB)),
+            GemmTail::Guard(&guard),
+        )?;
+        let mut verdict = vec![0i32; tiles];
+        // SAFETY: `verdict` holds `tiles` ints, the section's size; the copy is ordered after
+        // the guard GEMM on this stream, and the synchronize below completes it before
+        // `verdict` is read.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut verdict[..], need, stream.cu_stream())
+        }
+        .map_err(fail("reading the Ozaki guard's verdicts"))?;
+        stream
+            .synchronize()
+            .map_err(fail("waiting for the Ozaki guard"))?;
+        let none = candidates.len() as i32;
+        let failed = verdict.iter().filter(|&&v| v >= none).count();
+        let guard_report = GuardReport { tiles, failed };
+        if failed > 0 {
+            return Err(OzError::Guarded(guard_report));
+        }
+        chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
+        report = Some(guard_report);
+    }
+    let count = candidates[chosen];
+    let consts = Consts::cached(count);
+    // The chosen count's shifts: layer `chosen` of the E sections.
+    let (ea, eb) = (
+        sec(EA) + (4 * chosen * mp) as u64,
+        sec(EB) + (4 * chosen * np) as u64,
+    );
+    // 3. Residue panels of op(A) and op(B)ᵀ.
+    let split = function(&format!("ozaki_split_{suffix}"))?;
+    for (&(rows, rows_p, tm, x, (sr, sk), _, p, _, _), e) in operands.iter().zip([ea, eb]) {
+        let cfg = split_config(kp, rows_p);
         let rp = rows_p as i32;
         let mut builder = stream.launch_builder(&split);
         builder
@@ -229,114 +478,44 @@ pub(crate) fn launch<T: Element>(
             .arg(&p)
             .arg(&rp)
             .arg(&kpi)
-            .arg(&tile_rows)
+            .arg(&tm)
             .arg(&consts);
         // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
         // const int* E, signed char* P, int Rp, int Kp, int TM, Consts c)`; X as for the
-        // scaling, whose E (R ints) the launch before it on this stream wrote; P is the
-        // workspace's section of count·Rp·Kp bytes, written whole (Rp a multiple of the GEMM's
-        // tile rows TM: 192 or 256, or 128 for the mma.sync GEMM, all multiples of 32); grid
-        // x = Kp/64, grid
-        // y ≤ Rp/32 with the kernel looping over the rest, block (32, 8); `Consts` matches the
-        // kernel's struct by value.
+        // scaling, whose E (R ints, of the chosen layer) a launch before it on this stream
+        // wrote; P is the workspace's section of count·Rp·Kp bytes, written whole (Rp a
+        // multiple of the GEMM's tile rows TM: 192 or 256, or 128 for the mma.sync GEMM, all
+        // multiples of 32); grid x = Kp/64, grid y ≤ Rp/32 with the kernel looping over the
+        // rest, block (32, 8); `Consts` matches the kernel's struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    let (mpi, npi) = (mp as i32, np as i32);
-    match gemm_kind {
-        Gemm::Wg { pair_m } => {
-            // A persistent grid: as many clusters as fit on the device at once (at most one per
-            // unit of work, a pair of tiles of one layer), each looping over its units; one
-            // cluster per unit where the driver cannot say how many fit (a cluster beyond them
-            // would wait for another's whole share). The query needs the context current on
-            // this thread, which the launches above made it.
-            let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * count;
-            let block_dim = (GEMM_THREADS, 1, 1);
-            let shared_mem_bytes = OZAKI_GEMM.1;
-            let fit = gemm
-                .occupancy_max_active_clusters(
-                    LaunchConfig {
-                        grid_dim: (2, 1, 1),
-                        block_dim,
-                        shared_mem_bytes,
-                    },
-                    stream,
-                )
-                .ok()
-                .filter(|&n| n > 0)
-                .map_or(units, |n| n as usize);
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
-                block_dim,
-                shared_mem_bytes,
-            };
-            let pair_mi = pair_m as i32;
-            let mut builder = stream.launch_builder(&gemm);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&pa)
-                .arg(&pb)
-                .arg(&mpi)
-                .arg(&npi)
-                .arg(&kpi)
-                .arg(&r)
-                .arg(&consts)
-                .arg(&pair_mi);
-            // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
-            // pair_m)`; PA and PB are the panels the split launches before it on this stream
-            // write, in tiles of 192 and 256 rows (count·Mp·Kp and count·Np·Kp bytes at
-            // 256-byte-aligned offsets, Kp a multiple of 128); `pairing` made Mp a multiple of
-            // 384 and Np of 256 where pair_m, else Mp of 192 and Np of 512, so the units
-            // (pairs of tiles of a layer) are whole; the grid an even count of blocks (the
-            // kernel's clusters of two), each cluster looping over its units; R is the
-            // workspace's section of count·M·N bytes, written whole (tiles past M or N store
-            // nothing); 384 threads (the kernel's launch bound) and the table's dynamic shared
-            // memory, to which the function's limit was raised when the module was loaded;
-            // the kernel's instructions exist on sm_90 only (`Gemm::of`).
-            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
-        }
-        Gemm::Mma => {
-            let (tile, threads) = OZAKI_GEMM_MMA_TILE;
-            let cfg = LaunchConfig {
-                grid_dim: (
-                    grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
-                    1,
-                    count as u32,
-                ),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: OZAKI_GEMM_MMA.1,
-            };
-            let mut builder = stream.launch_builder(&gemm);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&pa)
-                .arg(&pb)
-                .arg(&mpi)
-                .arg(&npi)
-                .arg(&kpi)
-                .arg(&r)
-                .arg(&consts);
-            // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
-            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`; PA
-            // and PB are the panels the split launches before it on this stream write, in
-            // tiles of 128 rows (count·Mp·Kp and count·Np·Kp bytes at 256-byte-aligned
-            // offsets, Mp and Np multiples of 128, Kp of 128); one block per 128 × 128 tile of
-            // Mp × Np in x and per modulus in z; R is the workspace's section of count·M·N
-            // bytes, written whole (tiles past M or N store nothing); 256 threads (the
-            // kernel's launch bound) and the table's dynamic shared memory, to which the
-            // function's limit was raised when the module was loaded; mma.sync, ldmatrix and
-            // cp.async exist from sm_80 on, checked above.
-            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
-        }
-    }
+    // 4. The INT8 GEMM of every modulus.
+    let gemm = function(match gemm_kind {
+        Gemm::Wg { .. } => OZAKI_GEMM.0,
+        Gemm::Mma => OZAKI_GEMM_MMA.0,
+    })?;
+    enqueue_gemm(
+        stream,
+        &gemm,
+        gemm_kind,
+        (mi, ni, mp, np, kpi, count),
+        (sec(PA), sec(PB)),
+        GemmTail::Residues(sec(R), &consts),
+    )?;
+    // 5. The reconstruction, for the fewest moduli that covers `count` (its limbs fit them).
+    let upto = match count {
+        0..=8 => 8,
+        9..=16 => 16,
+        _ => 18,
+    };
+    let rebuild = function(&format!("ozaki_rebuild{upto}_{suffix}"))?;
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(4 * 256) as u32, m.min(65_535) as u32, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
     let ldc = args.ldc();
+    let r = sec(R);
     let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);
     let mut builder = stream.launch_builder(&rebuild);
     builder
@@ -355,14 +534,147 @@ pub(crate) fn launch<T: Element>(
         .arg(&bsr)
         .arg(&bsk)
         .arg(&consts);
-    // SAFETY: arguments match `ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char*
-    // R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T*
-    // B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB were written by the launches before it on
-    // this stream; C covers M × N at ldc (checked when the arguments were made); A and B are
-    // the operands with the strides of op(A) and op(B)ᵀ, read only for k < K; the kernel
-    // loops over all rows (grid y) and quads of columns (grid x) whatever the grid.
+    // SAFETY: arguments match `ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const
+    // unsigned char* R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64
+    // ask, const T* B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB (the chosen count's layer)
+    // were written by the launches before it on this stream; C covers M × N at ldc (checked
+    // when the arguments were made); A and B are the operands with the strides of op(A) and
+    // op(B)ᵀ, read only for k < K; the kernel loops over all rows (grid y) and quads of
+    // columns (grid x) whatever the grid.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki reconstruction"))?;
-    Ok(Precision::Ozaki {
-        moduli: count as u8,
+    Ok(Emulated {
+        precision: Precision::Ozaki {
+            moduli: count as u8,
+        },
+        guard: report,
     })
+}
+
+/// The split's and the magnitudes' grid: one block of (32, 8) threads per 64 k, and up to
+/// Rp/32 along y (the kernels loop over the rest).
+fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((kp / 64) as u32, (rows_p / 32).min(65_535) as u32, 1),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// What an INT8 GEMM does with its products: residues modulo each modulus into R, or the
+/// guard's verdicts.
+enum GemmTail<'a> {
+    Residues(u64, &'a Consts),
+    Guard(&'a GuardArgs),
+}
+
+/// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
+/// (persistent clusters of two) or the mma.sync one, with its tail's arguments.
+fn enqueue_gemm(
+    stream: &Arc<CudaStream>,
+    func: &CudaFunction,
+    kind: Gemm,
+    (mi, ni, mp, np, kpi, layers): (i32, i32, usize, usize, i32, usize),
+    (pa, pb): (u64, u64),
+    tail: GemmTail<'_>,
+) -> Result<(), OzError> {
+    let fail = |what: &'static str| move |e| OzError::Gpu(GpuDotError::at(what)(e));
+    let (mpi, npi) = (mp as i32, np as i32);
+    match kind {
+        Gemm::Wg { pair_m } => {
+            // A persistent grid: as many clusters as fit on the device at once (at most one per
+            // unit of work, a pair of tiles of one layer), each looping over its units; one
+            // cluster per unit where the driver cannot say how many fit (a cluster beyond them
+            // would wait for another's whole share). The query needs the context current on
+            // this thread, which the launches before it made it.
+            let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * layers;
+            let block_dim = (GEMM_THREADS, 1, 1);
+            let shared_mem_bytes = OZAKI_GEMM.1;
+            let fit = func
+                .occupancy_max_active_clusters(
+                    LaunchConfig {
+                        grid_dim: (2, 1, 1),
+                        block_dim,
+                        shared_mem_bytes,
+                    },
+                    stream,
+                )
+                .ok()
+                .filter(|&n| n > 0)
+                .map_or(units, |n| n as usize);
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
+                block_dim,
+                shared_mem_bytes,
+            };
+            let pair_mi = pair_m as i32;
+            let mut builder = stream.launch_builder(func);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi);
+            match &tail {
+                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
+                GemmTail::Guard(guard) => builder.arg(&pair_mi).arg(*guard),
+            };
+            // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
+            // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
+            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, Guard g)`; PA and
+            // PB are the panels the launches before it on this stream wrote, in tiles of 192
+            // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
+            // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
+            // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
+            // are whole; the grid an even count of blocks (the kernel's clusters of two), each
+            // cluster looping over its units; R is the workspace's section of count·M·N bytes,
+            // written whole (tiles past M or N store nothing), or the guard's sections and
+            // its (Mp/192)·(Np/256) verdicts; 384 threads (the kernel's launch bound) and the
+            // table's dynamic shared memory, to which the function's limit was raised when
+            // the module was loaded; the kernel's instructions exist on sm_90 only
+            // (`Gemm::of`).
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+        Gemm::Mma => {
+            let (tile, threads) = OZAKI_GEMM_MMA_TILE;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
+                    1,
+                    layers as u32,
+                ),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: OZAKI_GEMM_MMA.1,
+            };
+            let mut builder = stream.launch_builder(func);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi);
+            match &tail {
+                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
+                GemmTail::Guard(guard) => builder.arg(*guard),
+            };
+            // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
+            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
+            // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, Guard g)`; PA and PB are the panels the
+            // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
+            // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
+            // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
+            // the workspace's section of count·M·N bytes, written whole (tiles past M or N
+            // store nothing), or the guard's sections and its (Mp/128)·(Np/128) verdicts; 256
+            // threads (the kernel's launch bound) and the table's dynamic shared memory, to
+            // which the function's limit was raised when the module was loaded; mma.sync,
+            // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+    }
+    Ok(())
 }

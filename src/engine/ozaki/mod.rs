@@ -22,6 +22,7 @@ pub(crate) mod scheme;
 mod tests;
 
 pub use guard::guard_counts;
+pub use launch::GuardReport;
 pub(crate) use launch::{launch, OzError};
 pub use model::reference;
 pub use scaling::auto_moduli;

@@ -272,7 +272,7 @@ fn an_ozaki_request_is_served_by_the_count_that_runs() {
     assert!(ran(12).served_by(ran(12)));
     assert!(!ran(12).served_by(ran(15)));
     assert!(ran(1).served_by(ran(2)) && ran(25).served_by(ran(18)));
-    assert!(!Precision::OZAKI.served_by(Precision::Fp32));
+    assert!(!Precision::OZAKI.served_by(Precision::Native));
     assert_eq!(moduli_for(Dtype::F64, 25, 4096), MAX_MODULI);
     assert_eq!(moduli_for(Dtype::F64, 1, 4096), MIN_MODULI);
 }

@@ -37,8 +37,10 @@ impl Family {
         if self == Family::Ozaki && sm >= 80 {
             e.extend(OZAKI_ENTRIES.iter().map(|s| s.to_string()));
             e.push(OZAKI_GEMM_MMA.0.to_string());
+            e.push(OZAKI_GUARD_GEMM_MMA.to_string());
             if sm == 90 {
                 e.push(OZAKI_GEMM.0.to_string());
+                e.push(OZAKI_GUARD_GEMM.to_string());
             }
         }
         if self == Family::SgemmWg && WG.iter().any(|r| r.sm == sm) {
@@ -79,10 +81,15 @@ impl Family {
             .map(|r| r.smem)
             .or_else(|| WG.iter().find(|r| r.stem == entry).map(|r| r.smem))
             .or_else(|| {
-                [OZAKI_GEMM, OZAKI_GEMM_MMA]
-                    .into_iter()
-                    .find(|g| g.0 == entry)
-                    .map(|g| g.1)
+                [
+                    OZAKI_GEMM,
+                    OZAKI_GEMM_MMA,
+                    (OZAKI_GUARD_GEMM, OZAKI_GEMM.1),
+                    (OZAKI_GUARD_GEMM_MMA, OZAKI_GEMM_MMA.1),
+                ]
+                .into_iter()
+                .find(|g| g.0 == entry)
+                .map(|g| g.1)
             })
             .filter(|&smem| smem > 48 * 1024)
     }
@@ -116,9 +123,13 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 10] = [
+const OZAKI_ENTRIES: [&str; 14] = [
     "ozaki_scale_d",
     "ozaki_scale_s",
+    "ozaki_guard_scale_d",
+    "ozaki_guard_scale_s",
+    "ozaki_magnitudes_d",
+    "ozaki_magnitudes_s",
     "ozaki_split_d",
     "ozaki_split_s",
     "ozaki_rebuild8_d",
@@ -128,6 +139,12 @@ const OZAKI_ENTRIES: [&str; 10] = [
     "ozaki_rebuild18_d",
     "ozaki_rebuild18_s",
 ];
+
+/// The Ozaki guard's INT8 GEMM (the magnitudes' product, judged tile by tile), with the
+/// shared memory and tiles of [`OZAKI_GEMM`].
+pub(crate) const OZAKI_GUARD_GEMM: &str = "ozaki_guard_gemm";
+/// … and on mma.sync, with those of [`OZAKI_GEMM_MMA`].
+pub(crate) const OZAKI_GUARD_GEMM_MMA: &str = "ozaki_guard_gemm_mma";
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
 pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_464);
@@ -170,7 +187,7 @@ impl TileConfig {
 
     /// Output rows and columns one block computes, for `dtype` on the newest devices.
     pub fn tile(self, dtype: Dtype) -> (usize, usize) {
-        TileRow::of(dtype, Precision::Fp32, self, u32::MAX).tile
+        TileRow::of(dtype, Precision::Native, self, u32::MAX).tile
     }
 }
 
@@ -208,7 +225,7 @@ pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Sgemm,
         dtype: Dtype::F32,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         config: Some(TileConfig::Big),
         stem: "sgemm_fast_64x128",
         tile: (64, 128),
@@ -222,7 +239,7 @@ pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Sgemm,
         dtype: Dtype::F32,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         config: Some(TileConfig::Small),
         stem: "sgemm_fast_64x64",
         tile: (64, 64),
@@ -236,7 +253,7 @@ pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         config: Some(TileConfig::Big),
         stem: "dgemm_tc_128x64",
         tile: (128, 64),
@@ -250,7 +267,7 @@ pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         config: Some(TileConfig::Small),
         stem: "dgemm_tc_64x64",
         tile: (64, 64),
@@ -264,7 +281,7 @@ pub(crate) const TILES: [TileRow; 9] = [
     TileRow {
         family: Family::Dgemm,
         dtype: Dtype::F64,
-        precision: Precision::Fp32,
+        precision: Precision::Native,
         config: None,
         stem: "dgemm_simt",
         tile: (64, 64),
@@ -350,7 +367,7 @@ impl TileRow {
             })
         };
         find(precision)
-            .or_else(|| find(Precision::Fp32))
+            .or_else(|| find(Precision::Native))
             .or_else(|| {
                 TILES
                     .iter()

@@ -110,7 +110,7 @@ fn every_simple_kernel_and_element_type_has_a_row() {
                     // The precision asked for where the device and element type have
                     // it, else FP32.
                     let has = dtype == Dtype::F32 && sm >= 80;
-                    let want = if has { precision } else { Precision::Fp32 };
+                    let want = if has { precision } else { Precision::Native };
                     assert_eq!(row.precision, want, "{dtype:?} {precision} sm_{sm}");
                 }
             }
@@ -228,7 +228,7 @@ fn the_warpgroup_family_is_compiled_for_sm_90a_and_serves_tf32_tiles_there() {
             assert!(WgRow::of(Dtype::F32, precision, config, 80).is_none());
         }
     }
-    assert!(WgRow::of(Dtype::F32, Precision::Fp32, TileConfig::Big, 90).is_none());
+    assert!(WgRow::of(Dtype::F32, Precision::Native, TileConfig::Big, 90).is_none());
     let x3 = WgRow::of(Dtype::F32, Precision::Tf32x3, TileConfig::Big, 90).unwrap();
     assert_eq!(
         x3.panels(1, 33, 129),

@@ -1,0 +1,129 @@
+//! The adversarial accuracy suite: the default precision against native's componentwise
+//! bound, `|ĉ − c| ≤ small multiple of u·Σ|a||b|`, on every family of
+//! `gpu_dot::accuracy::Family::suite` (elements spanning 2^±10/30/60, scales paired along k,
+//! rows and columns far apart, one huge entry per row, cancellation, sparse with a spread,
+//! near overflow and underflow, Inf and NaN), f64 and f32, at k from 256 to 16384. Each case
+//! runs the native precision, the default (its guard weighing emulation at every size, as it
+//! does on large products) and unguarded Ozaki, and prints their worst ratios as a table.
+//! The default must stay within `max(2 × native's, 8)` and give native's Inf and NaN pattern;
+//! unguarded Ozaki is reported, not judged. Needs a CUDA GPU (compute capability 8.0 or more
+//! for the emulation; elsewhere every product is native and the test checks that much).
+
+mod common;
+
+use gpu_dot::accuracy::{componentwise, Componentwise, Family, Reference};
+use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, Precision, Route};
+use ndarray::Array2;
+
+fn options(precision: Precision) -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .precision(precision)
+        .poison_output(true)
+}
+
+/// One product in `precision`: its ratios against the reference, and its route.
+fn run<A: Element>(
+    a: &Array2<A>,
+    b: &Array2<A>,
+    reference: &Reference,
+    precision: Precision,
+) -> (Componentwise, Route) {
+    let p = a
+        .gpu_dot_with(b, &options(precision))
+        .unwrap_or_else(|e| panic!("{precision}: {e}"));
+    (componentwise(p.c.view(), reference), p.route)
+}
+
+/// Whether the default emulated (its guard passed every element).
+fn emulated(route: &Route) -> bool {
+    matches!(
+        route,
+        Route::Gpu {
+            guard: Some(g),
+            precision: Precision::Ozaki { .. },
+            ..
+        } if g.failed == 0
+    )
+}
+
+fn suite<A: Element>(dtype: Dtype) -> (usize, usize) {
+    let (mut cases, mut emulated_cases) = (0, 0);
+    println!("\n| {dtype} | k | native | default | ran | unguarded Ozaki |");
+    println!("|---|---|---|---|---|---|");
+    for k in [256, 1024, 4096, 16384] {
+        for family in Family::suite(dtype) {
+            let dims = (48, k, 40);
+            let (a, b) = family.operands::<A>(dims, common::fresh_seed());
+            let reference = Reference::new(a.view(), b.view());
+            let (native, _) = run(&a, &b, &reference, Precision::Native);
+            let (default, route) = run(&a, &b, &reference, Precision::Auto);
+            let (ozaki, _) = run(&a, &b, &reference, Precision::OZAKI);
+            let ran = match &route {
+                Route::Gpu {
+                    precision, guard, ..
+                } => match guard {
+                    Some(g) if g.failed > 0 => {
+                        format!("native ({} of {} tiles refused)", g.failed, g.tiles)
+                    }
+                    _ => precision.to_string(),
+                },
+                other => panic!("{}: {other}", family.name()),
+            };
+            println!(
+                "| {} | {k} | {:.3} | {:.3} | {ran} | {:.3e} |",
+                family.name(),
+                native.worst,
+                default.worst,
+                ozaki.worst
+            );
+            let what = format!("{dtype} {} k = {k}: {route}", family.name());
+            // Native's own ratio stays within the textbook bound k·u·Σ|a||b|.
+            assert!(native.worst <= k as f64, "{what}: native {native:?}");
+            assert!(
+                default.worst <= (2.0 * native.worst).max(8.0),
+                "{what}: default {default:?}, native {native:?}"
+            );
+            assert!(
+                default.pattern_mismatches <= native.pattern_mismatches,
+                "{what}: default {default:?}, native {native:?}"
+            );
+            cases += 1;
+            emulated_cases += emulated(&route) as usize;
+            // What the guard passes is never less accurate than its bound: 7·u·Σ|a||b|.
+            if emulated(&route) {
+                assert!(default.worst <= 7.0, "{what}: {default:?}");
+            }
+        }
+    }
+    (cases, emulated_cases)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_default_is_within_native_bound_on_every_family() {
+    gpu_dot::__testing::emulate_every_size(true);
+    let sm = match gpu_dot::device_status() {
+        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
+        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+    };
+    for dtype in [Dtype::F64, Dtype::F32] {
+        let (cases, emulated) = if dtype == Dtype::F64 {
+            suite::<f64>(dtype)
+        } else {
+            suite::<f32>(dtype)
+        };
+        println!("{dtype}: {emulated} of {cases} cases emulated");
+        if sm >= 80 {
+            // The guard lets the benign families through: uniform, far rows and columns,
+            // cancellation and the scaled ones, at least.
+            assert!(
+                emulated >= 4 * 4,
+                "{dtype}: only {emulated} of {cases} emulated"
+            );
+        } else {
+            assert_eq!(emulated, 0);
+        }
+    }
+    gpu_dot::__testing::emulate_every_size(false);
+}
