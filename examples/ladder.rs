@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --features cublas --example ladder -- \
 //!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
-//!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R]
+//!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
 //!
 //! `--pretend-sm 80` chooses kernels as a device of compute capability 8.0 would (the
 //! mma.sync kernels in place of Hopper's warpgroup ones), to measure them on a Hopper.
@@ -523,6 +523,8 @@ fn main() {
             "--plot" => plot_path = Some(args.next().expect("--plot takes a path")),
             "--quick" => quick = true,
             "--auto-only" => auto_only = true,
+            // The default precision weighs emulation at every size (to find where it pays).
+            "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
             "--rounds" => {
                 let r = args.next().expect("--rounds takes a count like 9");
                 rounds = r.parse().expect("--rounds: a whole number");
@@ -550,7 +552,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size]"
             ),
         }
     }

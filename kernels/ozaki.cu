@@ -74,6 +74,20 @@
 //      that is at least c.count); X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
 //      any grid (rows on y, quads of columns on x, each looping over the rest).
+// The guard's (see THE GUARD below):
+// ozaki_guard_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, GuardScale g, int* E,
+//      int ldE, int* S, double* L): as ozaki_scale_*, writing E[c * ldE + r] for each
+//      candidate c < g.n, S[r] (sigma, or FLAG) and L[r] for r < R.
+// ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
+//      signed char* P, int Rp, int Kp, int TM): as ozaki_split_*, one layer of magnitudes.
+// ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
+//      int Kp, int pair_m, int* S) and ozaki_guard_gemm_mma(int M, int N, const signed char*
+//      PA, const signed char* PB, int Mp, int Np, int Kp, int* S): as the two GEMMs for one
+//      layer (units and grid for c.count = 1), writing the int32 product into S (M x N,
+//      row-major) instead of residues.
+// ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g): one block of 256
+//      threads per tm x tn tile of the GEMM's (grid: tiles, tile = row * g.tiles_n + col);
+//      writes g.need[tile] for every tile.
 // ---------------------------------------------------------------------------------------------
 //
 // PANELS. The residues of modulus l are panel l of P, Rp x Kp bytes in tiles of TM rows x 128
@@ -135,9 +149,9 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 // bits below each row's largest, floor(|x| * 2^sigma) <= 127: an element passes at a count when
 // E_ij * 2^(sigma_i + tau_j) <= gu * sum_k mag_a * mag_b (gu = GUARD * u). ozaki_guard_scale_*
 // gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
-// ozaki_magnitudes_* the magnitude panels, and ozaki_guard_gemm* their product, judged in the
-// epilogue: each tile's int in `need` becomes the largest, over its elements, index of the first
-// candidate each passes at (n: none).
+// ozaki_magnitudes_* the magnitude panels, ozaki_guard_gemm* their exact product S (int32), and
+// ozaki_guard_judge each tile's int in `need`: the largest, over its elements, index of the
+// first candidate each passes at (n: none).
 constexpr int MAX_CANDIDATES = 4;
 // The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
 struct GuardScale {
@@ -155,7 +169,7 @@ struct Guard {
     const int* sb;
     const double* la;  // |row i of X|_1 * 2^sigma, rounded up
     const double* lb;
-    int* need;         // need[tile_row * tiles_n + tile_col], zeroed by the host
+    int* need;         // need[tile_row * tiles_n + tile_col], one int per tile
     int lde_a, lde_b, tiles_n, k, n, unused;
     double gu;         // GUARD * u
 };
@@ -531,10 +545,22 @@ struct ResidueTail {
     unsigned char* __restrict__ R;
     const Consts& c;
 };
-// ... or the guard's verdicts on the magnitudes' product.
+// ... or the magnitudes' product itself, as int32 into S (M x N, row-major), for
+// ozaki_guard_judge.
 struct GuardTail {
-    const Guard& g;
+    int* __restrict__ S;
 };
+
+// Stores the int32 sums x0, x1 of columns col, col + 1 of a row of S (at srow, N columns): one
+// 8-byte store where the pair is whole and aligned (`even`).
+OZ_DEV void store_sums(int* srow, int col, int N, bool even, int x0, int x1) {
+    if (even && col + 1 < N) {
+        *reinterpret_cast<int2*>(srow + col) = make_int2(x0, x1);
+    } else {
+        if (col < N) srow[col] = x0;
+        if (col + 1 < N) srow[col + 1] = x1;
+    }
+}
 
 // One side of an element for the guard: its row's sigma, scaled 1-norm and shifts.
 struct Side {
@@ -565,12 +591,6 @@ OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
         if (bound * (1.0 + 0x1p-50) <= room) return c;
     }
     return g.n;
-}
-
-// The tile's verdict: the largest of the warp's, into its int.
-OZ_DEV void tile_verdict(const Guard& g, int tile, int worst) {
-    worst = __reduce_max_sync(0xffffffffu, worst);
-    if ((threadIdx.x & 31) == 0) atomicMax(g.need + tile, worst);
 }
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -803,26 +823,20 @@ OZ_DEV void epilogue_wg(const ResidueTail& tail, int z, int m0, int n0, const in
 }
 
 
-// The guard's verdicts on the warpgroup GEMM's tile (m0, n0) of the magnitudes' product (the
-// layout of epilogue_wg's accumulators).
+// The magnitudes' product of the warpgroup GEMM's tile (m0, n0) into S (the layout of
+// epilogue_wg's accumulators).
 OZ_DEV void epilogue_wg(const GuardTail& tail, int, int m0, int n0, const int (&acc)[BN / 2],
                         int wg, int warp, int g, int t, int M, int N) {
-    const Guard& G = tail.g;
-    const int rows[2] = {m0 + wg * 64 + warp * 16 + g, m0 + wg * 64 + warp * 16 + g + 8};
-    const Side a0(G.sa, G.la, G.ea, G.lde_a, min(rows[0], M - 1), G.n);
-    const Side a1(G.sa, G.la, G.ea, G.lde_a, min(rows[1], M - 1), G.n);
-    int worst = 0;
+    const bool even = (N & 1) == 0;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
+        if (row >= M) continue;
+        int* srow = tail.S + (i64)row * N;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int col = n0 + 8 * j + 2 * t + e;
-            if (col >= N) continue;
-            const Side b(G.sb, G.lb, G.eb, G.lde_b, col, G.n);
-            if (rows[0] < M) worst = max(worst, first_pass(G, acc[4 * j + e], a0, b));
-            if (rows[1] < M) worst = max(worst, first_pass(G, acc[4 * j + 2 + e], a1, b));
-        }
-    tile_verdict(G, (m0 / BM) * G.tiles_n + n0 / BN, worst);
+        for (int j = 0; j < BN / 8; ++j)
+            store_sums(srow, n0 + 8 * j + 2 * t, N, even, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
 }
 
 #endif  // sm_90a
@@ -979,31 +993,52 @@ OZ_DEV void epilogue_mma(const ResidueTail& tail, int z, int m0, int n0, int wm,
         }
 }
 
-// The guard's verdicts on the mma.sync GEMM's tile (m0, n0) of the magnitudes' product (the
-// layout of epilogue_mma's accumulators).
+// The magnitudes' product of the mma.sync GEMM's tile (m0, n0) into S (the layout of
+// epilogue_mma's accumulators).
 OZ_DEV void epilogue_mma(const GuardTail& tail, int, int m0, int n0, int wm, int wn, int lane,
                          const int (&acc)[4][4][4], int M, int N) {
-    const Guard& G = tail.g;
     const int g = lane >> 2, t = lane & 3;
-    int worst = 0;
+    const bool even = (N & 1) == 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
             if (row >= M) continue;
-            const Side a(G.sa, G.la, G.ea, G.lde_a, row, G.n);
+            int* srow = tail.S + (i64)row * N;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = n0 + wn * 32 + 8 * j + 2 * t + e;
-                    if (col >= N) continue;
-                    const Side b(G.sb, G.lb, G.eb, G.lde_b, col, G.n);
-                    worst = max(worst, first_pass(G, acc[i][j][2 * h + e], a, b));
-                }
+                store_sums(srow, n0 + wn * 32 + 8 * j + 2 * t, N, even, acc[i][j][2 * h],
+                           acc[i][j][2 * h + 1]);
         }
-    tile_verdict(G, (m0 / MMA_BM) * G.tiles_n + n0 / MMA_BN, worst);
+}
+
+// The guard's verdict on each tm x tn tile of the magnitudes' product S (M x N, row-major):
+// need[tile] = the largest, over the tile's elements, index of the first candidate each passes
+// at (g.n: none). One block per tile, tile = blockIdx.x = tile_row * g.tiles_n + tile_col;
+// each thread takes columns (its own rows' data is the same for the whole block: one load
+// serves the warp).
+OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const Guard& g) {
+    const int tile = blockIdx.x, tr = tile / g.tiles_n;
+    const int m0 = tr * tm, n0 = (tile - tr * g.tiles_n) * tn;
+    const int rows = min(tm, M - m0);
+    int worst = 0;
+    for (int c = threadIdx.x; c < tn && n0 + c < N; c += blockDim.x) {
+        const int col = n0 + c;
+        const Side b(g.sb, g.lb, g.eb, g.lde_b, col, g.n);
+        for (int r = 0; r < rows; ++r) {
+            const Side a(g.sa, g.la, g.ea, g.lde_a, m0 + r, g.n);
+            worst = max(worst, first_pass(g, S[(i64)(m0 + r) * N + col], a, b));
+        }
+    }
+    __shared__ int warps[32];
+    worst = __reduce_max_sync(0xffffffffu, worst);
+    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = worst;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x + 31) / 32; ++w) worst = max(worst, warps[w]);
+        g.need[tile] = worst;
+    }
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
@@ -1210,8 +1245,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-                     int Kp, int pair_m, oz::Guard g) {
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{g});
+                     int Kp, int pair_m, int* S) {
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
 }
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
@@ -1221,8 +1256,12 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
 }
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-                         int Np, int Kp, oz::Guard g) {
-    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{g});
+                         int Np, int Kp, int* S) {
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{S});
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g) {
+    oz::judge(M, N, S, tm, tn, g);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

@@ -124,7 +124,7 @@ pub(super) fn workspace(
         4 * np * shifts,
         count * mp * kp,
         count * np * kp,
-        count * m * n,
+        count.max(4 * g) * m * n,
         4 * mp * g,
         4 * np * g,
         8 * mp * g,
@@ -402,10 +402,9 @@ pub(crate) fn launch<T: Element>(
         }
         let tiles = (mp / tile_rows.0) * (np / tile_rows.1);
         let need = sec(NEED);
-        // SAFETY: `need` is the workspace's section of `tiles` ints on this stream's device;
-        // the memset is ordered before the guard GEMM that accumulates into it.
-        unsafe { cudarc::driver::result::memset_d8_async(need, 0, 4 * tiles, stream.cu_stream()) }
-            .map_err(fail("clearing the Ozaki guard's verdicts"))?;
+        // The magnitudes' int32 product lies in the residues' section until the GEMM below
+        // writes them (it holds at least 4·m·n bytes: `most` ≥ 4 where guarded).
+        let sums = sec(R);
         let guard = GuardArgs {
             ea: sec(EA),
             eb: sec(EB),
@@ -433,8 +432,30 @@ pub(crate) fn launch<T: Element>(
             gemm_kind,
             (mi, ni, mp, np, kpi, 1),
             (sec(PA), sec(PB)),
-            GemmTail::Guard(&guard),
+            GemmTail::Sums(sums),
         )?;
+        let judge = function("ozaki_guard_judge")?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (tm, tn) = (tile_rows.0 as i32, tile_rows.1 as i32);
+        let mut builder = stream.launch_builder(&judge);
+        builder
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&sums)
+            .arg(&tm)
+            .arg(&tn)
+            .arg(&guard);
+        // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int
+        // tn, Guard g)`; S is the M × N int32 product the guard GEMM before it on this stream
+        // wrote; `GuardArgs` matches the kernel's struct by value, its addresses the
+        // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
+        // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn) ints, one block per tile
+        // writing its own; 256 threads and a static shared array of 32 ints.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
         let mut verdict = vec![0i32; tiles];
         // SAFETY: `verdict` holds `tiles` ints, the section's size; the copy is ordered after
         // the guard GEMM on this stream, and the synchronize below completes it before
@@ -560,11 +581,11 @@ fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
     }
 }
 
-/// What an INT8 GEMM does with its products: residues modulo each modulus into R, or the
-/// guard's verdicts.
+/// What an INT8 GEMM does with its products: residues modulo each modulus into R, or (the
+/// guard's) the int32 sums into an M × N array.
 enum GemmTail<'a> {
     Residues(u64, &'a Consts),
-    Guard(&'a GuardArgs),
+    Sums(u64),
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
@@ -618,20 +639,20 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
-                GemmTail::Guard(guard) => builder.arg(&pair_mi).arg(*guard),
+                GemmTail::Sums(sums) => builder.arg(&pair_mi).arg(sums),
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
             // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
-            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, Guard g)`; PA and
+            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S)`; PA and
             // PB are the panels the launches before it on this stream wrote, in tiles of 192
             // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
             // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
             // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
             // are whole; the grid an even count of blocks (the kernel's clusters of two), each
             // cluster looping over its units; R is the workspace's section of count·M·N bytes,
-            // written whole (tiles past M or N store nothing), or the guard's sections and
-            // its (Mp/192)·(Np/256) verdicts; 384 threads (the kernel's launch bound) and the
+            // written whole (tiles past M or N store nothing), or S, M·N ints written whole;
+            // 384 threads (the kernel's launch bound) and the
             // table's dynamic shared memory, to which the function's limit was raised when
             // the module was loaded; the kernel's instructions exist on sm_90 only
             // (`Gemm::of`).
@@ -659,17 +680,17 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
-                GemmTail::Guard(guard) => builder.arg(*guard),
+                GemmTail::Sums(sums) => builder.arg(sums),
             };
             // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
             // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
             // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, Guard g)`; PA and PB are the panels the
+            // signed char* PB, int Mp, int Np, int Kp, int* S)`; PA and PB are the panels the
             // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
             // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
             // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
             // the workspace's section of count·M·N bytes, written whole (tiles past M or N
-            // store nothing), or the guard's sections and its (Mp/128)·(Np/128) verdicts; 256
+            // store nothing), or S, M·N ints written whole; 256
             // threads (the kernel's launch bound) and the table's dynamic shared memory, to
             // which the function's limit was raised when the module was loaded; mma.sync,
             // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
