@@ -16,7 +16,7 @@ use crate::engine::table::{
 use crate::error::GpuDotError;
 use crate::options::{Precision, MAX_MODULI};
 
-use super::guard::{unit_roundoff, GUARD};
+use super::guard::{guard_sample, unit_roundoff, GUARD};
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
 
@@ -375,28 +375,33 @@ pub(crate) fn launch<T: Element>(
     let mut chosen = 0;
     let mut report = None;
     if guarded {
+        // The magnitudes of the first `kg` inner indices, in panels `kgp` wide.
+        let kg = guard_sample(T::DTYPE, k);
+        let kgp = kg.next_multiple_of(128);
+        let (kgi, kgpi) = (kg as i32, kgp as i32);
         let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
         for &(rows, rows_p, tm, x, (sr, sk), _, p, s, _) in &operands {
-            let cfg = split_config(kp, rows_p);
+            let cfg = split_config(kgp, rows_p);
             let rp = rows_p as i32;
             let mut builder = stream.launch_builder(&magnitudes);
             builder
                 .arg(&rows)
-                .arg(&ki)
+                .arg(&kgi)
                 .arg(x)
                 .arg(&sr)
                 .arg(&sk)
                 .arg(&s)
                 .arg(&p)
                 .arg(&rp)
-                .arg(&kpi)
+                .arg(&kgpi)
                 .arg(&tm);
             // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
             // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM)`; X as for
-            // the scaling, whose S (R ints) the launch before it on this stream wrote; P is
-            // the first layer of the workspace's panel section (Rp·Kp bytes of at least
-            // count·Rp·Kp), written whole, in the tiles of the GEMM's rows TM (as for
-            // `ozaki_split_*`); grid and block as for the split.
+            // the scaling, whose S (R ints) the launch before it on this stream wrote, read for
+            // k < K = kg ≤ the operand's k; P is the start of the workspace's panel section
+            // (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at least count·Rp·Kp), written
+            // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); grid and block
+            // as for the split with Kp = kgp.
             unsafe { builder.launch(cfg) }
                 .map_err(fail("launching the Ozaki guard's magnitudes"))?;
         }
@@ -430,7 +435,7 @@ pub(crate) fn launch<T: Element>(
             stream,
             &guard_gemm,
             gemm_kind,
-            (mi, ni, mp, np, kpi, 1),
+            (mi, ni, mp, np, kgpi, 1),
             (sec(PA), sec(PB)),
             GemmTail::Sums(sums),
         )?;
