@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::{assert_close, random, scaled_tolerance, TestElem};
+use common::{assert_close, random, scaled_tolerance, TempDir, TestElem};
 use gpu_dot::{
     device_status, module_loads, nvrtc_compilations, Backend, DeviceStatus, DotOptions, GpuDot,
     Kernel, ENV_CACHE_DIR,
@@ -35,7 +35,7 @@ fn a_second_process_loads_the_kernels_from_the_disk_cache() {
         child();
         return;
     }
-    let dir = TempDir::new();
+    let dir = TempDir::new("cache-test");
 
     let first = run_child(&dir.0, "first");
     assert!(first.compilations >= 1, "first process compiled nothing");
@@ -240,28 +240,6 @@ fn cache_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// A fresh folder under the system's temporary folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("gpu-dot-cache-test-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The cache under stress, each time with a GPU product checked in every child process:
 /// - four processes compiling into one empty folder at once: all succeed, the folder ends
 ///   with one entry per family and no temporary file, and a fifth process compiles nothing;
@@ -274,7 +252,7 @@ impl Drop for TempDir {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_cache_under_stress_costs_at_most_a_compilation() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("cache-test");
     // Four at once into the same empty folder.
     let children: Vec<_> = (0..4).map(|_| spawn_child(&dir.0, &[])).collect();
     let reports: Vec<ChildReport> = children
@@ -308,7 +286,7 @@ fn the_cache_under_stress_costs_at_most_a_compilation() {
 
     // A folder that cannot be written: read-only (root writes anyway, so also a path that
     // runs through a regular file).
-    let ro = TempDir::new();
+    let ro = TempDir::new("cache-test");
     std::fs::set_permissions(&ro.0, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
     let report = run_child(&ro.0, "read-only folder");
     assert_eq!(report.compilations, families, "{report:?}");
@@ -321,7 +299,7 @@ fn the_cache_under_stress_costs_at_most_a_compilation() {
     assert_eq!(report.compilations, families, "{report:?}");
 
     // A full disk, simulated: no file may grow past 4 KiB (a CUBIN is larger).
-    let full = TempDir::new();
+    let full = TempDir::new("cache-test");
     let report = finish(
         spawn_child(&full.0, &[(FILE_SIZE_LIMIT, "4096")]),
         "file-size limit",

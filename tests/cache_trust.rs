@@ -12,11 +12,10 @@ mod common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
-use common::{assert_close, random};
+use common::{assert_close, random, TempDir, RECORDS};
 use gpu_dot::{kernel_cache_dir, GpuDot, ENV_CACHE_DIR};
-use log::{Level, LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter};
 use ndarray::Array2;
 
 /// Set in a child process: what it should find, `refused:REASON` or `used`.
@@ -28,7 +27,7 @@ fn a_folder_others_may_write_to_is_refused() {
         return child();
     }
     for mode in [0o777, 0o1777, 0o775] {
-        let dir = TempDir::new();
+        let dir = TempDir::new("trust-test");
         set_mode(&dir.0, mode);
         run_child(
             "a_folder_others_may_write_to_is_refused",
@@ -49,7 +48,7 @@ fn a_folder_of_another_user_is_refused() {
     if is_child() {
         return child();
     }
-    let dir = TempDir::new();
+    let dir = TempDir::new("trust-test");
     let me = std::fs::metadata(&dir.0).unwrap().uid();
     let folder = if me == 0 {
         std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534)).unwrap();
@@ -91,7 +90,7 @@ fn a_folder_of_the_users_own_is_used() {
     if is_child() {
         return child();
     }
-    let dir = TempDir::new();
+    let dir = TempDir::new("trust-test");
     for mode in [0o700, 0o755] {
         set_mode(&dir.0, mode);
         run_child("a_folder_of_the_users_own_is_used", &dir.0, "used");
@@ -123,7 +122,7 @@ fn run_child(name: &str, dir: &Path, expect: &str) {
 
 /// In the child: the cache as expected, the warnings about it, and products that are right.
 fn child() {
-    log::set_logger(&CAPTURE).expect("no other logger in this process");
+    log::set_logger(&common::CAPTURE).expect("no other logger in this process");
     log::set_max_level(LevelFilter::Trace);
     let expect = std::env::var(EXPECT).unwrap();
     let dir = PathBuf::from(std::env::var_os(ENV_CACHE_DIR).unwrap());
@@ -169,26 +168,6 @@ fn products() {
     assert_close(&a.gpu_dot(&b), &a, &b, "f32 with the cache refused");
 }
 
-/// Every record the crate logs.
-struct Capture;
-
-static RECORDS: Mutex<Vec<(Level, String)>> = Mutex::new(Vec::new());
-
-impl Log for Capture {
-    fn enabled(&self, _: &Metadata) -> bool {
-        true
-    }
-    fn log(&self, record: &Record) {
-        if record.target().starts_with("gpu_dot") {
-            let mut records = RECORDS.lock().unwrap_or_else(|p| p.into_inner());
-            records.push((record.level(), record.args().to_string()));
-        }
-    }
-    fn flush(&self) {}
-}
-
-static CAPTURE: Capture = Capture;
-
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
@@ -204,31 +183,4 @@ fn assert_empty(dir: &Path) {
         "written into {}: {names:?}",
         dir.display()
     );
-}
-
-/// A fresh folder under the system's temporary folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "gpu-dot-trust-test-{}-{nanos}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

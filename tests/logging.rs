@@ -6,29 +6,9 @@ mod common;
 
 use std::sync::{Mutex, MutexGuard, Once};
 
-use common::random;
+use common::{random, CAPTURE, RECORDS};
 use gpu_dot::{Backend, Device, DotOptions, GpuDot};
-use log::{Level, LevelFilter, Log, Metadata, Record};
-
-/// Every record logged by the crate, kept for the assertions.
-struct Capture;
-
-static RECORDS: Mutex<Vec<(Level, String)>> = Mutex::new(Vec::new());
-
-impl Log for Capture {
-    fn enabled(&self, _: &Metadata) -> bool {
-        true
-    }
-    fn log(&self, record: &Record) {
-        if record.target().starts_with("gpu_dot") {
-            let mut records = RECORDS.lock().unwrap_or_else(|p| p.into_inner());
-            records.push((record.level(), record.args().to_string()));
-        }
-    }
-    fn flush(&self) {}
-}
-
-static CAPTURE: Capture = Capture;
+use log::{Level, LevelFilter};
 
 /// Installs the logger (once per process) and empties the records; the guard keeps the
 /// tests of this binary from running at the same time, so that each sees its own records.

@@ -462,3 +462,53 @@ pub fn panic_message(f: impl FnOnce()) -> String {
         .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
         .expect("a panic message")
 }
+
+/// A fresh folder under the system's temporary folder (`gpu-dot-{name}-…`, unique within and
+/// across processes), removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "gpu-dot-{name}-{}-{nanos}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A logger that keeps every record the crate logs (target `gpu_dot…`), for the tests of what
+/// it says: install it with `log::set_logger(&common::CAPTURE)`, read [`RECORDS`].
+pub struct Capture;
+
+/// The records [`CAPTURE`] kept, with their levels.
+pub static RECORDS: std::sync::Mutex<Vec<(log::Level, String)>> = std::sync::Mutex::new(Vec::new());
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        if record.target().starts_with("gpu_dot") {
+            let mut records = RECORDS.lock().unwrap_or_else(|p| p.into_inner());
+            records.push((record.level(), record.args().to_string()));
+        }
+    }
+    fn flush(&self) {}
+}
+
+pub static CAPTURE: Capture = Capture;
