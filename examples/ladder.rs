@@ -6,6 +6,11 @@
 //!     cargo run --release --features cublas --example ladder -- \
 //!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
+//!         [--paired-k S]
+//!
+//! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
+//! accuracy suite's hostile family: the default precision's guard sends them to the native
+//! kernels, and its `--rounds` show what the guard costs there.
 //!
 //! `--pretend-sm 80` chooses kernels as a device of compute capability 8.0 would (the
 //! mma.sync kernels in place of Hopper's warpgroup ones), to measure them on a Hopper.
@@ -67,6 +72,11 @@ struct Record {
     /// `--rounds`: this kernel's speed over cuBLAS's in each round of alternating timings.
     rounds: Vec<f64>,
 }
+
+/// `--paired-k S`: operands from the accuracy suite's family with scales paired along k
+/// (`a[i][k] = x·2^t[k]`, `b[k][j] = y·2^-t[k]`, `t[k]` within ±S), on which the default
+/// precision's guard refuses emulation; else uniform random operands.
+static INPUTS: std::sync::OnceLock<gpu_dot::accuracy::Family> = std::sync::OnceLock::new();
 
 fn reps_for(first_ms: f64) -> usize {
     ((300.0 / first_ms.max(1e-3)) as usize).clamp(5, 50)
@@ -149,8 +159,15 @@ where
 {
     let mut records: Vec<Record> = Vec::new();
     for (i, &(m, k, n)) in suite.iter().enumerate() {
-        let mut problem =
-            DeviceProblem::<A>::new(m, k, n, 1000 + i as u64).expect("device problem");
+        let seed = 1000 + i as u64;
+        let mut problem = match INPUTS.get() {
+            Some(family) => {
+                let (a, b) = family.operands::<A>((m, k, n), seed);
+                DeviceProblem::from_arrays(a, b)
+            }
+            None => DeviceProblem::<A>::new(m, k, n, seed),
+        }
+        .expect("device problem");
         let reference = Reference::of(&problem);
         if let Some(r) = problem.measure_cublas(&reference, (m, k, n), false) {
             records.push(r);
@@ -525,6 +542,13 @@ fn main() {
             "--auto-only" => auto_only = true,
             // The default precision weighs emulation at every size (to find where it pays).
             "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
+            "--paired-k" => {
+                let s = args.next().expect("--paired-k takes a spread like 20");
+                let s = s.parse().expect("--paired-k: a whole number");
+                INPUTS
+                    .set(gpu_dot::accuracy::Family::PairedK(s))
+                    .expect("one input family");
+            }
             "--rounds" => {
                 let r = args.next().expect("--rounds takes a count like 9");
                 rounds = r.parse().expect("--rounds: a whole number");

@@ -7,7 +7,10 @@
 //! on-disk cache.
 //!
 //!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
-//!         [--sizes 256,1024] [--no-first-call]
+//!         [--sizes 256,1024] [--no-first-call] [--dtype f32|f64]
+//!
+//! Each point also shows its floor: the longer direction's bytes at the page-locked link
+//! speed measured at the start of the run, plus a 25 µs round trip.
 //!
 //! `--sizes` measures only those squares; `--no-first-call` skips the child processes. Each
 //! shape is warmed up until the autotuner has settled on its choice.
@@ -23,9 +26,10 @@ mod common;
 use std::process::Command;
 use std::time::Instant;
 
-use gpu_dot::profile::random_matrix;
+use gpu_dot::profile::{random_matrix, random_matrix_of};
 use gpu_dot::{
-    device_status, module_loads, Backend, DeviceStatus, DotOptions, GpuDot, ENV_CACHE_DIR,
+    device_status, module_loads, Backend, DeviceStatus, DotOptions, Dtype, Element, GpuDot,
+    ENV_CACHE_DIR,
 };
 use serde_json::{json, Value};
 
@@ -38,8 +42,9 @@ fn median(mut t: Vec<f64>) -> f64 {
     t[t.len() / 2]
 }
 
-/// The PyTorch line's median time for each shape, or `None` when python3 or torch is missing.
-fn torch_times(shapes: &[(usize, usize, usize)]) -> Option<Vec<f64>> {
+/// The PyTorch line's median time for each shape in `dtype` (`float32` or `float64`), or
+/// `None` when python3 or torch is missing.
+fn torch_times(shapes: &[(usize, usize, usize)], dtype: &str) -> Option<Vec<f64>> {
     const SCRIPT: &str = r#"
 import json, sys, time
 import numpy as np
@@ -47,9 +52,10 @@ import torch
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 out = []
-for m, k, n in json.loads(sys.argv[1]):
-    a = np.random.rand(m, k).astype(np.float32)
-    b = np.random.rand(k, n).astype(np.float32)
+shapes, dtype = json.loads(sys.argv[1])
+for m, k, n in shapes:
+    a = np.random.rand(m, k).astype(dtype)
+    b = np.random.rand(k, n).astype(dtype)
     f = lambda: (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
     f(); torch.cuda.synchronize()
     t0 = time.perf_counter(); f(); once = time.perf_counter() - t0
@@ -61,7 +67,7 @@ for m, k, n in json.loads(sys.argv[1]):
     out.append(ts[len(ts) // 2])
 print(json.dumps(out))
 "#;
-    let arg = serde_json::to_string(shapes).expect("shapes serialize");
+    let arg = serde_json::to_string(&(shapes, dtype)).expect("shapes serialize");
     common::python_times(SCRIPT, &arg)
 }
 
@@ -159,72 +165,34 @@ fn f64_crossover(json_path: Option<String>) {
     }
 }
 
-fn main() {
-    if std::env::var_os(CHILD).is_some() {
-        return first_call_child();
-    }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--f64-crossover") {
-        let path = args
-            .iter()
-            .position(|a| a == "--json")
-            .and_then(|i| args.get(i + 1).cloned());
-        return f64_crossover(path);
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let no_torch = args.iter().any(|a| a == "--no-torch");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let json_path = value("--json");
-    let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
-        v.split(',')
-            .map(|s| s.trim().parse().expect("--sizes takes integers"))
-            .collect()
-    });
-    let DeviceStatus::Ready(info) = device_status() else {
-        eprintln!("the sweep needs a CUDA GPU: {}", device_status());
-        std::process::exit(2);
-    };
-    println!("device: {}", device_status());
-
-    let first = if args.iter().any(|a| a == "--no-first-call") {
-        Value::Null
+/// Times every shape host to host in `A`: `gpu_dot` with default settings, ndarray's `dot`,
+/// the GPU path forced, PyTorch's line, and `general_mat_mul` into an existing array, beside
+/// the floor the link allows.
+fn sweep<A: Element>(
+    shapes: &[(usize, usize, usize)],
+    no_torch: bool,
+    link: (f64, f64),
+) -> Vec<Value> {
+    let torch = if no_torch {
+        None
     } else {
-        first_call_records()
+        torch_times(
+            shapes,
+            if A::DTYPE == Dtype::F64 {
+                "float64"
+            } else {
+                "float32"
+            },
+        )
     };
-    println!("first call: {first}");
-
-    let mut shapes: Vec<(usize, usize, usize)> = [
-        16, 32, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
-    ]
-    .iter()
-    .map(|&s| (s, s, s))
-    .collect();
-    if !quick {
-        shapes.push((8192, 8192, 8192));
-    }
-    shapes.extend([
-        (1000, 3000, 500),
-        (4096, 4096, 64),
-        (64, 4096, 4096),
-        (8192, 1024, 1024),
-        (1, 4096, 4096),
-    ]);
-    if let Some(sizes) = &sizes {
-        shapes = sizes.iter().map(|&s| (s, s, s)).collect();
-    }
-    let torch = if no_torch { None } else { torch_times(&shapes) };
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let mut records = Vec::new();
-    println!("\n| m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | gpu_dot / best | route |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | floor ms | gpu_dot / floor | torch / gpu_dot | route |", A::DTYPE);
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
-        let a = random_matrix(m, k, 1 + i as u64);
-        let b = random_matrix(k, n, 100 + i as u64);
+        let a = random_matrix_of::<A>(m, k, 1 + i as u64);
+        let b = random_matrix_of::<A>(k, n, 100 + i as u64);
         // Warm-up: grows the staging buffers and lets the autotuner settle (each candidate is
         // a real product, measured as it runs).
         let mut route = a
@@ -283,16 +251,18 @@ fn main() {
         }
         let (ndarray_ms, gpu_path_ms, gpu_dot_ms) = (median(nd_t), median(path_t), median(dot_t));
         // Into an existing array (no fresh pages to fault in).
-        let mut c = ndarray::Array2::<f32>::zeros((m, n));
+        let mut c = ndarray::Array2::<A>::zeros((m, n));
         let into_ms = median_ms(budget, || {
-            gpu_dot::general_mat_mul_with(1.0, &a, &b, 0.0, &mut c, &gpu).expect("into");
+            gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu).expect("into");
         });
         let torch_ms = torch.as_ref().map(|t| t[i]);
-        let best = ndarray_ms.min(gpu_path_ms);
+        let width = std::mem::size_of::<A>();
+        let floor = common::link::floor_ms(link, (m * k + k * n) * width, m * n * width);
         println!(
-            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {:.3} | {route} |",
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {floor:.3} | {:.2} | {} | {route} |",
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
-            gpu_dot_ms / best
+            gpu_dot_ms / floor,
+            torch_ms.map_or("-".into(), |t| format!("{:.2}", t / gpu_dot_ms)),
         );
         records.push(json!({
             "m": m, "k": k, "n": n,
@@ -301,9 +271,81 @@ fn main() {
             "gpu_path_ms": gpu_path_ms,
             "torch_ms": torch_ms,
             "gpu_into_ms": into_ms,
+            "floor_ms": floor,
             "route": route.to_string(),
         }));
     }
+    records
+}
+
+fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        return first_call_child();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--f64-crossover") {
+        let path = args
+            .iter()
+            .position(|a| a == "--json")
+            .and_then(|i| args.get(i + 1).cloned());
+        return f64_crossover(path);
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let no_torch = args.iter().any(|a| a == "--no-torch");
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let json_path = value("--json");
+    let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
+        v.split(',')
+            .map(|s| s.trim().parse().expect("--sizes takes integers"))
+            .collect()
+    });
+    let DeviceStatus::Ready(info) = device_status() else {
+        eprintln!("the sweep needs a CUDA GPU: {}", device_status());
+        std::process::exit(2);
+    };
+    println!("device: {}", device_status());
+
+    let first = if args.iter().any(|a| a == "--no-first-call") {
+        Value::Null
+    } else {
+        first_call_records()
+    };
+    println!("first call: {first}");
+
+    let mut shapes: Vec<(usize, usize, usize)> = [
+        16, 32, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+    ]
+    .iter()
+    .map(|&s| (s, s, s))
+    .collect();
+    if !quick {
+        shapes.push((8192, 8192, 8192));
+    }
+    shapes.extend([
+        (1000, 3000, 500),
+        (4096, 4096, 64),
+        (64, 4096, 4096),
+        (8192, 1024, 1024),
+        (1, 4096, 4096),
+    ]);
+    if let Some(sizes) = &sizes {
+        shapes = sizes.iter().map(|&s| (s, s, s)).collect();
+    }
+    let dtype = value("--dtype").unwrap_or_else(|| "f32".into());
+    let link = common::link::pinned_gbs();
+    println!(
+        "link, page-locked: {:.1} GB/s up, {:.1} GB/s down",
+        link.0, link.1
+    );
+    let records = match dtype.as_str() {
+        "f32" => sweep::<f32>(&shapes, no_torch, link),
+        "f64" => sweep::<f64>(&shapes, no_torch, link),
+        other => panic!("--dtype {other}: expected f32 or f64"),
+    };
 
     let crossover = shapes
         .iter()
@@ -317,6 +359,8 @@ fn main() {
     }
     let doc = json!({
         "device": info.name,
+        "dtype": dtype,
+        "link_gbs": {"up": link.0, "down": link.1},
         "threshold_flops": gpu_dot::DEFAULT_MIN_GPU_FLOPS,
         "crossover_flops": crossover,
         "first_call": first,

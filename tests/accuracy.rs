@@ -125,5 +125,55 @@ fn the_default_is_within_native_bound_on_every_family() {
             assert_eq!(emulated, 0);
         }
     }
+    // Host arrays run in row panels, each guarded on its own: tall enough to emulate, within
+    // the bound, and native where the guard refuses.
+    host_panels::<f64>(sm);
+    host_panels::<f32>(sm);
     gpu_dot::__testing::emulate_every_size(false);
+}
+
+/// A product of host arrays in the default precision, in the panels the crate chooses for
+/// it first (autotuning off), uniform and with scales paired along k.
+fn host_panels<A: Element>(sm: i32) {
+    let dims = (1024, 1024, 512);
+    for family in [Family::Uniform, Family::PairedK(20)] {
+        let (a, b) = family.operands::<A>(dims, common::fresh_seed());
+        let reference = Reference::new(a.view(), b.view());
+        let opts = |precision| {
+            DotOptions::builtin()
+                .backend(Backend::Gpu)
+                .precision(precision)
+                .autotune(false)
+        };
+        let native = a
+            .gpu_dot_with(&b, &opts(Precision::Native))
+            .expect("native");
+        let default = a.gpu_dot_with(&b, &opts(Precision::Auto)).expect("default");
+        let (native_r, default_r) = (
+            componentwise(native.c.view(), &reference),
+            componentwise(default.c.view(), &reference),
+        );
+        let route = &default.route;
+        let what = format!("{} host panels, {}: {route}", A::DTYPE, family.name());
+        println!(
+            "{what}: native {:.3}, default {:.3}",
+            native_r.worst, default_r.worst
+        );
+        let Route::Gpu { panels, .. } = route else {
+            panic!("{what}: not on the GPU");
+        };
+        assert!(*panels > 1, "{what}: one panel");
+        assert!(
+            default_r.worst <= (2.0 * native_r.worst).max(8.0),
+            "{what}: default {default_r:?}, native {native_r:?}"
+        );
+        // What the guard passes is within its bound; uniform inputs pass it on devices with
+        // INT8 tensor cores (and never emulate elsewhere).
+        if emulated(route) {
+            assert!(default_r.worst <= 7.0, "{what}: {default_r:?}");
+        }
+        if family == Family::Uniform {
+            assert_eq!(emulated(route), sm >= 80, "{what}");
+        }
+    }
 }

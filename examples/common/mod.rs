@@ -1,6 +1,8 @@
 //! Timing and the PyTorch reference shared by the examples that report figures.
 #![allow(dead_code)]
 
+pub mod link;
+
 use std::process::Command;
 use std::time::Instant;
 

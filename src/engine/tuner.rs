@@ -34,6 +34,11 @@ pub(crate) const PANEL_GRANULE: usize = 128;
 /// Largest A-panel-plus-C-panel, in elements (32 MiB of f32, 64 MiB of f64): bounds the device
 /// panel buffers.
 const MAX_PANEL_FLOATS: usize = 8 << 20;
+/// Largest A-panel-plus-C-panel, in elements, of a product the default precision emulates
+/// (512 MiB of f32, 1 GiB of f64): emulation pays only on panels as large as the shapes in
+/// [`launch::emulation_pays`], and each panel scales and splits all of B again, so emulated
+/// products run in a few tall panels rather than many short ones.
+const MAX_EMULATED_PANEL_FLOATS: usize = 128 << 20;
 /// Products moving fewer host bytes than this run as one panel unless tuning finds more
 /// panels faster: below it the kernels are short and panels mostly add launches.
 const MIN_PANELLED_BYTES: usize = 16 << 20;
@@ -152,15 +157,51 @@ fn ceil_log2(x: usize) -> u32 {
     usize::BITS - x.saturating_sub(1).leading_zeros()
 }
 
-/// Panel counts worth trying, smallest first; the first is the default.
-fn panel_counts(p: &Product, forced_rows: Option<usize>) -> Vec<usize> {
-    let (m, k, n) = p.dims;
+/// Panel counts worth trying; the first is the default. `emulating`: the
+/// compute capability the product runs on, where its precision may emulate.
+fn panel_counts(p: &Product, forced_rows: Option<usize>, emulating: Option<u32>) -> Vec<usize> {
+    let m = p.dims.0;
     if let Some(rows) = forced_rows {
         return vec![m.div_ceil(rows.clamp(1, m.max(1)))];
     }
     if !p.crosses() || m < 2 * PANEL_GRANULE {
         return vec![1];
     }
+    let native = native_panel_counts(p);
+    match emulating.map(|sm| emulated_panel_counts(p, sm)) {
+        // Panels tall enough to emulate, most first (they overlap the copies best), then the
+        // native default: the tuner keeps whichever runs faster, copies included.
+        Some(emulated) if !emulated.is_empty() => {
+            let mut counts: Vec<usize> =
+                emulated.into_iter().rev().take(PANEL_CHOICES - 1).collect();
+            counts.push(native[0]);
+            counts.dedup();
+            counts
+        }
+        _ => native,
+    }
+}
+
+/// Panel counts whose panels the default precision emulates (see
+/// [`launch::emulation_pays`]) and whose buffers stay within [`MAX_EMULATED_PANEL_FLOATS`],
+/// fewest first.
+fn emulated_panel_counts(p: &Product, sm: u32) -> Vec<usize> {
+    let (m, k, n) = p.dims;
+    let cap = MAX_EMULATED_PANEL_FLOATS / (k + n).max(1);
+    [1usize, 2, 4, 8]
+        .into_iter()
+        .filter(|&c| {
+            let rows = rows_for(m, c);
+            m.div_ceil(rows) == c
+                && rows <= cap
+                && launch::emulation_pays(p.dtype, sm, (rows, k, n))
+        })
+        .collect()
+}
+
+/// Panel counts for a product that runs natively: the default first.
+fn native_panel_counts(p: &Product) -> Vec<usize> {
+    let (m, k, n) = p.dims;
     let by_size =
         ((MAX_PANEL_FLOATS / (k + n).max(1)) / PANEL_GRANULE * PANEL_GRANULE).max(PANEL_GRANULE);
     let least = m.div_ceil(by_size);
@@ -220,7 +261,9 @@ fn plans(
 /// The candidate choices for a product, the default first.
 fn candidates(p: &Product, opts: &DotOptions, target: Target) -> Vec<Choice> {
     let (m, k, n) = p.dims;
-    let counts = panel_counts(p, opts.panel_rows);
+    let emulating =
+        matches!(target.precision, Precision::Auto | Precision::Ozaki { .. }).then_some(target.sm);
+    let counts = panel_counts(p, opts.panel_rows, emulating);
     let counts = if opts.autotune {
         counts
     } else {
@@ -538,27 +581,30 @@ mod tests {
     #[test]
     fn panel_counts_start_with_the_default_and_respect_the_granule() {
         // Mid-size: one panel by default, more to try.
-        let c = panel_counts(&product((1024, 1024, 1024), 12 << 20), None);
+        let c = panel_counts(&product((1024, 1024, 1024), 12 << 20), None, None);
         assert_eq!(c, vec![1, 2, 4]);
         // Large: four by default.
-        let c = panel_counts(&product((4096, 4096, 4096), 192 << 20), None);
+        let c = panel_counts(&product((4096, 4096, 4096), 192 << 20), None, None);
         assert_eq!(c[0], 4);
         assert!(c.iter().all(|&p| 4096usize.div_ceil(p) >= PANEL_GRANULE));
         // Panels bounded by size at 8192³ (32 MiB per A- plus C-panel).
-        let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None);
+        let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None, None);
         assert!(c
             .iter()
             .all(|&p| rows_for(8192, p) * 16384 <= MAX_PANEL_FLOATS));
         // Short or device-only products: one panel.
         assert_eq!(
-            panel_counts(&product((200, 4096, 4096), 1 << 30), None),
+            panel_counts(&product((200, 4096, 4096), 1 << 30), None, None),
             vec![1]
         );
         let mut dev = product((4096, 4096, 4096), 0);
         dev.residency = (false, false, false, false);
-        assert_eq!(panel_counts(&dev, None), vec![1]);
+        assert_eq!(panel_counts(&dev, None, None), vec![1]);
         // Forced panel heights.
-        assert_eq!(panel_counts(&product((100, 5, 5), 0), Some(7)), vec![15]);
+        assert_eq!(
+            panel_counts(&product((100, 5, 5), 0), Some(7), None),
+            vec![15]
+        );
         let forced = Choice {
             panels: 15,
             forced_rows: Some(7),
@@ -573,6 +619,38 @@ mod tests {
             .rows(100),
             1
         );
+    }
+
+    #[test]
+    fn emulated_products_run_in_tall_panels_and_keep_the_native_default_to_compare() {
+        // f32 4096³ from host arrays, on a Hopper: panels of 2048 rows, the whole product, then
+        // the native default of four panels.
+        let p = product((4096, 4096, 4096), 192 << 20);
+        assert_eq!(panel_counts(&p, None, Some(90)), vec![2, 1, 4]);
+        // 8192³: panels of 2048 and 4096 rows (eight would be too short to emulate).
+        let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None, Some(90));
+        assert_eq!(c[..2], [4, 2]);
+        assert!(c[..2]
+            .iter()
+            .all(|&p| rows_for(8192, p) * 16384 <= MAX_EMULATED_PANEL_FLOATS));
+        // f64 panels emulate from 4096 rows (and 5120³ of volume).
+        let mut f64 = product((8192, 8192, 8192), 1536 << 20);
+        f64.dtype = Dtype::F64;
+        assert_eq!(panel_counts(&f64, None, Some(90))[..2], [2, 1]);
+        f64.dims = (4096, 4096, 4096);
+        assert_eq!(
+            panel_counts(&f64, None, Some(90)),
+            panel_counts(&f64, None, None),
+            "4096³ f64 does not emulate"
+        );
+        // No INT8 tensor cores, or a precision that never emulates: the native counts.
+        assert_eq!(
+            panel_counts(&p, None, Some(75)),
+            panel_counts(&p, None, None)
+        );
+        // A product too small to emulate keeps its counts.
+        let small = product((1024, 1024, 1024), 12 << 20);
+        assert_eq!(panel_counts(&small, None, Some(90)), vec![1, 2, 4]);
     }
 
     #[test]
