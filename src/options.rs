@@ -369,8 +369,8 @@ pub struct DotOptions {
     /// peers, so B crosses the host once. Off (or without peer links), every device uploads
     /// all of B from the host. On by default.
     pub peer_copies: bool,
-    /// How products multiply on the GPU (default [`Precision::Native`]: FP32 for `f32`, FP64
-    /// for `f64`).
+    /// How products multiply on the GPU (default [`Precision::Auto`]: guarded Ozaki emulation
+    /// where it is faster and within native's bound, else FP32 for `f32` and FP64 for `f64`).
     pub precision: Precision,
 }
 
@@ -388,7 +388,7 @@ impl DotOptions {
             devices: None,
             min_split_flops: None,
             peer_copies: true,
-            precision: Precision::Native,
+            precision: Precision::Auto,
         }
     }
 

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 #[test]
 fn the_precision_parses_from_the_environment() {
     let parse = |v: &str| DotOptions::from_lookup(|n| (n == ENV_PRECISION).then(|| v.to_string()));
-    assert_eq!(DotOptions::builtin().precision, Precision::Native);
+    assert_eq!(DotOptions::builtin().precision, Precision::Auto);
     assert_eq!(parse("tf32x3").unwrap().precision, Precision::Tf32x3);
     assert_eq!(parse(" 3xTF32").unwrap().precision, Precision::Tf32x3);
     assert_eq!(parse("TF32").unwrap().precision, Precision::Tf32);
