@@ -577,7 +577,7 @@ impl Times {
             "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
              total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
-             issue={:.3} launch={:.3} poll={:.3}",
+             touched={:.3} issue={:.3} launch={:.3} poll={:.3}",
             planned.sched.panels.len(),
             planned.choice.plan.map_or("-".into(), |p| p.to_string()),
             t.helpers,
@@ -592,6 +592,7 @@ impl Times {
             at(t.kernels_enqueued),
             at(t.results_landed),
             at(t.unpacked),
+            if t.touched > 0.0 { at(t.touched) } else { 0.0 },
             t.issue * 1e3,
             t.launch * 1e3,
             t.poll * 1e3,
