@@ -116,6 +116,10 @@ pub(crate) struct Key {
     epilogue: bool,
     /// The panel height the options force, if any.
     forced_rows: Option<usize>,
+    /// Which of the panel counts 1, 2, 4 and 8 the default precision emulates (bit i for
+    /// 2^i): shapes of one class can differ here (3072³ emulates whole, 4096³ also in halves),
+    /// and their candidates with them.
+    emulated: u8,
 }
 
 /// What the tuner needs to know about a product.
@@ -132,7 +136,14 @@ pub(crate) struct Product {
 }
 
 impl Product {
-    fn key(&self, device: usize, forced_rows: Option<usize>, precision: Precision) -> Key {
+    fn key(&self, device: usize, forced_rows: Option<usize>, target: Target) -> Key {
+        let precision = target.precision;
+        let emulated = match emulating(target) {
+            Some(sm) if forced_rows.is_none() && self.crosses() => emulated_panel_counts(self, sm)
+                .into_iter()
+                .fold(0u8, |bits, c| bits | c as u8),
+            _ => 0,
+        };
         let (m, k, n) = self.dims;
         Key {
             device,
@@ -144,6 +155,7 @@ impl Product {
             aligned: self.aligned,
             epilogue: self.epilogue,
             forced_rows,
+            emulated,
         }
     }
 
@@ -197,6 +209,11 @@ fn emulated_panel_counts(p: &Product, sm: u32) -> Vec<usize> {
                 && launch::emulation_pays(p.dtype, sm, (rows, k, n))
         })
         .collect()
+}
+
+/// The compute capability products for `target` run on, where their precision may emulate.
+fn emulating(target: Target) -> Option<u32> {
+    matches!(target.precision, Precision::Auto | Precision::Ozaki { .. }).then_some(target.sm)
 }
 
 /// Panel counts for a product that runs natively: the default first.
@@ -261,9 +278,7 @@ fn plans(
 /// The candidate choices for a product, the default first.
 fn candidates(p: &Product, opts: &DotOptions, target: Target) -> Vec<Choice> {
     let (m, k, n) = p.dims;
-    let emulating =
-        matches!(target.precision, Precision::Auto | Precision::Ozaki { .. }).then_some(target.sm);
-    let counts = panel_counts(p, opts.panel_rows, emulating);
+    let counts = panel_counts(p, opts.panel_rows, emulating(target));
     let counts = if opts.autotune {
         counts
     } else {
@@ -292,6 +307,9 @@ enum Entry {
         samples: Vec<u32>,
         alive: Vec<bool>,
         next: usize,
+        /// Whether the key's first product, which pays its one-time costs (device buffers,
+        /// staging, an emulation's workspace) and is not counted, has been reported.
+        warmed: bool,
     },
     Chosen(Choice),
 }
@@ -316,7 +334,7 @@ pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Opti
         let first = candidates(p, opts, target)[0];
         return (first, None);
     }
-    let key = p.key(gpu.info.ordinal, opts.panel_rows, opts.precision);
+    let key = p.key(gpu.info.ordinal, opts.panel_rows, target);
     let mut table = tuned();
     let entry = table.entry(key).or_insert_with(|| {
         let candidates = candidates(p, opts, target);
@@ -330,6 +348,7 @@ pub(crate) fn choose(gpu: &Gpu, opts: &DotOptions, p: &Product) -> (Choice, Opti
                 samples: vec![0; n],
                 alive: vec![true; n],
                 next: 0,
+                warmed: false,
             }
         }
     });
@@ -374,11 +393,18 @@ pub(crate) fn record(trial: Trial, seconds: f64) {
         best,
         samples,
         alive,
-        ..
+        next,
+        warmed,
     } = entry
     else {
         return;
     };
+    // The key's first product warms it up: not counted, and its candidate runs again.
+    if !*warmed {
+        *warmed = true;
+        *next = trial.index;
+        return;
+    }
     best[trial.index] = best[trial.index].min(seconds);
     samples[trial.index] += 1;
     // Once every candidate in the running has run once, those far behind the fastest of them
@@ -557,6 +583,13 @@ pub(crate) fn launch_isolated<T: Element>(
 mod tests {
     use super::*;
 
+    const NATIVE: Target = Target {
+        dtype: Dtype::F32,
+        precision: Precision::Native,
+        sm: 90,
+        sms: 132,
+    };
+
     fn product(dims: (usize, usize, usize), host_bytes: usize) -> Product {
         Product {
             dtype: Dtype::F32,
@@ -654,8 +687,22 @@ mod tests {
     }
 
     #[test]
+    fn shapes_of_one_class_that_emulate_in_different_panels_are_tuned_apart() {
+        let auto = Target {
+            precision: Precision::Auto,
+            ..NATIVE
+        };
+        let (p3, p4) = (
+            product((3072, 3072, 3072), 108 << 20),
+            product((4096, 4096, 4096), 192 << 20),
+        );
+        assert_ne!(p3.key(0, None, auto), p4.key(0, None, auto));
+        assert_eq!(p3.key(0, None, NATIVE), p4.key(0, None, NATIVE));
+    }
+
+    #[test]
     fn slow_candidates_drop_out_and_the_fastest_is_kept() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(999), Precision::Native);
+        let key = product((1000, 1000, 1000), 0).key(0, Some(999), NATIVE);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,
@@ -670,6 +717,7 @@ mod tests {
                 samples: vec![0; 3],
                 alive: vec![true; 3],
                 next: 0,
+                warmed: false,
             },
         );
         let times = [2.0, 1.0, 1.1]; // per panel count: the first is far behind
@@ -687,14 +735,14 @@ mod tests {
             trials += 1;
             assert!(trials < 20, "tuning never ended");
         }
-        // The slow candidate ran once; the two others three times each.
-        assert_eq!(trials, 1 + 2 * ROUNDS as usize);
+        // The warm-up, then the slow candidate once and the two others three times each.
+        assert_eq!(trials, 1 + 1 + 2 * ROUNDS as usize);
         tuned().remove(&key);
     }
 
     #[test]
     fn a_late_report_of_a_dropped_candidate_keeps_the_fastest_running() {
-        let key = product((1000, 1000, 1000), 0).key(0, Some(998), Precision::Native);
+        let key = product((1000, 1000, 1000), 0).key(0, Some(998), NATIVE);
         let choice = |panels| Choice {
             panels,
             forced_rows: None,
@@ -708,6 +756,7 @@ mod tests {
                 samples: vec![0; 2],
                 alive: vec![true; 2],
                 next: 0,
+                warmed: true,
             },
         );
         // Two threads took candidate 0 before either reported; candidate 0 is slow.
