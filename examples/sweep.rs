@@ -195,19 +195,20 @@ fn sweep<A: Element>(
         let b = random_matrix_of::<A>(k, n, 100 + i as u64);
         // Warm-up: grows the staging buffers and lets the autotuner settle (each candidate is
         // a real product, measured as it runs).
-        let mut route = a
-            .gpu_dot_with(&b, &DotOptions::default())
-            .expect("gpu_dot")
-            .route;
+        let warm = || {
+            a.gpu_dot_with(&b, &DotOptions::default())
+                .expect("gpu_dot")
+                .route
+        };
+        warm();
         for _ in 0..64 {
             if gpu_dot::tuning_in_progress() == 0 {
                 break;
             }
-            route = a
-                .gpu_dot_with(&b, &DotOptions::default())
-                .expect("gpu_dot")
-                .route;
+            warm();
         }
+        // The route of the settled choice (the loop's last product may be a tuning trial).
+        let route = warm();
         a.gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
         // The three in a fresh random order each round, so that none always follows the same
