@@ -282,24 +282,46 @@ impl Reference {
 /// `(Σ xᵢyᵢ, Σ |xᵢyᵢ|)`: the first to about twice `f64` precision (Dot2), the second with
 /// a relative error below `k · 2⁻⁵³`. Infinite and NaN terms give IEEE's sum.
 fn dot2(x: impl Iterator<Item = f64>, y: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (mut s, mut c, mut abs) = (0.0f64, 0.0f64, 0.0f64);
-    let mut naive = 0.0f64;
+    let (mut sum, mut naive, mut abs) = (Dot2::default(), 0.0f64, 0.0f64);
     for (x, y) in x.zip(y) {
         let p = x * y;
         naive += p;
         abs += p.abs();
-        let pe = x.mul_add(y, -p);
-        let t = s + p;
-        let z = t - s;
-        let se = (s - (t - z)) + (p - z);
-        s = t;
-        c += pe + se;
+        sum.add(x, y);
     }
-    if !naive.is_finite() || !s.is_finite() {
+    if !naive.is_finite() || !sum.s.is_finite() {
         // Inf or NaN among the terms (or an overflowing sum): IEEE's answer is the plain sum's.
         return (naive, abs);
     }
-    (s + c, abs)
+    (sum.value().0, abs)
+}
+
+/// A dot product accumulated as if in twice f64's precision (Ogita, Rump and Oishi's Dot2):
+/// each product's rounding error by a fused multiply-add, each sum's by TwoSum, both summed
+/// apart.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Dot2 {
+    s: f64,
+    c: f64,
+}
+
+impl Dot2 {
+    /// Adds `x · y`.
+    pub(crate) fn add(&mut self, x: f64, y: f64) {
+        let p = x * y;
+        let pe = x.mul_add(y, -p);
+        let t = self.s + p;
+        let z = t - self.s;
+        let se = (self.s - (t - z)) + (p - z);
+        self.s = t;
+        self.c += pe + se;
+    }
+
+    /// The sum as a double-double `(hi, lo)`: `hi` the rounded sum, `lo` what it left out.
+    pub(crate) fn value(self) -> (f64, f64) {
+        let hi = self.s + self.c;
+        (hi, self.c - (hi - self.s))
+    }
 }
 
 /// How a product's result compares with its [`Reference`].

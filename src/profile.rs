@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ndarray::{Array2, ArrayView2};
 
+use crate::accuracy::Dot2;
 use crate::device::context::{self, Gpu};
 use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
@@ -46,19 +47,11 @@ fn row_dot2<A: Element>(a: ArrayView2<A>, b: ArrayView2<A>, i: usize) -> Vec<(f6
     let (k, n) = b.dim();
     (0..n)
         .map(|j| {
-            let (mut s, mut c) = (0.0f64, 0.0f64);
+            let mut sum = Dot2::default();
             for q in 0..k {
-                let (x, y) = (a[[i, q]].into_f64(), b[[q, j]].into_f64());
-                let p = x * y;
-                let pe = x.mul_add(y, -p);
-                let t = s + p;
-                let z = t - s;
-                let se = (s - (t - z)) + (p - z);
-                s = t;
-                c += pe + se;
+                sum.add(a[[i, q]].into_f64(), b[[q, j]].into_f64());
             }
-            let hi = s + c;
-            (hi, c - (hi - s))
+            sum.value()
         })
         .collect()
 }
