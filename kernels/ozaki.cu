@@ -86,8 +86,8 @@
 //      layer (units and grid for c.count = 1), writing the int32 product into S (M x N,
 //      row-major) instead of residues.
 // ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g): one block of 256
-//      threads per tm x tn tile of the GEMM's (grid: tiles, tile = row * g.tiles_n + col);
-//      writes g.need[tile] for every tile.
+//      threads per strip of rows of a tm x tn tile of the GEMM's (grid: tiles x strips, tile =
+//      row * g.tiles_n + col); writes g.need[tile * strips + strip] for every strip.
 // ---------------------------------------------------------------------------------------------
 //
 // PANELS. The residues of modulus l are panel l of P, Rp x Kp bytes in tiles of TM rows x 128
@@ -562,31 +562,44 @@ OZ_DEV void store_sums(int* srow, int col, int N, bool even, int x0, int x1) {
     }
 }
 
-// One side of an element for the guard: its row's sigma, scaled 1-norm and shifts.
+// 2^e for -1022 <= e <= 1023, a normal double (e clamped into that range).
+OZ_DEV double exp2i(int e) {
+    return __longlong_as_double((long long)(min(max(e, -1022), 1023) + 1023) << 52);
+}
+
+// One side of an element for the guard: its row's sigma, scaled 1-norm, and for each
+// candidate count c, p[c] = 2^(sigma - shift_c). The shift of a row with sigma lies within
+// [sigma - 6, sigma + max(54, bits - 7)] (RowSize::shift: at least bits - 1 - ilogb(mx), at
+// most the larger of that and 60 - ilogb(mx); sigma = 6 - ilogb(mx)), so p[c] is a normal
+// power of two and every product below with it is exact.
 struct Side {
     int sigma;
     double l1;
-    int e[MAX_CANDIDATES];
+    double p[MAX_CANDIDATES];
+    Side() = default;
     OZ_DEV Side(const int* S, const double* L, const int* E, int ld, int i, int n) {
         sigma = S[i];
         l1 = L[i];
 #pragma unroll
-        for (int c = 0; c < MAX_CANDIDATES; ++c) e[c] = c < n ? E[(i64)c * ld + i] : 0;
+        for (int c = 0; c < MAX_CANDIDATES; ++c)
+            p[c] = c < n ? exp2i(sigma - E[(i64)c * ld + i]) : 0.0;
     }
 };
 
 // The index of the first candidate count at which the element of rows a and b, whose
 // magnitudes' product is S, passes the guard; g.n where none does. Rows without sigma (zero,
-// or holding Inf or NaN: the reconstruction computes those natively) pass at the first.
+// or holding Inf or NaN: the reconstruction computes those natively) pass at the first. The
+// bound is E * 2^(sigma_a + sigma_b) = l1_a 2^db / 2 + l1_b 2^da / 2 + k 2^(da + db) / 4 with
+// da = sigma_a - shift_a (and db likewise): its products are exact, as in the CPU model.
 OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
     if (a.sigma == FLAG || b.sigma == FLAG) return 0;
     const double room = g.gu * (double)S;
+    const double quarter_k = 0.25 * (double)g.k;
 #pragma unroll
     for (int c = 0; c < MAX_CANDIDATES; ++c) {
         if (c >= g.n) break;
-        const int da = a.sigma - a.e[c], db = b.sigma - b.e[c];
-        const double bound = 0.5 * scale_t(a.l1, db) + 0.5 * scale_t(b.l1, da) +
-                             0.25 * (double)g.k * scale_t(1.0, da + db);
+        const double bound =
+            0.5 * (a.l1 * b.p[c]) + 0.5 * (b.l1 * a.p[c]) + quarter_k * (a.p[c] * b.p[c]);
         // Three rounded terms and a sum: 2^-50 more bounds their rounding.
         if (bound * (1.0 + 0x1p-50) <= room) return c;
     }
@@ -1013,31 +1026,46 @@ OZ_DEV void epilogue_mma(const GuardTail& tail, int, int m0, int n0, int wm, int
         }
 }
 
-// The guard's verdict on each tm x tn tile of the magnitudes' product S (M x N, row-major):
-// need[tile] = the largest, over the tile's elements, index of the first candidate each passes
-// at (g.n: none). One block per tile, tile = blockIdx.x = tile_row * g.tiles_n + tile_col;
-// each thread takes columns (its own rows' data is the same for the whole block: one load
-// serves the warp).
+// The guard's verdict on each tm x tn tile of the magnitudes' product S (M x N, row-major), in
+// gridDim.y strips of rows (at most JUDGE_ROWS each): need[tile * gridDim.y + strip] = the
+// largest, over the strip's elements, index of the first candidate each passes at (g.n: none).
+// One block per strip, tile = blockIdx.x = tile_row * g.tiles_n + tile_col, strip =
+// blockIdx.y. The strip's rows' sides go to shared memory; each thread takes columns t,
+// t + blockDim.x, ..., its column's side in registers, and walks down the strip (one coalesced
+// load of S a row, four rows' loads at a time). A thread stops at an element that passes at no candidate: its strip's
+// verdict can be no worse.
+constexpr int JUDGE_ROWS = 64;
 OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const Guard& g) {
     const int tile = blockIdx.x, tr = tile / g.tiles_n;
-    const int m0 = tr * tm, n0 = (tile - tr * g.tiles_n) * tn;
-    const int rows = min(tm, M - m0);
+    const int strip_rows = (tm - 1) / (int)gridDim.y + 1;
+    const int m0 = tr * tm + blockIdx.y * strip_rows, n0 = (tile - tr * g.tiles_n) * tn;
+    const int rows = min(min(strip_rows, tm - (int)blockIdx.y * strip_rows), M - m0);
+    const int cols = min(tn, N - n0);
+    __shared__ Side sides[JUDGE_ROWS];
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+        sides[r] = Side(g.sa, g.la, g.ea, g.lde_a, m0 + r, g.n);
+    __syncthreads();
     int worst = 0;
-    for (int c = threadIdx.x; c < tn && n0 + c < N; c += blockDim.x) {
-        const int col = n0 + c;
-        const Side b(g.sb, g.lb, g.eb, g.lde_b, col, g.n);
-        for (int r = 0; r < rows; ++r) {
-            const Side a(g.sa, g.la, g.ea, g.lde_a, m0 + r, g.n);
-            worst = max(worst, first_pass(g, S[(i64)(m0 + r) * N + col], a, b));
+    for (int c = threadIdx.x; c < cols && worst < g.n; c += blockDim.x) {
+        const Side b(g.sb, g.lb, g.eb, g.lde_b, n0 + c, g.n);
+        const int* col = S + (i64)m0 * N + n0 + c;
+        for (int r = 0; r < rows && worst < g.n; r += 4) {
+            int sums[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sums[i] = r + i < rows ? col[(i64)(r + i) * N] : 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (r + i < rows) worst = max(worst, first_pass(g, sums[i], sides[r + i], b));
         }
     }
-    __shared__ int warps[32];
+    __shared__ int warps_worst[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     worst = __reduce_max_sync(0xffffffffu, worst);
-    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = worst;
+    if (lane == 0) warps_worst[warp] = worst;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x + 31) / 32; ++w) worst = max(worst, warps[w]);
-        g.need[tile] = worst;
+        for (int w = 1; w < warps; ++w) worst = max(worst, warps_worst[w]);
+        g.need[(i64)tile * gridDim.y + blockIdx.y] = worst;
     }
 }
 

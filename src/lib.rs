@@ -291,7 +291,7 @@ pub use matrix::{
 pub use options::{
     Backend, Devices, DotOptions, Kernel, Precision, DEFAULT_MIN_GPU_FLOPS,
     DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
-    ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION,
+    ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION, MAX_MODULI, MIN_MODULI,
 };
 pub use pipeline::{retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};

@@ -125,11 +125,69 @@ fn the_default_is_within_native_bound_on_every_family() {
             assert_eq!(emulated, 0);
         }
     }
+    // The device's guard decides as its CPU model does.
+    guard_is_its_model::<f64>(sm);
+    guard_is_its_model::<f32>(sm);
     // Host arrays run in row panels, each guarded on its own: tall enough to emulate, within
     // the bound, and native where the guard refuses.
     host_panels::<f64>(sm);
     host_panels::<f32>(sm);
     gpu_dot::__testing::emulate_every_size(false);
+}
+
+/// The device's guard against its CPU model (`ozaki_guard_counts`), on every family of the
+/// suite, at a shape of several output tiles with ragged edges and at two k (the f32 guard
+/// sums a prefix of k): the default refuses exactly where the model finds an element that
+/// passes at no candidate count, and otherwise runs at the largest count the model's elements
+/// need.
+fn guard_is_its_model<A: Element>(sm: i32) {
+    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
+    for k in [300, 1000] {
+        let dims = (200, k, 330);
+        let auto = ozaki_auto_moduli(A::DTYPE, k);
+        let counts: Vec<usize> = (auto..=(auto + 3).min(gpu_dot::MAX_MODULI)).collect();
+        for family in Family::suite(A::DTYPE) {
+            let (a, b) = family.operands::<A>(dims, common::fresh_seed());
+            let wide = |x: &Array2<A>| x.iter().map(|&v| v.into_f64()).collect::<Vec<f64>>();
+            let verdicts = ozaki_guard_counts(&wide(&a), &wide(&b), dims, A::DTYPE, &counts);
+            let model = verdicts
+                .iter()
+                .try_fold(0, |most, v| v.map(|c| most.max(c)));
+            let p = a
+                .gpu_dot_with(&b, &options(Precision::Auto))
+                .unwrap_or_else(|e| panic!("default: {e}"));
+            let what = format!("{} {} k={k}: {}", A::DTYPE, family.name(), p.route);
+            let Route::Gpu {
+                precision, guard, ..
+            } = &p.route
+            else {
+                panic!("{what}: not on the GPU");
+            };
+            if sm < 80 {
+                assert_eq!(*precision, Precision::Native, "{what}");
+                continue;
+            }
+            let guard = guard
+                .as_ref()
+                .unwrap_or_else(|| panic!("{what}: unguarded"));
+            match model {
+                Some(count) => {
+                    assert_eq!(guard.failed, 0, "{what}: the model passes every element");
+                    assert_eq!(
+                        *precision,
+                        Precision::Ozaki {
+                            moduli: count as u8
+                        },
+                        "{what}"
+                    );
+                }
+                None => {
+                    assert!(guard.failed > 0, "{what}: the model refuses an element");
+                    assert_eq!(*precision, Precision::Native, "{what}");
+                }
+            }
+        }
+    }
 }
 
 /// A product of host arrays in the default precision, in the panels the crate chooses for

@@ -105,6 +105,12 @@ pub(crate) fn passes(
         return true;
     };
     let (da, db) = (ga.sigma - s, gb.sigma - t);
+    // A row's shift lies within [sigma - 6, sigma + max(54, bits - 7)] (`RowSize::shift`), so
+    // the kernels scale by normal powers of two, exactly.
+    debug_assert!(
+        (-200..=6).contains(&da) && (-200..=6).contains(&db),
+        "{da} {db}"
+    );
     let bound =
         0.5 * ldexp(ga.l1, db) + 0.5 * ldexp(gb.l1, da) + 0.25 * k as f64 * ldexp(1.0, da + db);
     // Three rounded terms and a sum: 2⁻⁵⁰ more bounds their rounding.

@@ -129,7 +129,7 @@ pub(super) fn workspace(
         4 * np * g,
         8 * mp * g,
         8 * np * g,
-        4 * (mp / tm) * (np / tn) * g,
+        4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
     ];
     let mut at = [0; 10];
     let mut total = 0;
@@ -186,6 +186,16 @@ const _: () = assert!(std::mem::size_of::<GuardArgs>() == 88);
 // a double), laid out as the kernels' `oz::Guard` (88 bytes, asserted on both sides); the
 // addresses point into the workspace the launches that read them are ordered after.
 unsafe impl cudarc::driver::DeviceRepr for GuardArgs {}
+
+/// The strips of rows the guard's judge splits each output tile into (a block and a verdict
+/// each): enough blocks to keep the loads of S in flight.
+const JUDGE_STRIPS: usize = 8;
+
+// A strip's rows fit the judge's shared array (`JUDGE_ROWS` in kernels/ozaki.cu).
+const _: () = assert!(
+    GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
+        && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
+);
 
 /// The most candidate counts the guard weighs at once.
 pub(crate) const MAX_CANDIDATES: usize = 4;
@@ -441,7 +451,7 @@ pub(crate) fn launch<T: Element>(
         )?;
         let judge = function("ozaki_guard_judge")?;
         let cfg = LaunchConfig {
-            grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, 1, 1),
+            grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -458,20 +468,26 @@ pub(crate) fn launch<T: Element>(
         // tn, Guard g)`; S is the M × N int32 product the guard GEMM before it on this stream
         // wrote; `GuardArgs` matches the kernel's struct by value, its addresses the
         // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
-        // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn) ints, one block per tile
-        // writing its own; 256 threads and a static shared array of 32 ints.
+        // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one
+        // block per strip of a tile writing its own; 256 threads and a static shared array of
+        // 32 ints.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
-        let mut verdict = vec![0i32; tiles];
-        // SAFETY: `verdict` holds `tiles` ints, the section's size; the copy is ordered after
-        // the guard GEMM on this stream, and the synchronize below completes it before
-        // `verdict` is read.
+        let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
+        // SAFETY: `strips` holds the section's `tiles · JUDGE_STRIPS` ints; the copy is
+        // ordered after the judge on this stream, and the synchronize below completes it
+        // before `strips` is read.
         unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(&mut verdict[..], need, stream.cu_stream())
+            cudarc::driver::result::memcpy_dtoh_async(&mut strips[..], need, stream.cu_stream())
         }
         .map_err(fail("reading the Ozaki guard's verdicts"))?;
         stream
             .synchronize()
             .map_err(fail("waiting for the Ozaki guard"))?;
+        // A tile's verdict: the worst of its strips'.
+        let verdict: Vec<i32> = strips
+            .chunks(JUDGE_STRIPS)
+            .map(|s| s.iter().copied().max().unwrap_or(0))
+            .collect();
         let none = candidates.len() as i32;
         let failed = verdict.iter().filter(|&&v| v >= none).count();
         let guard_report = GuardReport { tiles, failed };
