@@ -34,7 +34,7 @@
 mod common;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
@@ -91,31 +91,23 @@ fn run_child(test: &str, env: &[(&str, OsString)]) {
 /// A fresh temporary folder, removed on drop, holding a file that is not an ELF object under
 /// each name given.
 struct GarbageLibs {
-    dir: PathBuf,
+    dir: common::TempDir,
 }
 
 impl GarbageLibs {
     fn new(names: &[String]) -> GarbageLibs {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "gpu-dot-garbage-libs-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir(&dir).unwrap();
+        let dir = common::TempDir::new("garbage-libs");
         // Longer than an ELF header, so that the loader reads it and rejects its magic.
         let garbage = "not a shared library: a placeholder that shadows the real one\n".repeat(4);
         for name in names {
-            std::fs::write(dir.join(name), &garbage).unwrap();
+            std::fs::write(dir.0.join(name), &garbage).unwrap();
         }
         GarbageLibs { dir }
     }
 
     /// `LD_LIBRARY_PATH` for a child: this folder first, then the current value.
     fn ld_library_path(&self) -> OsString {
-        let mut paths = vec![self.dir.clone()];
+        let mut paths = vec![self.dir.0.clone()];
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
             paths.extend(std::env::split_paths(&old));
         }
@@ -123,13 +115,7 @@ impl GarbageLibs {
     }
 
     fn dir(&self) -> &Path {
-        &self.dir
-    }
-}
-
-impl Drop for GarbageLibs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        &self.dir.0
     }
 }
 
