@@ -61,6 +61,12 @@
 //!   the unpacking all overlap at every size. A fresh result's pages are faulted in by the crew
 //!   while the device works. Staging and device buffers are kept and reused ([`trim`] frees
 //!   them; [`retained_memory`] reports them), so a repeated product allocates nothing.
+//! - A fresh result of 32 MiB or more is new memory whose pages the kernel zeroes on first
+//!   write, which can cost as much as the copies. When products repeat one such size (up to
+//!   256 MiB), a background thread allocates the next result and faults in its pages between
+//!   products, and the next product of that size takes it: the *spare result*, one at most,
+//!   freed by [`trim`] and counted by [`retained_host_memory`]; `GPU_DOT_SPARE_RESULT=0` turns it
+//!   off.
 //!
 //! # Device-resident matrices and the general form
 //!
@@ -124,6 +130,7 @@
 //! | `GPU_DOT_PREBUILT` | `0`, `off`, `false`, `no` or `none` compile every kernel with NVRTC instead of loading the shipped CUBINs; `1`, `on`, `true`, `yes` load them | on |
 //! | `GPU_DOT_HOST_THREADS` | a number of helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
 //! | `GPU_DOT_TRACE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: phase times on stderr | `0` |
+//! | `GPU_DOT_SPARE_RESULT` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: a loop's next large host result made ready between products | `1` |
 //!
 //! An invalid value of the first eight is [`GpuDotError::InvalidEnv`], whose message lists the
 //! accepted values; the last three ignore one, with a warning through `log`.
@@ -293,7 +300,7 @@ pub use options::{
     DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
     ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION, MAX_MODULI, MIN_MODULI,
 };
-pub use pipeline::{retained_memory, trim};
+pub use pipeline::{retained_host_memory, retained_memory, trim};
 pub use route::{flops, CpuReason, Product, Route};
 pub use warm::{warm_up, WarmUp};
 

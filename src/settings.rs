@@ -268,8 +268,15 @@ pub(crate) const TRACE: Setting = Setting {
     doc: "whether each GPU product's phase times are printed to stderr",
 };
 
+/// `GPU_DOT_SPARE_RESULT`.
+pub(crate) const SPARE_RESULT: Setting = Setting {
+    name: "GPU_DOT_SPARE_RESULT",
+    values: SWITCH,
+    doc: "whether a loop of products with large host results (32 to 256 MiB) gets its next result's memory allocated and its pages faulted in by a background thread between products (`trim` frees it)",
+};
+
 /// Every setting.
-pub(crate) const ALL: [Setting; 12] = [
+pub(crate) const ALL: [Setting; 13] = [
     BACKEND,
     KERNEL,
     AUTOTUNE,
@@ -282,6 +289,7 @@ pub(crate) const ALL: [Setting; 12] = [
     PREBUILT,
     HOST_THREADS,
     TRACE,
+    SPARE_RESULT,
 ];
 
 /// Each setting's accepted values as its message lists them, made once (the error keeps a

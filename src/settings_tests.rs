@@ -29,6 +29,8 @@ fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
         crate::device::overrides::parse_prebuilt(value).map(drop)
     } else if name == settings::TRACE.name {
         crate::pipeline::ends::parse_trace(value).map(drop)
+    } else if name == settings::SPARE_RESULT.name {
+        crate::host::fresh::parse_spare(value).map(drop)
     } else if name == settings::CACHE_DIR.name {
         // Every value is a folder or turns the cache off (the cache's own tests say which).
         Ok(())
@@ -53,6 +55,7 @@ const REJECTED: &[(&str, &[&str])] = &[
     ("GPU_DOT_PREBUILT", &["later", "2"]),
     ("GPU_DOT_HOST_THREADS", &["many", "-1"]),
     ("GPU_DOT_TRACE", &["loud"]),
+    ("GPU_DOT_SPARE_RESULT", &["spare", "2"]),
 ];
 
 #[test]

@@ -42,4 +42,4 @@ pub(crate) use transfer::{
 };
 pub(crate) use workspace::Workspace;
 pub(crate) use workspace::{give_back, take};
-pub use workspace::{retained_memory, trim};
+pub use workspace::{retained_host_memory, retained_memory, trim};

@@ -307,12 +307,20 @@ pub(crate) fn trim_device(gpu: &Gpu) {
 }
 
 /// Frees the device and page-locked memory that idle workspaces keep for reuse, on every
-/// device; the next products allocate it again. Products running on other threads are not
-/// affected.
+/// device, and the spare result (see [`retained_host_memory`]); the next products allocate
+/// them again. Products running on other threads are not affected.
 pub fn trim() {
     for gpu in context::live() {
         trim_device(&gpu);
     }
+    crate::host::fresh::trim_spare();
+}
+
+/// Bytes of ordinary (pageable) host memory the crate keeps between products: the spare
+/// result, the next large result of a loop of products made ready in the background (see
+/// `GPU_DOT_SPARE_RESULT`); freed by [`trim`].
+pub fn retained_host_memory() -> usize {
+    crate::host::fresh::spare_bytes()
 }
 
 /// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse,
