@@ -15,6 +15,7 @@ use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use ndarray::{Array2, ShapeBuilder};
 
@@ -97,6 +98,11 @@ pub(crate) const SPARE_MIN_BYTES: usize = 32 << 20;
 pub(crate) const SPARE_MAX_BYTES: usize = 256 << 20;
 /// Most threads that fault in a spare's pages (one per 32 MiB).
 const SPARE_THREADS: usize = 4;
+/// How long after a product the spare's preparation waits before it starts: a loop that calls
+/// again within this time (products back to back) finds it not started and allocates as
+/// without a spare, so that the preparation never competes with a product for the memory
+/// bus; a loop with work between its products gets the spare.
+const SPARE_DELAY: Duration = Duration::from_millis(1);
 const PAGE: usize = 4 << 10;
 
 /// `GPU_DOT_SPARE_RESULT`: whether loops of large products get their next result's memory
@@ -128,8 +134,13 @@ struct Spare {
 
 enum State {
     Empty,
-    /// The background thread is allocating a spare and faulting in its pages; setting
-    /// `cancel` makes it stop after the page it is on and hand the spare over as it is.
+    /// Job `job` waits out [`SPARE_DELAY`]; a product that comes meanwhile empties the slot
+    /// and the job ends without allocating.
+    Pending {
+        job: u64,
+    },
+    /// Job `job` is allocating a spare and faulting in its pages; setting `cancel` makes it
+    /// stop after the page it is on and hand the spare over as it is.
     Preparing {
         cancel: Arc<AtomicBool>,
     },
@@ -141,12 +152,15 @@ struct Slot {
     /// The element type and length of the last fresh result of spare size: the same again
     /// asks for a spare.
     last: Option<(TypeId, usize)>,
+    /// Jobs started so far (the next one's number).
+    jobs: u64,
 }
 
 /// The one spare of the process, and the condition its state changes on.
 static SLOT: Mutex<Slot> = Mutex::new(Slot {
     state: State::Empty,
     last: None,
+    jobs: 0,
 });
 static CHANGED: Condvar = Condvar::new();
 
@@ -171,7 +185,11 @@ fn take_spare<T: Element>(len: usize) -> Option<Vec<MaybeUninit<T>>> {
     loop {
         match &slot.state {
             State::Empty => return None,
-            State::Preparing { cancel } => {
+            State::Pending { .. } => {
+                slot.state = State::Empty;
+                return None;
+            }
+            State::Preparing { cancel, .. } => {
                 cancel.store(true, SeqCst);
                 slot = CHANGED.wait(slot).unwrap_or_else(|p| p.into_inner());
             }
@@ -189,9 +207,9 @@ fn take_spare<T: Element>(len: usize) -> Option<Vec<MaybeUninit<T>>> {
 }
 
 /// Called after a product has filled a fresh result of `len` elements of `T`: when the one
-/// before it was of the same type and length (a loop), the next result's memory is
-/// allocated and its pages faulted in on a background thread, for the next product of that
-/// size to take. Only results of [`SPARE_MIN_BYTES`] to [`SPARE_MAX_BYTES`] get one; at most
+/// before it was of the same type and length (a loop) and no product comes within
+/// [`SPARE_DELAY`], the next result's memory is allocated and its pages faulted in on a
+/// background thread, for the next product of that size to take. Only results of [`SPARE_MIN_BYTES`] to [`SPARE_MAX_BYTES`] get one; at most
 /// one spare exists, and [`trim_spare`] frees it.
 pub(crate) fn result_filled<T: Element>(len: usize) {
     if !*SPARE_ON || !spare_sized::<T>(len) {
@@ -203,26 +221,48 @@ pub(crate) fn result_filled<T: Element>(len: usize) {
     if !again || !matches!(slot.state, State::Empty) {
         return;
     }
-    let cancel = Arc::new(AtomicBool::new(false));
-    slot.state = State::Preparing {
-        cancel: cancel.clone(),
-    };
+    let job = slot.jobs;
+    slot.jobs += 1;
+    slot.state = State::Pending { job };
     drop(slot);
-    let job: Job = Box::new(move || {
+    let work: Job = Box::new(move || {
+        let start = Instant::now() + SPARE_DELAY;
+        let mut slot = lock_slot();
+        loop {
+            if !matches!(slot.state, State::Pending { job: j } if j == job) {
+                return; // a product or trim came first
+            }
+            let now = Instant::now();
+            if now >= start {
+                break;
+            }
+            slot = CHANGED
+                .wait_timeout(slot, start - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        slot.state = State::Preparing {
+            cancel: cancel.clone(),
+        };
+        drop(slot);
         let made = catch_unwind(AssertUnwindSafe(|| prepare::<T>(len, &cancel))).unwrap_or(None);
         let mut slot = lock_slot();
+        // Only this job leaves `Preparing` (products and trim wait for it).
         slot.state = made.map_or(State::Empty, State::Ready);
         CHANGED.notify_all();
     });
     let sent = preparer().is_some_and(|tx| {
         tx.lock()
             .unwrap_or_else(|p| p.into_inner())
-            .send(job)
+            .send(work)
             .is_ok()
     });
     if !sent {
-        lock_slot().state = State::Empty;
-        CHANGED.notify_all();
+        let mut slot = lock_slot();
+        if matches!(slot.state, State::Pending { job: j } if j == job) {
+            slot.state = State::Empty;
+        }
     }
 }
 
@@ -293,7 +333,7 @@ fn prepare<T: Element>(len: usize, cancel: &AtomicBool) -> Option<Spare> {
 /// none is prepared until a size repeats again.
 pub(crate) fn trim_spare() {
     let mut slot = lock_slot();
-    while let State::Preparing { cancel } = &slot.state {
+    while let State::Preparing { cancel, .. } = &slot.state {
         cancel.store(true, SeqCst);
         slot = CHANGED.wait(slot).unwrap_or_else(|p| p.into_inner());
     }
@@ -314,7 +354,6 @@ pub(crate) fn spare_bytes() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     /// The spare is one per process: its tests take turns.
     static TURN: Mutex<()> = Mutex::new(());
@@ -329,7 +368,10 @@ mod tests {
     fn settled() -> usize {
         let start = Instant::now();
         loop {
-            if !matches!(lock_slot().state, State::Preparing { .. }) {
+            if !matches!(
+                lock_slot().state,
+                State::Pending { .. } | State::Preparing { .. }
+            ) {
                 return spare_bytes();
             }
             assert!(
@@ -382,13 +424,29 @@ mod tests {
     }
 
     #[test]
+    fn a_product_right_after_another_finds_no_spare_begun() {
+        let _turn = turn();
+        result_filled::<f32>(LEN);
+        result_filled::<f32>(LEN);
+        // At once (well within the delay): nothing was allocated, and none will be.
+        assert!(take_spare::<f32>(LEN).is_none());
+        std::thread::sleep(SPARE_DELAY * 4);
+        assert_eq!(settled(), 0, "the pending spare was dropped");
+    }
+
+    #[test]
     fn a_result_takes_the_spare_while_it_is_prepared() {
         let _turn = turn();
         let len = SPARE_MAX_BYTES / 8;
         result_filled::<f64>(len);
         result_filled::<f64>(len);
-        // At once: the preparation is most likely still running, and is stopped; either way
-        // the result is the spare, of the right length.
+        // Once the delay is over the preparation runs (256 MiB take a while): it is stopped
+        // and the result is the spare as far as it got, of the right length.
+        let start = Instant::now();
+        while matches!(lock_slot().state, State::Pending { .. }) {
+            assert!(start.elapsed() < Duration::from_secs(20), "never started");
+            std::thread::yield_now();
+        }
         let v = take_spare::<f64>(len).expect("the spare, ready or stopped");
         assert_eq!(v.len(), len);
         assert_eq!(settled(), 0);
