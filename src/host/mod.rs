@@ -3,4 +3,6 @@
 
 pub(crate) mod crew;
 pub(crate) mod fresh;
+pub(crate) mod pages;
+pub(crate) mod spare;
 pub(crate) mod staging;
