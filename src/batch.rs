@@ -126,7 +126,7 @@ pub(crate) fn batch_dot<T: Element>(
     Ok(match decision? {
         Decision::Done(route) => {
             let c = c.expect("the GPU wrote the result");
-            crate::host::spare::product_done();
+            crate::host::fresh::result_filled::<T>(c.len());
             Product {
                 // SAFETY: a GPU batch that returned Ok wrote every element of C (its download
                 // covers all batch·m·n elements and returns once they are unpacked).

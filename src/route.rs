@@ -585,7 +585,7 @@ where
             // of C (its download pieces cover all of it, and it returns only once all of them
             // are unpacked).
             let c = unsafe { c.expect("allocated for a non-empty product").assume_init() };
-            crate::host::spare::product_done();
+            crate::host::fresh::result_filled::<T>(c.len());
             if let (
                 true,
                 Route::Gpu {

@@ -30,7 +30,7 @@ fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
     } else if name == settings::TRACE.name {
         crate::pipeline::ends::parse_trace(value).map(drop)
     } else if name == settings::SPARE_RESULT.name {
-        crate::host::spare::parse_spare(value).map(drop)
+        crate::host::fresh::parse_spare(value).map(drop)
     } else if name == settings::CACHE_DIR.name {
         // Every value is a folder or turns the cache off (the cache's own tests say which).
         Ok(())

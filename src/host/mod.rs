@@ -3,6 +3,4 @@
 
 pub(crate) mod crew;
 pub(crate) mod fresh;
-pub(crate) mod pages;
-pub(crate) mod spare;
 pub(crate) mod staging;

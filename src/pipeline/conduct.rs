@@ -35,11 +35,6 @@ use crate::host::staging::{HostMat, Ring};
 /// about 25 µs of its time).
 pub(crate) const BYTES_PER_HELPER: usize = 128 << 10;
 
-/// Host bytes of a product (operands and result) from which its helpers fault in the spare
-/// result when idle: each step faults in 2 MiB (about 0.1 ms of one thread), which products
-/// of a few milliseconds or more absorb.
-const SPARE_LENDING_BYTES: usize = 64 << 20;
-
 /// The host and device ends of a schedule's transfers.
 pub(crate) struct Endpoints {
     /// For each up transfer, the host matrix read (in row-major order).
@@ -369,18 +364,11 @@ pub(crate) fn conduct<L: Link>(
         (sched.host_elements() * ends.width / run.bytes_per_helper.max(1)).min(crew.helpers());
     trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
-    // The next result of a loop (the spare), for helpers with nothing else to do: its page
-    // faults then cost the next product nothing. Only large products lend it (a small one's
-    // helpers would hold up its few pieces) and only helpers take it (not the conductor).
-    let spare = (sched.host_elements() * ends.width >= SPARE_LENDING_BYTES)
-        .then(crate::host::spare::lend)
-        .flatten();
     let work = |_: usize| {
         let mut waited = 0;
         loop {
             match board.step() {
                 Step::Worked => waited = 0,
-                Step::Idle if spare.as_ref().is_some_and(|s| s.step()) => waited = 0,
                 Step::Idle => crew::pause(&mut waited),
                 Step::Finished => return,
             }

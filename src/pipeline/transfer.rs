@@ -126,7 +126,7 @@ pub(crate) fn download_fresh<T: Element>(
     let host = HostMat::row_major(out.as_mut_ptr().cast::<T>(), rows, cols);
     transfer::<T>(gpu, &mut ws, None, Some((host, ptr, true)))?;
     workspace::give_back(gpu, ws);
-    crate::host::spare::product_done();
+    crate::host::fresh::result_filled::<T>(rows * cols);
     // SAFETY: the download's pieces cover every element of `out` (rows·cols floats in
     // row-major order), and `transfer` returned Ok only after all of them were unpacked.
     Ok(unsafe { out.assume_init() })

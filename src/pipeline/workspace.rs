@@ -313,14 +313,14 @@ pub fn trim() {
     for gpu in context::live() {
         trim_device(&gpu);
     }
-    crate::host::spare::trim();
+    crate::host::fresh::trim_spare();
 }
 
 /// Bytes of ordinary (pageable) host memory the crate keeps between products: the spare
 /// result, the next large result of a loop of products made ready in the background (see
 /// `GPU_DOT_SPARE_RESULT`); freed by [`trim`].
 pub fn retained_host_memory() -> usize {
-    crate::host::spare::bytes()
+    crate::host::fresh::spare_bytes()
 }
 
 /// Bytes of device memory and of page-locked host memory that idle workspaces keep for reuse,
