@@ -81,12 +81,13 @@
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
 //      signed char* P, int Rp, int Kp, int TM): as ozaki_split_*, one layer of magnitudes.
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, int pair_m, Guard g) and ozaki_guard_gemm_mma(int M, int N, const signed char*
-//      PA, const signed char* PB, int Mp, int Np, int Kp, Guard g): as the two GEMMs for one
-//      layer (units and grid for c.count = 1), judging the int32 product in their epilogue
-//      instead of storing residues: each warp writes g.need[tile * warps + warp] (warps 12 and
-//      8, tile = tile_row * g.tiles_n + tile_col of the GEMM's 192 x 256 or 128 x 128 tiles),
-//      for every tile of Mp x Np.
+//      int Kp, int pair_m, int* S) and ozaki_guard_gemm_mma(int M, int N, const signed char*
+//      PA, const signed char* PB, int Mp, int Np, int Kp, int* S): as the two GEMMs for one
+//      layer (units and grid for c.count = 1), writing the int32 product into S (M x N,
+//      row-major) instead of residues.
+// ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g): one block of 256
+//      threads per strip of rows of a tm x tn tile of the GEMM's (grid: tiles x strips, tile =
+//      row * g.tiles_n + col); writes g.need[tile * strips + strip] for every strip.
 // ---------------------------------------------------------------------------------------------
 //
 // PANELS. The residues of modulus l are panel l of P, Rp x Kp bytes in tiles of TM rows x 128
@@ -148,9 +149,9 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 // bits below each row's largest, floor(|x| * 2^sigma) <= 127: an element passes at a count when
 // E_ij * 2^(sigma_i + tau_j) <= gu * sum_k mag_a * mag_b (gu = GUARD * u). ozaki_guard_scale_*
 // gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
-// ozaki_magnitudes_* the magnitude panels, and ozaki_guard_gemm* their exact product S (int32),
-// judged in the GEMM's epilogue: each warp's int in `need` is the largest, over its elements,
-// index of the first candidate each passes at (n: none).
+// ozaki_magnitudes_* the magnitude panels, ozaki_guard_gemm* their exact product S (int32), and
+// ozaki_guard_judge each tile's int in `need`: the largest, over its elements, index of the
+// first candidate each passes at (n: none).
 constexpr int MAX_CANDIDATES = 4;
 // The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
 struct GuardScale {
@@ -544,11 +545,22 @@ struct ResidueTail {
     unsigned char* __restrict__ R;
     const Consts& c;
 };
-// ... or the guard's verdict on the magnitudes' product (see THE GUARD).
-struct JudgeTail {
-    const Guard& g;
+// ... or the magnitudes' product itself, as int32 into S (M x N, row-major), for
+// ozaki_guard_judge.
+struct GuardTail {
+    int* __restrict__ S;
 };
 
+// Stores the int32 sums x0, x1 of columns col, col + 1 of a row of S (at srow, N columns): one
+// 8-byte store where the pair is whole and aligned (`even`).
+OZ_DEV void store_sums(int* srow, int col, int N, bool even, int x0, int x1) {
+    if (even && col + 1 < N) {
+        *reinterpret_cast<int2*>(srow + col) = make_int2(x0, x1);
+    } else {
+        if (col < N) srow[col] = x0;
+        if (col + 1 < N) srow[col + 1] = x1;
+    }
+}
 
 // 2^e for -1022 <= e <= 1023, a normal double (e clamped into that range).
 OZ_DEV double exp2i(int e) {
@@ -556,21 +568,22 @@ OZ_DEV double exp2i(int e) {
 }
 
 // One side of an element for the guard: its row's sigma, scaled 1-norm, and for each
-// candidate count c, d[c] = sigma - shift_c, of which p(c) = 2^d[c]. The shift of a row with
-// sigma lies within [sigma - 6, sigma + max(54, bits - 7)] (RowSize::shift: at least
-// bits - 1 - ilogb(mx), at most the larger of that and 60 - ilogb(mx); sigma = 6 - ilogb(mx)),
-// so p(c) is a normal power of two and every product below with it is exact.
+// candidate count c, p[c] = 2^(sigma - shift_c). The shift of a row with sigma lies within
+// [sigma - 6, sigma + max(54, bits - 7)] (RowSize::shift: at least bits - 1 - ilogb(mx), at
+// most the larger of that and 60 - ilogb(mx); sigma = 6 - ilogb(mx)), so p[c] is a normal
+// power of two and every product below with it is exact.
 struct Side {
     int sigma;
     double l1;
-    int d[MAX_CANDIDATES];
+    double p[MAX_CANDIDATES];
+    Side() = default;
     OZ_DEV Side(const int* S, const double* L, const int* E, int ld, int i, int n) {
         sigma = S[i];
         l1 = L[i];
 #pragma unroll
-        for (int c = 0; c < MAX_CANDIDATES; ++c) d[c] = c < n ? sigma - E[(i64)c * ld + i] : 0;
+        for (int c = 0; c < MAX_CANDIDATES; ++c)
+            p[c] = c < n ? exp2i(sigma - E[(i64)c * ld + i]) : 0.0;
     }
-    OZ_DEV double p(int c) const { return exp2i(d[c]); }
 };
 
 // The index of the first candidate count at which the element of rows a and b, whose
@@ -585,8 +598,8 @@ OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
 #pragma unroll
     for (int c = 0; c < MAX_CANDIDATES; ++c) {
         if (c >= g.n) break;
-        const double pa = a.p(c), pb = b.p(c);
-        const double bound = 0.5 * (a.l1 * pb) + 0.5 * (b.l1 * pa) + quarter_k * (pa * pb);
+        const double bound =
+            0.5 * (a.l1 * b.p[c]) + 0.5 * (b.l1 * a.p[c]) + quarter_k * (a.p[c] * b.p[c]);
         // Three rounded terms and a sum: 2^-50 more bounds their rounding.
         if (bound * (1.0 + 0x1p-50) <= room) return c;
     }
@@ -823,33 +836,19 @@ OZ_DEV void epilogue_wg(const ResidueTail& tail, int z, int m0, int n0, const in
 }
 
 
-// The guard's verdict on the warpgroup GEMM's tile (m0, n0) of the magnitudes' product (the
-// layout of epilogue_wg's accumulators): each warp's worst element, the largest index of the
-// first candidate its elements pass at (g.n: none), into g.need[tile * 12 + 4 wg + warp]. A
-// warp stops weighing once it has one that passes at none.
-OZ_DEV void epilogue_wg(const JudgeTail& tail, int, int m0, int n0, const int (&acc)[BN / 2],
+// The magnitudes' product of the warpgroup GEMM's tile (m0, n0) into S (the layout of
+// epilogue_wg's accumulators).
+OZ_DEV void epilogue_wg(const GuardTail& tail, int, int m0, int n0, const int (&acc)[BN / 2],
                         int wg, int warp, int g, int t, int M, int N) {
-    const Guard& jg = tail.g;
-    int worst = 0;
+    const bool even = (N & 1) == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = m0 + wg * 64 + warp * 16 + g + 8 * h;
-        if (row >= M || worst >= jg.n) continue;
-        const Side a(jg.sa, jg.la, jg.ea, jg.lde_a, row, jg.n);
+        if (row >= M) continue;
+        int* srow = tail.S + (i64)row * N;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int col = n0 + 8 * j + 2 * t + e;
-                if (col < N && worst < jg.n)
-                    worst = max(worst, first_pass(jg, acc[4 * j + 2 * h + e], a,
-                                                  Side(jg.sb, jg.lb, jg.eb, jg.lde_b, col, jg.n)));
-            }
-    }
-    worst = __reduce_max_sync(0xffffffffu, worst);
-    if ((threadIdx.x & 31) == 0) {
-        const int tile = (m0 / BM) * jg.tiles_n + n0 / BN;
-        jg.need[(i64)tile * (NT / 32) + 4 * wg + warp] = worst;
+            store_sums(srow, n0 + 8 * j + 2 * t, N, even, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
 }
 
@@ -1007,35 +1006,66 @@ OZ_DEV void epilogue_mma(const ResidueTail& tail, int z, int m0, int n0, int wm,
         }
 }
 
-// The guard's verdict on the mma.sync GEMM's tile (m0, n0) of the magnitudes' product (the
-// layout of epilogue_mma's accumulators): each warp's worst element, as epilogue_wg, into
-// g.need[tile * 8 + warp].
-OZ_DEV void epilogue_mma(const JudgeTail& tail, int, int m0, int n0, int wm, int wn, int lane,
+// The magnitudes' product of the mma.sync GEMM's tile (m0, n0) into S (the layout of
+// epilogue_mma's accumulators).
+OZ_DEV void epilogue_mma(const GuardTail& tail, int, int m0, int n0, int wm, int wn, int lane,
                          const int (&acc)[4][4][4], int M, int N) {
-    const Guard& jg = tail.g;
     const int g = lane >> 2, t = lane & 3;
-    int worst = 0;
+    const bool even = (N & 1) == 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
-            if (row >= M || worst >= jg.n) continue;
-            const Side a(jg.sa, jg.la, jg.ea, jg.lde_a, row, jg.n);
+            if (row >= M) continue;
+            int* srow = tail.S + (i64)row * N;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = n0 + wn * 32 + 8 * j + 2 * t + e;
-                    if (col < N && worst < jg.n)
-                        worst = max(worst, first_pass(jg, acc[i][j][2 * h + e], a,
-                                                      Side(jg.sb, jg.lb, jg.eb, jg.lde_b, col, jg.n)));
-                }
+                store_sums(srow, n0 + wn * 32 + 8 * j + 2 * t, N, even, acc[i][j][2 * h],
+                           acc[i][j][2 * h + 1]);
         }
+}
+
+// The guard's verdict on each tm x tn tile of the magnitudes' product S (M x N, row-major), in
+// gridDim.y strips of rows (at most JUDGE_ROWS each): need[tile * gridDim.y + strip] = the
+// largest, over the strip's elements, index of the first candidate each passes at (g.n: none).
+// One block per strip, tile = blockIdx.x = tile_row * g.tiles_n + tile_col, strip =
+// blockIdx.y. The strip's rows' sides go to shared memory; each thread takes columns t,
+// t + blockDim.x, ..., its column's side in registers, and walks down the strip (one coalesced
+// load of S a row, four rows' loads at a time). A thread stops at an element that passes at no candidate: its strip's
+// verdict can be no worse.
+constexpr int JUDGE_ROWS = 64;
+OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const Guard& g) {
+    const int tile = blockIdx.x, tr = tile / g.tiles_n;
+    const int strip_rows = (tm - 1) / (int)gridDim.y + 1;
+    const int m0 = tr * tm + blockIdx.y * strip_rows, n0 = (tile - tr * g.tiles_n) * tn;
+    const int rows = min(min(strip_rows, tm - (int)blockIdx.y * strip_rows), M - m0);
+    const int cols = min(tn, N - n0);
+    __shared__ Side sides[JUDGE_ROWS];
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+        sides[r] = Side(g.sa, g.la, g.ea, g.lde_a, m0 + r, g.n);
+    __syncthreads();
+    int worst = 0;
+    for (int c = threadIdx.x; c < cols && worst < g.n; c += blockDim.x) {
+        const Side b(g.sb, g.lb, g.eb, g.lde_b, n0 + c, g.n);
+        const int* col = S + (i64)m0 * N + n0 + c;
+        for (int r = 0; r < rows && worst < g.n; r += 4) {
+            int sums[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sums[i] = r + i < rows ? col[(i64)(r + i) * N] : 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (r + i < rows) worst = max(worst, first_pass(g, sums[i], sides[r + i], b));
+        }
+    }
+    __shared__ int warps_worst[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     worst = __reduce_max_sync(0xffffffffu, worst);
-    if (lane == 0) {
-        const int tile = (m0 / MMA_BM) * jg.tiles_n + n0 / MMA_BN;
-        jg.need[(i64)tile * (MMA_NT / 32) + (threadIdx.x >> 5)] = worst;
+    if (lane == 0) warps_worst[warp] = worst;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < warps; ++w) worst = max(worst, warps_worst[w]);
+        g.need[(i64)tile * gridDim.y + blockIdx.y] = worst;
     }
 }
 
@@ -1243,8 +1273,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-                     int Kp, int pair_m, oz::Guard g) {
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::JudgeTail{g});
+                     int Kp, int pair_m, int* S) {
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
 }
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
@@ -1254,8 +1284,12 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
 }
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-                         int Np, int Kp, oz::Guard g) {
-    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::JudgeTail{g});
+                         int Np, int Kp, int* S) {
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{S});
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g) {
+    oz::judge(M, N, S, tm, tn, g);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

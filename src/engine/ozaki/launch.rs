@@ -78,14 +78,6 @@ impl Gemm {
         }
     }
 
-    /// The warps of a block, each of which writes the guard's verdict on its part of a tile.
-    pub(super) fn warps(self) -> usize {
-        match self {
-            Gemm::Wg { .. } => GEMM_THREADS as usize / 32,
-            Gemm::Mma => OZAKI_GEMM_MMA_TILE.1 as usize / 32,
-        }
-    }
-
     /// The rows of the panels' tiles (X's, Y's) and the panels' padded extents `(Mp, Np)`.
     pub(super) fn panels(self, m: usize, n: usize) -> ((usize, usize), (usize, usize)) {
         match self {
@@ -116,7 +108,7 @@ const NEED: usize = 9;
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
 /// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
-/// NEED] (the magnitude shifts, the scaled 1-norms and one int per warp of each GEMM tile).
+/// NEED] (the magnitude shifts, the scaled 1-norms and one int per GEMM tile).
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
@@ -132,12 +124,12 @@ pub(super) fn workspace(
         4 * np * shifts,
         count * mp * kp,
         count * np * kp,
-        count * m * n,
+        count.max(4 * g) * m * n,
         4 * mp * g,
         4 * np * g,
         8 * mp * g,
         8 * np * g,
-        4 * (mp / tm) * (np / tn) * gemm.warps() * g,
+        4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
     ];
     let mut at = [0; 10];
     let mut total = 0;
@@ -166,9 +158,9 @@ const _: () = assert!(std::mem::size_of::<GuardScale>() == 56);
 unsafe impl cudarc::driver::DeviceRepr for GuardScale {}
 
 /// The guard GEMM's epilogue arguments (`oz::Guard`): the rows' shifts for each candidate
-/// count (`ea[c·lde_a + i]`), magnitude shifts, scaled 1-norms, and one int per warp of each
-/// output tile (`need[(tile_row·tiles_n + tile_col)·warps + warp]`) that receives the largest,
-/// over the warp's elements, of the index of the first candidate each passes at (`n`: none).
+/// count (`ea[c·lde_a + i]`), magnitude shifts, scaled 1-norms, and one int per output tile
+/// (`need[tile_row·tiles_n + tile_col]`) that receives the largest, over the tile's elements,
+/// of the index of the first candidate each passes at (`n`: none).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GuardArgs {
@@ -194,6 +186,16 @@ const _: () = assert!(std::mem::size_of::<GuardArgs>() == 88);
 // a double), laid out as the kernels' `oz::Guard` (88 bytes, asserted on both sides); the
 // addresses point into the workspace the launches that read them are ordered after.
 unsafe impl cudarc::driver::DeviceRepr for GuardArgs {}
+
+/// The strips of rows the guard's judge splits each output tile into (a block and a verdict
+/// each): enough blocks to keep the loads of S in flight.
+const JUDGE_STRIPS: usize = 8;
+
+// A strip's rows fit the judge's shared array (`JUDGE_ROWS` in kernels/ozaki.cu).
+const _: () = assert!(
+    GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
+        && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
+);
 
 /// The most candidate counts the guard weighs at once.
 pub(crate) const MAX_CANDIDATES: usize = 4;
@@ -414,8 +416,10 @@ pub(crate) fn launch<T: Element>(
                 .map_err(fail("launching the Ozaki guard's magnitudes"))?;
         }
         let tiles = (mp / tile_rows.0) * (np / tile_rows.1);
-        let warps = gemm_kind.warps();
         let need = sec(NEED);
+        // The magnitudes' int32 product lies in the residues' section until the GEMM below
+        // writes them (it holds at least 4·m·n bytes: `most` ≥ 4 where guarded).
+        let sums = sec(R);
         let guard = GuardArgs {
             ea: sec(EA),
             eb: sec(EB),
@@ -443,13 +447,35 @@ pub(crate) fn launch<T: Element>(
             gemm_kind,
             (mi, ni, mp, np, kgpi, 1),
             (sec(PA), sec(PB)),
-            GemmTail::Judge(&guard),
+            GemmTail::Sums(sums),
         )?;
-        let mut strips = vec![0i32; tiles * warps];
-        // SAFETY: `strips` holds the section's `tiles · warps` ints, every one of which the
-        // guard GEMM before it on this stream wrote (each warp of each tile of Mp × Np its
-        // own); the copy is ordered after it, and the synchronize below completes it before
-        // `strips` is read.
+        let judge = function("ozaki_guard_judge")?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (tm, tn) = (tile_rows.0 as i32, tile_rows.1 as i32);
+        let mut builder = stream.launch_builder(&judge);
+        builder
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&sums)
+            .arg(&tm)
+            .arg(&tn)
+            .arg(&guard);
+        // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int
+        // tn, Guard g)`; S is the M × N int32 product the guard GEMM before it on this stream
+        // wrote; `GuardArgs` matches the kernel's struct by value, its addresses the
+        // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
+        // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one
+        // block per strip of a tile writing its own; 256 threads and a static shared array of
+        // 32 ints.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
+        let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
+        // SAFETY: `strips` holds the section's `tiles · JUDGE_STRIPS` ints; the copy is
+        // ordered after the judge on this stream, and the synchronize below completes it
+        // before `strips` is read.
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(&mut strips[..], need, stream.cu_stream())
         }
@@ -457,9 +483,9 @@ pub(crate) fn launch<T: Element>(
         stream
             .synchronize()
             .map_err(fail("waiting for the Ozaki guard"))?;
-        // A tile's verdict: the worst of its warps'.
+        // A tile's verdict: the worst of its strips'.
         let verdict: Vec<i32> = strips
-            .chunks(warps)
+            .chunks(JUDGE_STRIPS)
             .map(|s| s.iter().copied().max().unwrap_or(0))
             .collect();
         let none = candidates.len() as i32;
@@ -577,10 +603,10 @@ fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
 }
 
 /// What an INT8 GEMM does with its products: residues modulo each modulus into R, or (the
-/// guard's) its verdict on the int32 sums, one int per warp of each tile.
+/// guard's) the int32 sums into an M × N array.
 enum GemmTail<'a> {
     Residues(u64, &'a Consts),
-    Judge(&'a GuardArgs),
+    Sums(u64),
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
@@ -634,22 +660,19 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
-                GemmTail::Judge(guard) => builder.arg(&pair_mi).arg(*guard),
+                GemmTail::Sums(sums) => builder.arg(&pair_mi).arg(sums),
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
             // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
-            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, Guard g)`
-            // (`GuardArgs` matches `oz::Guard` by value, its addresses the workspace's
-            // sections that the guard's scaling wrote, and `need`, (Mp/192)·(Np/256)·12
-            // ints); PA and
+            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S)`; PA and
             // PB are the panels the launches before it on this stream wrote, in tiles of 192
             // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
             // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
             // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
             // are whole; the grid an even count of blocks (the kernel's clusters of two), each
             // cluster looping over its units; R is the workspace's section of count·M·N bytes,
-            // written whole (tiles past M or N store nothing), or `need`, written whole;
+            // written whole (tiles past M or N store nothing), or S, M·N ints written whole;
             // 384 threads (the kernel's launch bound) and the
             // table's dynamic shared memory, to which the function's limit was raised when
             // the module was loaded; the kernel's instructions exist on sm_90 only
@@ -678,18 +701,17 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
-                GemmTail::Judge(guard) => builder.arg(*guard),
+                GemmTail::Sums(sums) => builder.arg(sums),
             };
             // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
             // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
             // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, Guard g)` (`need` of
-            // (Mp/128)·(Np/128)·8 ints); PA and PB are the panels the
+            // signed char* PB, int Mp, int Np, int Kp, int* S)`; PA and PB are the panels the
             // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
             // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
             // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
             // the workspace's section of count·M·N bytes, written whole (tiles past M or N
-            // store nothing), or `need`, written whole; 256
+            // store nothing), or S, M·N ints written whole; 256
             // threads (the kernel's launch bound) and the table's dynamic shared memory, to
             // which the function's limit was raised when the module was loaded; mma.sync,
             // ldmatrix and cp.async exist from sm_80 on, checked by the caller.

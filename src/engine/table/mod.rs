@@ -123,7 +123,8 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 14] = [
+const OZAKI_ENTRIES: [&str; 15] = [
+    "ozaki_guard_judge",
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_guard_scale_d",
