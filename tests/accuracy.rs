@@ -125,9 +125,21 @@ fn the_default_is_within_native_bound_on_every_family() {
             assert_eq!(emulated, 0);
         }
     }
-    // The device's guard decides as its CPU model does.
+    // The device's guard decides as its CPU model does, in the epilogue of either INT8 GEMM:
+    // the device's own, and on Hopper also the mma.sync one of earlier devices.
     guard_is_its_model::<f64>(sm);
     guard_is_its_model::<f32>(sm);
+    if sm >= 90 {
+        gpu_dot::__testing::pretend_compute_capability(Some(80));
+        let mma = std::panic::catch_unwind(|| {
+            guard_is_its_model::<f64>(80);
+            guard_is_its_model::<f32>(80);
+        });
+        gpu_dot::__testing::pretend_compute_capability(None);
+        if let Err(e) = mma {
+            std::panic::resume_unwind(e);
+        }
+    }
     // Host arrays run in row panels, each guarded on its own: tall enough to emulate, within
     // the bound, and native where the guard refuses.
     host_panels::<f64>(sm);
