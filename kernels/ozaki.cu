@@ -227,19 +227,17 @@ struct RowSize {
         cap = scale_t(1.0, e + 1);
     }
     static constexpr bool L1 = false;  // no 1-norm beside (GuardSize has one)
-    // Elements k0, k0 + step, ... below K of the row at x (k-stride sk), in order, each given
-    // to f: loaded 64 bytes a thread at a time (16 floats or 8 doubles), so that a warp keeps
-    // 2 KiB of loads in flight (a row's pass is a chain of such round trips).
+    // Elements k0, k0 + step, ... below K of the row at x (k-stride sk), eight loads at a time,
+    // each given to f.
     template <typename T, typename F>
     static OZ_DEV void each(const T* __restrict__ x, i64 sk, int k0, int step, int K, F&& f) {
-        constexpr int B = 64 / sizeof(T);
         int k = k0;
-        for (; k + (B - 1) * step < K; k += B * step) {
-            T v[B];
+        for (; k + 7 * step < K; k += 8 * step) {
+            double v[8];
 #pragma unroll
-            for (int j = 0; j < B; ++j) v[j] = x[(i64)(k + j * step) * sk];
+            for (int j = 0; j < 8; ++j) v[j] = (double)x[(i64)(k + j * step) * sk];
 #pragma unroll
-            for (int j = 0; j < B; ++j) f((double)v[j]);
+            for (int j = 0; j < 8; ++j) f(v[j]);
         }
         for (; k < K; k += step) f((double)x[(i64)k * sk]);
     }
