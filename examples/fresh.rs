@@ -10,6 +10,8 @@
 //!
 //!     cargo run --release --example fresh [-- --json PATH] [--reps N]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use gpu_dot::profile::random_matrix_of;
@@ -77,11 +79,7 @@ fn shape<A: Element>((m, k, n): (usize, usize, usize), reps: usize) -> Value {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| common::flag_value(&args, flag);
     let reps: usize = value("--reps").map_or(31, |r| r.parse().expect("--reps N"));
     let spare = std::env::var("GPU_DOT_SPARE_RESULT").unwrap_or_else(|_| "1".into());
     println!("GPU_DOT_SPARE_RESULT={spare}");

@@ -7,6 +7,8 @@
 //!
 //!     cargo run --release --example multi_gpu -- [--sizes 4096,8192,16384] [--json PATH]
 
+mod common;
+
 use std::time::Instant;
 
 use gpu_dot::profile::random_matrix;
@@ -15,11 +17,7 @@ use serde_json::json;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| common::flag_value(&args, flag);
     let sizes: Vec<usize> = value("--sizes")
         .unwrap_or_else(|| "2048,4096,8192,16384".into())
         .split(',')

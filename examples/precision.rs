@@ -18,6 +18,8 @@
 //!     cargo run --release --features cublas --example precision -- [--quick] [--json PATH] \
 //!         [--plot PATH.svg] [--plot-f64 PATH.svg] [--f64-only]
 
+mod common;
+
 use gpu_dot::profile::{
     random_matrix_of, reference_f64, relative_error_to, DeviceProblem, SampledReference,
 };
@@ -28,11 +30,7 @@ use serde_json::json;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| common::flag_value(&args, flag);
     let (json_path, plot_path) = (value("--json"), value("--plot"));
     let plot_f64 = value("--plot-f64");
     let f64_only = args.iter().any(|a| a == "--f64-only");

@@ -293,11 +293,7 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let no_torch = args.iter().any(|a| a == "--no-torch");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let value = |flag: &str| common::flag_value(&args, flag);
     let json_path = value("--json");
     let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
         v.split(',')

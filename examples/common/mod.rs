@@ -6,6 +6,13 @@ pub mod link;
 use std::process::Command;
 use std::time::Instant;
 
+/// The argument after `flag` on the command line `args`, if the flag is there.
+pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
 /// Median wall time in ms of `f`, over as many runs as fit in about `budget_ms` (3 to 200).
 pub fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
     let start = Instant::now();
