@@ -464,12 +464,17 @@ fn panel_loop<T: Element>(
         }
         Ok(())
     };
-    let events = lanes.events(
+    let (events, stamps) = lanes.events_and_stamps(
         gpu,
         CudaLink::events_needed(&planned.sched, planned.slots > 1),
+        *TRACE,
     )?;
+    let link = CudaLink::new(streams, events, &planned.sched);
     let run = Run {
-        link: CudaLink::new(streams, events, &planned.sched),
+        link: match stamps {
+            Some(stamps) => link.with_stamps(stamps),
+            None => link,
+        },
         up_ring: staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),
         down_ring: staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
         a_slots: planned.slots,
@@ -477,6 +482,7 @@ fn panel_loop<T: Element>(
         bytes_per_helper: conduct::BYTES_PER_HELPER,
     };
     conduct::conduct(&planned.sched, ends, &run, &mut panel_work, touched, trace)?;
+    trace.device = run.link.stamp_times()?;
     Ok(ran)
 }
 
@@ -577,7 +583,7 @@ impl Times {
             "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
              total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
-             touched={:.3} issue={:.3} launch={:.3} poll={:.3}",
+             touched={:.3} issue={:.3} launch={:.3} poll={:.3}{}",
             planned.sched.panels.len(),
             planned.choice.plan.map_or("-".into(), |p| p.to_string()),
             t.helpers,
@@ -596,8 +602,26 @@ impl Times {
             t.issue * 1e3,
             t.launch * 1e3,
             t.poll * 1e3,
+            device_times(&t.device, at),
         )
     }
+}
+
+/// The device's stamps of a traced run for its trace line, in ms on the line's axis (`at`
+/// places seconds from the run's start; the start stamp runs on an idle device, so device and
+/// host times share an origin to within the start's enqueueing): empty when untimed.
+fn device_times(device: &[Option<f64>], at: impl Fn(f64) -> f64) -> String {
+    const NAMES: [&str; 4] = [
+        "dev_inputs_landed",
+        "dev_kernels_began",
+        "dev_kernels_ended",
+        "dev_results_landed",
+    ];
+    NAMES
+        .iter()
+        .zip(device)
+        .filter_map(|(name, t)| t.map(|t| format!(" {name}={:.3}", at(t))))
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! for, and the [`Link`] that issues them, with its CUDA implementation ([`CudaLink`]); the
 //! tests' simulated device is another.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
@@ -34,6 +35,23 @@ pub(crate) enum Lane {
     Up,
     Compute,
     Down,
+}
+
+/// A moment of a run that `GPU_DOT_TRACE` times on the device (timing events, recorded only
+/// while tracing): the run's start, and when the last input landed, the first panel's kernels
+/// began, the last panel's kernels ended and the last result left the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    Start = 0,
+    InputsLanded = 1,
+    KernelsBegan = 2,
+    KernelsEnded = 3,
+    ResultsLanded = 4,
+}
+
+impl Stamp {
+    /// How many stamps a run records.
+    pub(crate) const COUNT: usize = 5;
 }
 
 /// An event of a run.
@@ -98,6 +116,11 @@ pub(crate) trait Link {
 
     /// Waits until everything enqueued on every lane has completed.
     fn drain(&self) -> Result<(), GpuDotError>;
+
+    /// Records `stamp` on `lane` when the run is traced on the device; nothing otherwise.
+    fn stamp(&self, _lane: Lane, _stamp: Stamp) -> Result<(), GpuDotError> {
+        Ok(())
+    }
 }
 
 /// The CUDA streams and events of a run.
@@ -108,6 +131,10 @@ pub(crate) struct CudaLink<'e> {
     inputs: &'e [CudaEvent],
     kernels: &'e [CudaEvent],
     outputs: &'e [CudaEvent],
+    /// Timing events, one per [`Stamp`], while the run is traced; which of them are recorded
+    /// (bit `stamp as usize`).
+    stamps: Option<&'e [CudaEvent]>,
+    stamped: Cell<u8>,
 }
 
 impl<'e> CudaLink<'e> {
@@ -132,7 +159,39 @@ impl<'e> CudaLink<'e> {
             inputs,
             kernels,
             outputs: &rest[..p],
+            stamps: None,
+            stamped: Cell::new(0),
         }
+    }
+
+    /// The link with timing events for its [`Stamp`]s (at least [`Stamp::COUNT`], made with
+    /// timing on).
+    pub(crate) fn with_stamps(mut self, stamps: &'e [CudaEvent]) -> Self {
+        assert!(stamps.len() >= Stamp::COUNT, "one timing event per stamp");
+        self.stamps = Some(stamps);
+        self
+    }
+
+    /// After the run has drained: seconds from the start stamp to each later stamp that was
+    /// recorded (input landed, kernels began, kernels ended, results landed), where timed.
+    pub(crate) fn stamp_times(&self) -> Result<[Option<f64>; Stamp::COUNT - 1], GpuDotError> {
+        let mut out = [None; Stamp::COUNT - 1];
+        let Some(events) = self.stamps else {
+            return Ok(out);
+        };
+        let stamped = self.stamped.get();
+        if stamped & 1 == 0 {
+            return Ok(out);
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            if stamped & (1 << (i + 1)) != 0 {
+                let ms = events[0]
+                    .elapsed_ms(&events[i + 1])
+                    .map_err(GpuDotError::at("timing a traced product"))?;
+                *slot = Some(f64::from(ms) * 1e-3);
+            }
+        }
+        Ok(out)
     }
 
     fn stream(&self, lane: Lane) -> &CudaStream {
@@ -227,6 +286,17 @@ impl Link for CudaLink<'_> {
         self.event(mark)
             .synchronize()
             .map_err(GpuDotError::at("waiting for a copy"))
+    }
+
+    fn stamp(&self, lane: Lane, stamp: Stamp) -> Result<(), GpuDotError> {
+        let Some(events) = self.stamps else {
+            return Ok(());
+        };
+        events[stamp as usize]
+            .record(self.stream(lane))
+            .map_err(GpuDotError::at("recording a timing event"))?;
+        self.stamped.set(self.stamped.get() | 1 << stamp as usize);
+        Ok(())
     }
 
     fn drain(&self) -> Result<(), GpuDotError> {

@@ -11,6 +11,8 @@ use crate::engine::args::{self, DevBuf};
 use crate::error::GpuDotError;
 use crate::host::staging::PinnedBuf;
 
+use super::link::Stamp;
+
 /// Idle workspaces kept for reuse.
 const MAX_IDLE_WORKSPACES: usize = 64;
 /// Page-locked bytes idle workspaces may hold together.
@@ -25,9 +27,29 @@ pub(crate) struct Lanes {
     pub(crate) compute: Arc<CudaStream>,
     pub(crate) down: Arc<CudaStream>,
     events: Vec<CudaEvent>,
+    /// Timing events for a traced run's stamps, made on its first traced run.
+    stamps: Vec<CudaEvent>,
 }
 
 impl Lanes {
+    /// [`Lanes::events`], and with `timed` also the timing events of a traced run's stamps.
+    pub(crate) fn events_and_stamps(
+        &mut self,
+        gpu: &Gpu,
+        n: usize,
+        timed: bool,
+    ) -> Result<(&[CudaEvent], Option<&[CudaEvent]>), GpuDotError> {
+        while timed && self.stamps.len() < Stamp::COUNT {
+            self.stamps.push(
+                gpu.ctx
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(GpuDotError::at("creating a timing event"))?,
+            );
+        }
+        self.events(gpu, n)?;
+        Ok((&self.events[..n], timed.then_some(&self.stamps[..])))
+    }
+
     /// At least `n` events, made once and kept.
     pub(crate) fn events(&mut self, gpu: &Gpu, n: usize) -> Result<&[CudaEvent], GpuDotError> {
         while self.events.len() < n {
@@ -151,6 +173,7 @@ impl Workspace {
                 compute: stream()?,
                 down: stream()?,
                 events: Vec::new(),
+                stamps: Vec::new(),
             },
             dev: DevBufs::default(),
             staging: Staging::default(),
