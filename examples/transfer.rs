@@ -298,6 +298,157 @@ fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
     out
 }
 
+/// Copies `len` floats from `src` to `dst` with non-temporal stores where the CPU has them
+/// (x86-64: 16-byte streaming stores from `dst`'s first 16-byte boundary, then a store fence),
+/// so that the written lines leave the core's caches for memory; plain copies elsewhere.
+///
+/// # Safety
+/// `src` and `dst` hold `len` floats each and do not overlap.
+unsafe fn stream_copy(src: *const f32, dst: *mut f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's ranges; SSE2 is part of x86-64. The head copies up to `dst`'s
+    // first 16-byte boundary, the streaming stores write whole aligned 16-byte blocks inside
+    // the range, and the tail copies what is left.
+    unsafe {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = ((16 - (dst as usize) % 16) % 16 / 4).min(len);
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let blocks = (len - head) / 4;
+        let (s, d) = (src.add(head), dst.add(head));
+        for b in 0..blocks {
+            let v = _mm_loadu_si128(s.add(4 * b).cast::<__m128i>());
+            _mm_stream_si128(d.add(4 * b).cast::<__m128i>(), v);
+        }
+        let done = head + 4 * blocks;
+        std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done);
+        _mm_sfence();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller's ranges.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    }
+}
+
+/// A pipeline's up direction alone: 32 MiB packed from pageable memory into page-locked
+/// staging by `threads` threads, chunk by chunk, each chunk copied to the device as soon as
+/// it is packed (one stream, one synchronisation at the end); with plain copies or
+/// streaming stores, against the same copies of staging packed beforehand.
+fn pack_and_copy(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    println!("\n| chunk bytes | threads | packing | GB/s, packed before | GB/s from the first copy, packed while copying |");
+    println!("|---|---|---|---|---|");
+    let total = 32 * MIB / 4;
+    let src: Vec<f32> = (0..total).map(|i| i as f32).collect();
+    let mut staging = Pinned::new(ctx, total);
+    // SAFETY: uninitialised device memory, only copied into.
+    let dev = unsafe { stream.alloc::<f32>(total) }.expect("device memory");
+    let (dev_ptr, _g) = cudarc::driver::DevicePtr::device_ptr(&dev, stream);
+    let stage = staging.slice().as_mut_ptr() as usize;
+    let mut out = Vec::new();
+    for chunk in [MIB, 4 * MIB] {
+        let floats = chunk / 4;
+        let chunks = total / floats;
+        let issue = |c: usize| {
+            // SAFETY: chunk `c` of staging (`floats` floats from `c·floats`) is packed and
+            // not written again before the synchronisation that ends the measurement; the
+            // device buffer holds `total` floats.
+            unsafe {
+                let part =
+                    std::slice::from_raw_parts((stage as *const f32).add(c * floats), floats);
+                result::memcpy_htod_async(dev_ptr + (c * chunk) as u64, part, stream.cu_stream())
+            }
+            .expect("copy");
+        };
+        for threads in [4usize, 8, 15] {
+            for streaming in [false, true] {
+                let run = |pipelined: bool| {
+                    let done: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
+                    let start = Instant::now();
+                    let first_issue = std::cell::RefCell::new(start);
+                    std::thread::scope(|s| {
+                        for t in 0..threads {
+                            let (done, src) = (&done, &src);
+                            s.spawn(move || {
+                                let share = floats.div_ceil(threads).next_multiple_of(16);
+                                for (c, count) in done.iter().enumerate() {
+                                    let from = (t * share).min(floats);
+                                    let to = ((t + 1) * share).min(floats);
+                                    let at = c * floats + from;
+                                    // SAFETY: thread `t` writes its own share of chunk `c`
+                                    // of staging, which holds `total` floats.
+                                    unsafe {
+                                        let d = (stage as *mut f32).add(at);
+                                        if streaming {
+                                            stream_copy(src.as_ptr().add(at), d, to - from);
+                                        } else {
+                                            std::ptr::copy_nonoverlapping(
+                                                src.as_ptr().add(at),
+                                                d,
+                                                to - from,
+                                            );
+                                        }
+                                    }
+                                    count.fetch_add(1, Ordering::Release);
+                                }
+                            });
+                        }
+                        if pipelined {
+                            for (c, count) in done.iter().enumerate() {
+                                while count.load(Ordering::Acquire) < threads {
+                                    std::hint::spin_loop();
+                                }
+                                if c == 0 {
+                                    *first_issue.borrow_mut() = Instant::now();
+                                }
+                                issue(c);
+                            }
+                        }
+                    });
+                    let packed = start.elapsed().as_secs_f64();
+                    let copy_start = if pipelined {
+                        *first_issue.borrow()
+                    } else {
+                        Instant::now()
+                    };
+                    if !pipelined {
+                        (0..chunks).for_each(issue);
+                    }
+                    stream.synchronize().expect("synchronising");
+                    (packed, copy_start.elapsed().as_secs_f64())
+                };
+                let med = |pipelined: bool| {
+                    let mut packs = Vec::new();
+                    let mut times = Vec::new();
+                    run(pipelined);
+                    for _ in 0..9 {
+                        let (p, t) = run(pipelined);
+                        packs.push(p);
+                        times.push(t);
+                    }
+                    (median(packs), median(times))
+                };
+                let (pack_s, before) = med(false);
+                let (_, during) = med(true);
+                let gbs = |s: f64| (total * 4) as f64 / s / 1e9;
+                let how = if streaming { "streaming" } else { "plain" };
+                println!(
+                    "| {chunk} | {threads} | {how}, {:.1} GB/s | {:.1} | {:.1} |",
+                    gbs(pack_s),
+                    gbs(before),
+                    gbs(during)
+                );
+                out.push(
+                    json!({"chunk_bytes": chunk, "threads": threads, "stores": how,
+                    "pack_gb_per_s": gbs(pack_s), "copy_after_pack_gb_per_s": gbs(before),
+                    "pipelined_gb_per_s": gbs(during)}),
+                );
+            }
+        }
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json_path = args
@@ -316,11 +467,20 @@ fn main() {
         ctx.name().expect("the device's name"),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    if args.iter().any(|a| a == "--pack-and-copy") {
+        let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream)});
+        if let Some(path) = json_path {
+            std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
+                .expect("writing the JSON");
+        }
+        return;
+    }
     let doc = json!({
         "pack": pack_bandwidth(&ctx),
         "fill": fill_fresh_results(),
         "link": link(&ctx, &stream),
         "chunked": chunked(&ctx, &stream),
+        "pack_and_copy": pack_and_copy(&ctx, &stream),
     });
     if let Some(path) = json_path {
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
