@@ -24,16 +24,35 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
 
-use super::link::{Lane, Link, Mark};
+use super::link::{Lane, Link, Mark, Stamp};
 use super::schedule::{Direction, Schedule, What};
 use crate::error::GpuDotError;
 use crate::host::crew::{self, Watch};
-use crate::host::staging::{HostMat, Ring};
+use crate::host::staging::{HostMat, Ring, Stores};
 
 /// Host bytes of copying worth one more helper thread: fewer bytes per thread and waking it
 /// costs more than it saves (one thread copies about 5 GB/s on an H200 host, so 128 KiB is
 /// about 25 µs of its time).
 pub(crate) const BYTES_PER_HELPER: usize = 128 << 10;
+
+/// Bytes of a run's up transfers for which its staging is packed with streaming stores
+/// ([`Stores::Streaming`]); other runs pack with plain stores. Measured host to host on an
+/// H100 host (BENCHMARKS.md, the same sweep run with each kind of store): with streaming
+/// stores, products moving 1 to 40 MiB up ran 8–27% faster (f32 384³ to 1536³ and
+/// 1000 × 3000 × 500; f64 256³ to 1536³), while smaller ones ran 5 to 30 µs slower (f32 up to
+/// 256³) and larger ones 4–10% slower (f32 3072³, 8192³ and 4096 × 4096 × 64; f64 2048³ and
+/// 8192 × 1024 × 1024).
+pub(crate) const STREAMING_UP_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(40 << 20);
+
+/// How a run of `sched` packs its staging, with elements of `width` bytes.
+pub(crate) fn up_stores(sched: &Schedule, width: usize) -> Stores {
+    let bytes = sched.up.transfers.iter().map(|t| t.len).sum::<usize>() * width;
+    if STREAMING_UP_BYTES.contains(&bytes) {
+        Stores::Streaming
+    } else {
+        Stores::Cached
+    }
+}
 
 /// The host and device ends of a schedule's transfers.
 pub(crate) struct Endpoints {
@@ -71,6 +90,10 @@ pub(crate) struct Trace {
     pub(crate) issue: f64,
     pub(crate) launch: f64,
     pub(crate) poll: f64,
+    /// Device times from the run's start stamp (seconds): the last input landed, the first
+    /// panel's kernels began, the last panel's kernels ended, the last result landed; each
+    /// where it was timed (traced runs on a device).
+    pub(crate) device: [Option<f64>; Stamp::COUNT - 1],
 }
 
 /// Runs `f`, adding its duration to `acc` (seconds).
@@ -87,6 +110,8 @@ struct Board<'r> {
     ends: &'r Endpoints,
     up_ring: Option<Ring<'r>>,
     down_ring: Option<Ring<'r>>,
+    /// How packing stores into the up ring.
+    stores: Stores,
     /// Next up piece to claim.
     up_next: AtomicUsize,
     /// Up parcels `< up_free` have a free staging slot.
@@ -138,6 +163,7 @@ impl<'r> Board<'r> {
             ends,
             up_ring,
             down_ring,
+            stores: up_stores(sched, ends.width),
             up_next: AtomicUsize::new(0),
             up_free: AtomicUsize::new(sched.up.slots),
             up_packed: counters(sched.up.parcels.len()),
@@ -253,7 +279,7 @@ impl<'r> Board<'r> {
         // is issued only after all its pieces are packed. The operand views behind the
         // endpoints are borrowed by the caller for the whole run and only read.
         unsafe {
-            self.ends.up_host[parcel.transfer].read_raw(piece.start, piece.end, ptr);
+            self.ends.up_host[parcel.transfer].read_raw(piece.start, piece.end, ptr, self.stores);
         }
         self.up_packed[piece.parcel].fetch_add(1, SeqCst);
         self.packed.fetch_add(1, SeqCst);
@@ -429,6 +455,7 @@ impl<L: Link> Conductor<'_, '_, L> {
         let mut down_waits: VecDeque<usize> = VecDeque::new();
         let mut idle = 0u32;
         let c_host = !down.transfers.is_empty();
+        link.stamp(Lane::Compute, Stamp::Start)?;
         loop {
             if self.watch.helper_panicked() {
                 return Err(GpuDotError::HostThread {
@@ -487,6 +514,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 issued_up += 1;
                 if issued_up == up.parcels.len() {
                     trace.inputs_issued = self.now();
+                    link.stamp(Lane::Up, Stamp::InputsLanded)?;
                 }
                 progressed = true;
             }
@@ -514,7 +542,13 @@ impl<L: Link> Conductor<'_, '_, L> {
                     link.wait(Lane::Compute, Mark::Inputs(i))?;
                 }
                 *touched |= !c_host;
+                if i == 0 {
+                    link.stamp(Lane::Compute, Stamp::KernelsBegan)?;
+                }
                 clocked(&mut trace.launch, || panel_work(i))?;
+                if i + 1 == panels {
+                    link.stamp(Lane::Compute, Stamp::KernelsEnded)?;
+                }
                 if separate {
                     link.record(Mark::Kernels(i), Lane::Compute)?;
                 }
@@ -559,6 +593,9 @@ impl<L: Link> Conductor<'_, '_, L> {
                 })?;
                 down_waits.push_back(issued_down);
                 issued_down += 1;
+                if issued_down == down.parcels.len() {
+                    link.stamp(Lane::Down, Stamp::ResultsLanded)?;
+                }
                 if let (Some(i), true) = (panel, separate) {
                     if issued_down == sched.panel_outputs[i].end {
                         link.record(Mark::Outputs(i), Lane::Down)?;
@@ -639,5 +676,39 @@ impl<L: Link> Conductor<'_, '_, L> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::schedule::Residency;
+
+    #[test]
+    fn streaming_stores_pack_mid_sized_uploads_only() {
+        let res = Residency {
+            a_host: true,
+            b_host: true,
+            c_host: true,
+            c_in: false,
+        };
+        let stores = |n: usize, width: usize| {
+            let sched = Schedule::product((n, n, n), n.div_ceil(2), true, res);
+            up_stores(&sched, width)
+        };
+        // 2·n²·width bytes up: 512 KiB, 8 MiB, 72 MiB (f32); 1 MiB, 128 MiB (f64).
+        assert_eq!(stores(256, 4), Stores::Cached);
+        assert_eq!(stores(1024, 4), Stores::Streaming);
+        assert_eq!(stores(3072, 4), Stores::Cached);
+        assert_eq!(stores(256, 8), Stores::Streaming);
+        assert_eq!(stores(2048, 8), Stores::Cached);
+        // Device operands move nothing up.
+        let device = Residency {
+            a_host: false,
+            b_host: false,
+            ..res
+        };
+        let sched = Schedule::product((1024, 1024, 1024), 512, true, device);
+        assert_eq!(up_stores(&sched, 4), Stores::Cached);
     }
 }
