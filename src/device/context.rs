@@ -356,6 +356,9 @@ pub(crate) struct Gpu {
     pub(crate) idle: Mutex<Vec<Box<dyn Any + Send>>>,
     /// The largest reusable buffers made so far.
     pub(crate) high_water: HighWater,
+    /// Whether the device has unified addressing: kernels then reach page-locked host memory
+    /// at its host address.
+    unified_addressing: bool,
 }
 
 /// The largest reusable device buffer and page-locked staging ring a device has made (bytes):
@@ -400,7 +403,14 @@ impl Gpu {
                 .map_err(describe)?,
             context_ms: start.elapsed().as_secs_f64() * 1e3,
         };
+        // A failed query leaves the feature unused.
+        let unified_addressing = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
+            )
+            .is_ok_and(|v| v == 1);
         Ok(Gpu {
+            unified_addressing,
             modules: Modules::new(ctx.clone(), info.compute_capability),
             ctx,
             generation,
@@ -415,6 +425,12 @@ impl Gpu {
     /// otherwise (`__testing::pretend_compute_capability`).
     pub(crate) fn kernel_sm(&self) -> u32 {
         crate::device::overrides::pretended_sm().map_or(self.sm(), |sm| sm.min(self.sm()))
+    }
+
+    /// Whether kernels may write page-locked host memory at its host address (unified
+    /// addressing).
+    pub(crate) fn maps_host(&self) -> bool {
+        self.unified_addressing
     }
 
     /// The compute capability as `major·10 + minor` (90 for sm_90).

@@ -62,6 +62,13 @@ impl PinnedBuf {
         self.bytes
     }
 
+    /// The buffer's address, which is also the address a device with unified addressing uses
+    /// for it (page-locked memory from `cuMemHostAlloc` is mapped for every such device, at its
+    /// host address).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
     /// The buffer as a staging ring of elements `width` bytes wide, for one run.
     pub(crate) fn ring(&self, width: usize) -> Ring<'_> {
         Ring {

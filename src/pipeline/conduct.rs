@@ -369,6 +369,11 @@ pub(crate) struct Run<'r, L: Link> {
     /// Slots of the device buffers for A and C panels (a panel `i` uses slot `i % slots`).
     pub(crate) a_slots: usize,
     pub(crate) c_slots: usize,
+    /// The panel's kernels write the result straight into the down ring (page-locked memory
+    /// the device addresses directly; one panel, one down parcel at the ring's start): the
+    /// down parcel then copies nothing, and its mark, recorded after the kernels, says the
+    /// result is in staging.
+    pub(crate) mapped_result: bool,
     /// Host bytes per helper thread ([`BYTES_PER_HELPER`]).
     pub(crate) bytes_per_helper: usize,
 }
@@ -586,9 +591,12 @@ impl<L: Link> Conductor<'_, '_, L> {
                 // this copy's mark lands (`down_landed`), and whose previous parcel is unpacked
                 // (checked above); `src` lies inside the device buffer holding the transfer's
                 // elements, written by work ordered before this copy (the panel's kernels: the
-                // same stream, or the wait above).
+                // same stream, or the wait above). A mapped result copies nothing: the panel's
+                // kernels wrote the parcel into `dst` themselves, before the mark recorded here.
                 clocked(&mut trace.issue, || {
-                    unsafe { link.copy_down(dst, src, len * width)? };
+                    if !self.run.mapped_result {
+                        unsafe { link.copy_down(dst, src, len * width)? };
+                    }
                     link.record(Mark::DownSlot(parcel.slot), Lane::Down)
                 })?;
                 down_waits.push_back(issued_down);

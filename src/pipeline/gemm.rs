@@ -307,6 +307,31 @@ struct Planned {
     rows: usize,
     /// Device slots for panels of A and C: two when panels overlap, else one.
     slots: usize,
+    /// The kernels write the result straight into the down ring (see [`mapped_result`]).
+    mapped_result: bool,
+}
+
+/// Results of at most this many bytes are written by the kernels straight into page-locked
+/// staging, which the device addresses directly, instead of into device memory and then
+/// copied down: one operation less on the device for a small product.
+const MAPPED_RESULT_BYTES: usize = 256 << 10;
+
+/// Whether a product's kernels write its result straight into the down ring: a plain product
+/// (`C = A·B`, nothing read from C) of one panel whose host result is one down parcel of at
+/// most [`MAPPED_RESULT_BYTES`], on a device that addresses page-locked host memory at its
+/// host address (unified addressing).
+fn mapped_result<T: Element>(gpu: &Gpu, ops: &Operands<T>, sched: &Schedule) -> bool {
+    let (m, _, n) = ops.dims;
+    gpu.maps_host()
+        && ops.multiply
+        && !ops.needs_t
+        && ops.c_dev.is_none()
+        && ops.residency.c_host
+        && !ops.residency.c_in
+        && sched.panels.len() == 1
+        && sched.down.parcels.len() == 1
+        && sched.down.parcels[0].offset == 0
+        && m * n * T::DTYPE.size() <= MAPPED_RESULT_BYTES
 }
 
 impl Planned {
@@ -315,12 +340,14 @@ impl Planned {
         let rows = choice.rows(ops.dims.0);
         let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
         let slots = if sched.panels.len() > 1 { 2 } else { 1 };
+        let mapped_result = mapped_result(gpu, ops, &sched);
         Planned {
             choice,
             trial,
             sched,
             rows,
             slots,
+            mapped_result,
         }
     }
 
@@ -355,7 +382,11 @@ fn buffers<T: Element>(
             0
         },
         a_slots: planned.slots,
-        c: if r.c_host { rows * n } else { 0 },
+        c: if r.c_host && !planned.mapped_result {
+            rows * n
+        } else {
+            0
+        },
         c_slots: planned.slots,
         t: if ops.needs_t { rows * n } else { 0 },
         up_ring: planned.sched.up.ring_len(),
@@ -457,8 +488,12 @@ fn panel_loop<T: Element>(
         staging,
     } = ws;
     let mut ran = None;
+    let result_at = planned
+        .mapped_result
+        .then(|| staging.down.as_ref().map(|b| b.addr()))
+        .flatten();
     let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
-        let r = enqueue_panel(gpu, opts, ops, planned, dev, &compute, i)?;
+        let r = enqueue_panel(gpu, opts, ops, planned, dev, result_at, &compute, i)?;
         if ran.is_none() {
             ran = r;
         }
@@ -479,6 +514,7 @@ fn panel_loop<T: Element>(
         down_ring: staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
         a_slots: planned.slots,
         c_slots: planned.slots,
+        mapped_result: result_at.is_some(),
         bytes_per_helper: conduct::BYTES_PER_HELPER,
     };
     conduct::conduct(&planned.sched, ends, &run, &mut panel_work, touched, trace)?;
@@ -487,13 +523,17 @@ fn panel_loop<T: Element>(
 }
 
 /// Enqueues panel `i`'s kernel (the chosen plan) and, when the product is not plain, its
-/// epilogue `C = alpha·T + beta·C`, on `stream`.
+/// epilogue `C = alpha·T + beta·C`, on `stream`. With `result_at`, the kernel writes the
+/// panel's result there (the down ring's page-locked memory, as the device addresses it)
+/// instead of into a device buffer.
+#[allow(clippy::too_many_arguments)]
 fn enqueue_panel<T: Element>(
     gpu: &Gpu,
     opts: &DotOptions,
     ops: &mut Operands<T>,
     planned: &Planned,
     dev: &mut workspace::DevBufs,
+    result_at: Option<CUdeviceptr>,
     stream: &Arc<CudaStream>,
     i: usize,
 ) -> Result<Option<Ran>, GpuDotError> {
@@ -531,10 +571,17 @@ fn enqueue_panel<T: Element>(
                 ld: mat.ld,
             },
         };
-        let (mut target, ldc) = match (ops.needs_t, &mut ops.c_dev) {
-            (true, _) => (dev.t.as_mut().expect("provided").view_mut(p * n), n),
-            (false, None) => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
-            (false, Some((buf, ld))) => (buf.slice_mut(r0 * *ld..), *ld),
+        // SAFETY: `result_at` is the down ring's page-locked memory, which holds the panel's
+        // `p · n` elements from its start (one down parcel at offset 0, `mapped_result`) and
+        // which the device addresses at the same address (unified addressing,
+        // `Gpu::maps_host`); the ring outlives the run, nothing reads it before the parcel's
+        // mark (recorded after these kernels) lands, and `Mapped` never frees it.
+        let mut mapped = result_at.map(|at| unsafe { Mapped::new(stream, at, p * n) });
+        let (mut target, ldc) = match (ops.needs_t, &mut ops.c_dev, &mut mapped) {
+            (true, _, _) => (dev.t.as_mut().expect("provided").view_mut(p * n), n),
+            (false, None, Some(mapped)) => (mapped.view_mut(), n),
+            (false, None, None) => (dev.c[slot].as_mut().expect("provided").view_mut(p * n), n),
+            (false, Some((buf, ld)), _) => (buf.slice_mut(r0 * *ld..), *ld),
         };
         if opts.poison_output {
             args::poison(stream, &mut target)?;
@@ -562,6 +609,32 @@ fn enqueue_panel<T: Element>(
         aux::axpby(gpu, stream, (p, n), alpha, t.as_ref(), beta, &mut c, ldc)?;
     }
     Ok(ran)
+}
+
+/// Page-locked host memory seen as a device slice of `T` (the address the device uses for it
+/// is its host address), never freed through the slice: the staging that owns it frees it.
+struct Mapped<T>(Option<CudaSlice<T>>);
+
+impl<T> Mapped<T> {
+    /// # Safety
+    /// `at` is page-locked host memory that the device addresses at `at`, holding `len`
+    /// elements of `T`, alive and used by nothing else while the slice's work runs.
+    unsafe fn new(stream: &Arc<CudaStream>, at: CUdeviceptr, len: usize) -> Mapped<T> {
+        Mapped(Some(unsafe { stream.upgrade_device_ptr::<T>(at, len) }))
+    }
+
+    fn view_mut(&mut self) -> cudarc::driver::CudaViewMut<'_, T> {
+        self.0.as_mut().expect("mapped until dropped").as_view_mut()
+    }
+}
+
+impl<T> Drop for Mapped<T> {
+    fn drop(&mut self) {
+        if let Some(slice) = self.0.take() {
+            // Forget the memory rather than free it: the staging ring owns it.
+            slice.leak();
+        }
+    }
 }
 
 /// Step 6's report: when each step ended, for `GPU_DOT_TRACE`.
@@ -655,12 +728,23 @@ mod tests {
             .as_nanos() as u64;
         println!("seed {seed}");
         let mut rng = StdRng::seed_from_u64(seed);
+        let mut mapped_runs = 0;
         for case in 0..400 {
-            let (m, k, n) = (
-                rng.random_range(1..90usize),
-                rng.random_range(1..40usize),
-                rng.random_range(1..50usize),
-            );
+            // Every eighth case is small and of one panel, so that its result may be mapped.
+            let small = case % 8 == 0;
+            let (m, k, n) = if small {
+                (
+                    rng.random_range(1..8usize),
+                    rng.random_range(1..40usize),
+                    rng.random_range(1..8usize),
+                )
+            } else {
+                (
+                    rng.random_range(1..90usize),
+                    rng.random_range(1..40usize),
+                    rng.random_range(1..50usize),
+                )
+            };
             let a_stored = random(&mut rng, m, k);
             let a_t = random(&mut rng, k, m);
             let av = if rng.random_bool(0.5) {
@@ -682,7 +766,7 @@ mod tests {
             } else {
                 0.0
             };
-            let rows = rng.random_range(1..=m);
+            let rows = if small { m } else { rng.random_range(1..=m) };
             let what = format!(
                 "case {case}: {m}×{k}×{n}, rows {rows}, output {output}, alpha {alpha}, beta {beta}"
             );
@@ -724,6 +808,7 @@ mod tests {
                 sched,
                 rows,
                 slots,
+                mapped_result: false,
             };
             let sched = &planned.sched;
             let mut dev_b = vec![f32::NAN; k * n];
@@ -737,6 +822,10 @@ mod tests {
             let ends = endpoints(&planned, &ops, &addrs);
             let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
             let fresh = ops.fresh;
+            // As `mapped_result` allows: one panel, one down parcel, C not read.
+            let mapped =
+                panels == 1 && beta == 0.0 && sched.down.parcels.len() == 1 && rng.random_bool(0.5);
+            mapped_runs += usize::from(mapped);
             let mut up_ring = vec![f32::NAN; sched.up.ring_len()];
             let mut down_ring = vec![f32::NAN; sched.down.ring_len()];
             let run = Run {
@@ -745,12 +834,19 @@ mod tests {
                 down_ring: Some(Ring::of_slice(&mut down_ring)),
                 a_slots: slots,
                 c_slots: slots,
+                mapped_result: mapped,
                 bytes_per_helper: 64,
             };
+            // A mapped result is written by the kernel straight into the down ring.
+            let mapped_at = run
+                .down_ring
+                .filter(|_| mapped)
+                .map(|r| r.at(0, m * n) as u64);
             let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
                 let (r0, r1) = sched.panels[i];
                 let p = r1 - r0;
-                let (a, b, c) = (addrs.a[i % slots], addrs.b, addrs.c[i % slots]);
+                let c = mapped_at.unwrap_or(addrs.c[i % slots]);
+                let (a, b) = (addrs.a[i % slots], addrs.b);
                 let (at, bt, c_in) = (a_s.trans, b_s.trans, beta != 0.0);
                 run.link.enqueue(move || {
                     let a = a as *const f32;
@@ -805,9 +901,13 @@ mod tests {
                 };
                 (f64::from(alpha) * acc + f64::from(beta) * old) as f32
             });
-            assert_eq!(got, want, "{what} (seed {seed})");
+            assert_eq!(got, want, "{what}, mapped {mapped} (seed {seed})");
             assert!(touched || fresh, "{what}: the output was written");
         }
+        assert!(
+            mapped_runs > 0,
+            "no case wrote its result straight into staging"
+        );
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub(super) fn transfer<T: Element>(
         down_ring: ws.staging.down.as_ref().map(|b| b.ring(T::DTYPE.size())),
         a_slots: 1,
         c_slots: 1,
+        mapped_result: false,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
     };
     let mut no_panels = |_: usize| -> Result<(), GpuDotError> { Ok(()) };
