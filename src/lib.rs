@@ -107,8 +107,9 @@
 //! because the GPU failed or is missing, and each GPU product's phase times at trace level.
 //! `GPU_DOT_TRACE=1` also prints each GPU product's panels, plan, helper threads and phase times
 //! (milliseconds from the call: schedule, buffers, first copy, last input copy, last kernel
-//! enqueued, results landed, unpacked; and the host time spent issuing copies, launching
-//! kernels and polling events) to stderr.
+//! enqueued, results landed, unpacked; the host time spent issuing copies, launching kernels
+//! and polling events; and, timed on the device with events, when the last input landed, the
+//! kernels began and ended, and the last result landed) to stderr.
 //!
 //! # Choosing
 //!

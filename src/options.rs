@@ -11,16 +11,15 @@ use crate::settings;
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
 ///
-/// Measured host to host with the `sweep` example (BENCHMARKS.md). On an H200 host with 16
-/// cores the GPU path took about 0.056–0.076 ms at 128³, 0.063–0.094 ms at 160³ and 0.077 ms
-/// at 192³, where ndarray's `dot` took 0.042–0.048, 0.075–0.106 and 0.103–0.114 ms; on an H100
-/// host with 16 cores (2026-11-25) the GPU path took 0.050 ms at 128³ and 0.072 ms at 160³
-/// against ndarray's 0.060 and 0.092 ms, and ndarray won at 96³ (0.026 against 0.044 ms). The
-/// GPU wins at 160³ (8.2 Mflop) on both, the CPU at 96³ (1.8 Mflop), and 128³ (4.2 Mflop) went
-/// either way: the threshold sits at 6 Mflop (about 144³). With fewer host cores the crossover
-/// comes earlier. Override it per call with [`DotOptions::min_gpu_flops`] or per process with
-/// `GPU_DOT_MIN_FLOPS`.
-pub const DEFAULT_MIN_GPU_FLOPS: u64 = 6_000_000;
+/// Measured host to host with the `sweep` example (BENCHMARKS.md). On an H100 host with 16
+/// cores (2026-11-26), since small results are written straight into page-locked staging, the
+/// GPU path took 0.038–0.039 ms at 96³ (1.8 Mflop) and 0.049 ms at 128³ (4.2 Mflop), where
+/// ndarray's `dot` took 0.016–0.023 and 0.060–0.065 ms: the CPU wins at 96³ and the GPU at
+/// 128³, so the threshold sits at 4 Mflop (about 126³). Before that change the GPU path took
+/// 0.050–0.076 ms at 128³ on an H100 and an H200 host, 128³ went either way, and the threshold
+/// was 6 Mflop. With fewer host cores the crossover comes earlier. Override it per call with
+/// [`DotOptions::min_gpu_flops`] or per process with `GPU_DOT_MIN_FLOPS`.
+pub const DEFAULT_MIN_GPU_FLOPS: u64 = 4_000_000;
 
 /// [`DEFAULT_MIN_GPU_FLOPS`] for `f64` products.
 ///
@@ -28,8 +27,9 @@ pub const DEFAULT_MIN_GPU_FLOPS: u64 = 6_000_000;
 /// GPU path took 0.059 ms at 96³ (1.8 Mflop) against ndarray's 0.032 ms, and 0.069 ms at 128³
 /// (4.2 Mflop) against 0.085 ms: ndarray's f64 `dot` runs at half its f32 speed, so the GPU
 /// pays from smaller products than in f32. On the H100 host (2026-11-25): 0.052 against 0.051 ms
-/// at 96³, 0.073 against 0.115 ms at 128³. The threshold sits between, at 3 Mflop (about
-/// 115³).
+/// at 96³, 0.073 against 0.115 ms at 128³; on that host again with small results written
+/// straight into staging (2026-11-26), 0.044–0.047 against 0.032–0.033 ms at 96³ and 0.052
+/// against 0.085–0.087 ms at 128³. The threshold sits between, at 3 Mflop (about 115³).
 pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
 
 /// The most moduli an Ozaki product may use (`Precision::Ozaki { moduli }`): their product

@@ -54,9 +54,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// The shapes `(m, k, n)`: squares, rectangles, GEMV shapes (one row or one column), and
-/// products below the GPU threshold (in `f32`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS`] = 6 M flops:
-/// seven, up to `(128, 128, 128)` at 4.2 M; in `f64`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS_F64`] =
-/// 3 M: five, up to `(1, 1024, 1024)` at 2.1 M).
+/// products below the GPU threshold (in `f32`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS`] = 4 M flops,
+/// and in `f64`, [`gpu_dot::DEFAULT_MIN_GPU_FLOPS_F64`] = 3 M: five, up to `(1, 1024, 1024)` at
+/// 2.1 M).
 const SHAPES: &[(usize, usize, usize)] = &[
     (16, 16, 16),
     (100, 50, 30),
