@@ -449,6 +449,154 @@ fn pack_and_copy(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value>
     out
 }
 
+/// How unpacking leaves the staging lines it read.
+#[derive(Clone, Copy, PartialEq)]
+enum After {
+    /// In the reading core's caches.
+    Cached,
+    /// Flushed (`clflush`).
+    Flush,
+    /// Flushed with the weakly ordered `clflushopt`, where the CPU has it.
+    FlushOpt,
+    /// Demoted to the shared last-level cache (`cldemote`), where the CPU has it.
+    Demote,
+}
+
+/// Whether the CPU has `clflushopt` and `cldemote` (CPUID leaf 7).
+fn cache_ops() -> (bool, bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let max = std::arch::x86_64::__cpuid(0).eax;
+        if max >= 7 {
+            let r = std::arch::x86_64::__cpuid_count(7, 0);
+            return (r.ebx & (1 << 23) != 0, r.ecx & (1 << 25) != 0);
+        }
+    }
+    (false, false)
+}
+
+/// Applies `after` to every cache line of `len` bytes from `ptr` (nothing for `Cached`, or
+/// off x86-64).
+fn after_read(ptr: *const u8, len: usize, after: After) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..len).step_by(64) {
+        // SAFETY: `ptr + at` lies inside the caller's range; each instruction only changes
+        // where the line is cached, and the caller checked that the CPU has it.
+        unsafe {
+            let p = ptr.add(at);
+            match after {
+                After::Cached => {}
+                After::Flush => std::arch::x86_64::_mm_clflush(p),
+                After::FlushOpt => std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack)),
+                After::Demote => std::arch::asm!("cldemote [{0}]", in(reg) p, options(nostack)),
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if after == After::FlushOpt {
+        // SAFETY: sfence has no operands.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ptr, len, after);
+}
+
+/// The down direction alone: 32 MiB copied from the device into page-locked staging in chunks
+/// of 4 MiB, after the staging was left alone, after 8 threads read it all into pageable
+/// memory (as unpacking does), and after they read it and flushed its lines from the caches.
+fn down_after_read(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+    println!("\n| staging before the copies | D2H GB/s | read (and flush) GB/s |");
+    println!("|---|---|---|");
+    let total = 32 * MIB / 4;
+    let chunk = 4 * MIB / 4;
+    let threads = 8;
+    let mut staging = Pinned::new(ctx, total);
+    let mut out_buf: Vec<f32> = vec![1.0; total];
+    let dev = stream
+        .clone_htod(&vec![2.0f32; total])
+        .expect("device memory");
+    let (dev_ptr, _g) = cudarc::driver::DevicePtr::device_ptr(&dev, stream);
+    let stage = staging.slice().as_mut_ptr() as usize;
+    let out = out_buf.as_mut_ptr() as usize;
+    let d2h = || {
+        for c in 0..total / chunk {
+            // SAFETY: chunk `c` of staging and of the device buffer, both `total` floats; the
+            // staging is not used by the host until the synchronisation below.
+            unsafe {
+                let part =
+                    std::slice::from_raw_parts_mut((stage as *mut f32).add(c * chunk), chunk);
+                result::memcpy_dtoh_async(
+                    part,
+                    dev_ptr + (c * chunk * 4) as u64,
+                    stream.cu_stream(),
+                )
+            }
+            .expect("copy");
+        }
+        stream.synchronize().expect("synchronising");
+    };
+    let read = |after: After| {
+        let share = total / threads;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                s.spawn(move || {
+                    // SAFETY: thread `t` reads its own share of staging and writes its own
+                    // share of `out`, both `total` floats.
+                    unsafe {
+                        let src = (stage as *const f32).add(t * share);
+                        std::ptr::copy_nonoverlapping(src, (out as *mut f32).add(t * share), share);
+                        after_read(src.cast(), share * 4, after);
+                    }
+                });
+            }
+        });
+    };
+    let mut rows = Vec::new();
+    let (flushopt, demote) = cache_ops();
+    println!("clflushopt: {flushopt}, cldemote: {demote}");
+    let mut cases = vec![
+        ("left alone", None),
+        ("read", Some(After::Cached)),
+        ("read, clflush", Some(After::Flush)),
+    ];
+    if flushopt {
+        cases.push(("read, clflushopt", Some(After::FlushOpt)));
+    }
+    if demote {
+        cases.push(("read, cldemote", Some(After::Demote)));
+    }
+    for (name, before) in cases {
+        let mut copies = Vec::new();
+        let mut reads = Vec::new();
+        for rep in 0..11 {
+            let start = Instant::now();
+            if let Some(after) = before {
+                read(after);
+            }
+            let r = start.elapsed().as_secs_f64();
+            let start = Instant::now();
+            d2h();
+            if rep > 0 {
+                copies.push(start.elapsed().as_secs_f64());
+                reads.push(r);
+            }
+        }
+        let gbs = |s: f64| (total * 4) as f64 / s / 1e9;
+        let (c, r) = (gbs(median(copies)), gbs(median(reads)));
+        println!(
+            "| {name} | {c:.1} | {} |",
+            if before.is_some() {
+                format!("{r:.1}")
+            } else {
+                "-".into()
+            }
+        );
+        rows.push(json!({"staging": name, "d2h_gb_per_s": c, "read_gb_per_s": before.map(|_| r)}));
+    }
+    drop(out_buf);
+    rows
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json_path = args
@@ -468,7 +616,8 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     if args.iter().any(|a| a == "--pack-and-copy") {
-        let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream)});
+        let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream),
+            "down_after_read": down_after_read(&ctx, &stream)});
         if let Some(path) = json_path {
             std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
                 .expect("writing the JSON");
@@ -481,6 +630,7 @@ fn main() {
         "link": link(&ctx, &stream),
         "chunked": chunked(&ctx, &stream),
         "pack_and_copy": pack_and_copy(&ctx, &stream),
+        "down_after_read": down_after_read(&ctx, &stream),
     });
     if let Some(path) = json_path {
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))

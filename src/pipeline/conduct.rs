@@ -28,30 +28,45 @@ use super::link::{Lane, Link, Mark, Stamp};
 use super::schedule::{Direction, Schedule, What};
 use crate::error::GpuDotError;
 use crate::host::crew::{self, Watch};
-use crate::host::staging::{HostMat, Ring, Stores};
+use crate::host::staging::{release_lines, HostMat, Ring, Stores};
 
 /// Host bytes of copying worth one more helper thread: fewer bytes per thread and waking it
 /// costs more than it saves (one thread copies about 5 GB/s on an H200 host, so 128 KiB is
 /// about 25 µs of its time).
 pub(crate) const BYTES_PER_HELPER: usize = 128 << 10;
 
-/// Bytes of a run's up transfers for which its staging is packed with streaming stores
-/// ([`Stores::Streaming`]); other runs pack with plain stores. Measured host to host on an
-/// H100 host (BENCHMARKS.md, the same sweep run with each kind of store): with streaming
-/// stores, products moving 1 to 40 MiB up ran 8–27% faster (f32 384³ to 1536³ and
-/// 1000 × 3000 × 500; f64 256³ to 1536³), while smaller ones ran 5 to 30 µs slower (f32 up to
-/// 256³) and larger ones 4–10% slower (f32 3072³, 8192³ and 4096 × 4096 × 64; f64 2048³ and
-/// 8192 × 1024 × 1024).
-pub(crate) const STREAMING_UP_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(40 << 20);
+/// Bytes of a run's transfers in one direction for which its staging bypasses the cores'
+/// caches: up, packed with streaming stores ([`Stores::Streaming`]); down, with each line
+/// released ([`release_lines`]) once unpacked, so that the next copy into it does not find it
+/// in a core's cache. Other runs pack with plain stores and leave the lines be.
+///
+/// Measured host to host on an H100 host (BENCHMARKS.md, the same sweeps run with and without):
+/// - with streaming stores, products moving 1 to 40 MiB up ran 8–27% faster (f32 384³ to
+///   1536³ and 1000 × 3000 × 500; f64 256³ to 1536³), while smaller ones ran 5 to 30 µs slower
+///   (f32 up to 256³) and larger ones 4–10% slower (f32 3072³, 8192³ and 4096 × 4096 × 64; f64
+///   2048³ and 8192 × 1024 × 1024);
+/// - releasing the down lines made f32 512³ to 1536³ and f64 384³ to 768³ 4–15% faster into
+///   an existing array; above, the runs' spread hid any change, and releasing the up lines of
+///   the large uploads (plain stores, then `cldemote`) made them up to 15% slower.
+pub(crate) const CACHE_BYPASS_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(40 << 20);
+
+/// The bytes of a direction's transfers, with elements of `width` bytes.
+fn direction_bytes(dir: &Direction, width: usize) -> usize {
+    dir.transfers.iter().map(|t| t.len).sum::<usize>() * width
+}
 
 /// How a run of `sched` packs its staging, with elements of `width` bytes.
 pub(crate) fn up_stores(sched: &Schedule, width: usize) -> Stores {
-    let bytes = sched.up.transfers.iter().map(|t| t.len).sum::<usize>() * width;
-    if STREAMING_UP_BYTES.contains(&bytes) {
+    if CACHE_BYPASS_BYTES.contains(&direction_bytes(&sched.up, width)) {
         Stores::Streaming
     } else {
         Stores::Cached
     }
+}
+
+/// Whether a run of `sched` releases the lines of its down staging once unpacked.
+pub(crate) fn releases_down_lines(sched: &Schedule, width: usize) -> bool {
+    CACHE_BYPASS_BYTES.contains(&direction_bytes(&sched.down, width))
 }
 
 /// The host and device ends of a schedule's transfers.
@@ -112,6 +127,8 @@ struct Board<'r> {
     down_ring: Option<Ring<'r>>,
     /// How packing stores into the up ring.
     stores: Stores,
+    /// Whether unpacking releases the down ring's lines.
+    release_down: bool,
     /// Next up piece to claim.
     up_next: AtomicUsize,
     /// Up parcels `< up_free` have a free staging slot.
@@ -164,6 +181,7 @@ impl<'r> Board<'r> {
             up_ring,
             down_ring,
             stores: up_stores(sched, ends.width),
+            release_down: releases_down_lines(sched, ends.width),
             up_next: AtomicUsize::new(0),
             up_free: AtomicUsize::new(sched.up.slots),
             up_packed: counters(sched.up.parcels.len()),
@@ -281,6 +299,7 @@ impl<'r> Board<'r> {
         unsafe {
             self.ends.up_host[parcel.transfer].read_raw(piece.start, piece.end, ptr, self.stores);
         }
+
         self.up_packed[piece.parcel].fetch_add(1, SeqCst);
         self.packed.fetch_add(1, SeqCst);
     }
@@ -299,6 +318,11 @@ impl<'r> Board<'r> {
         // the transfers are distinct panels, so no other thread reads or writes these elements.
         unsafe {
             self.ends.down_host[parcel.transfer].write_raw(piece.start, piece.end, ptr);
+        }
+        if self.release_down {
+            // SAFETY: the same elements of the ring, read just above; releasing their lines
+            // changes no memory.
+            unsafe { release_lines(ptr, (piece.end - piece.start) * self.ends.width) };
         }
         self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
         self.unpacked.fetch_add(1, SeqCst);
@@ -693,7 +717,7 @@ mod tests {
     use crate::pipeline::schedule::Residency;
 
     #[test]
-    fn streaming_stores_pack_mid_sized_uploads_only() {
+    fn only_mid_sized_transfers_bypass_the_caches() {
         let res = Residency {
             a_host: true,
             b_host: true,
@@ -710,6 +734,11 @@ mod tests {
         assert_eq!(stores(3072, 4), Stores::Cached);
         assert_eq!(stores(256, 8), Stores::Streaming);
         assert_eq!(stores(2048, 8), Stores::Cached);
+        // Results of 4 MiB (f32 1024²) and 256 KiB (f32 256²) down.
+        let sched = Schedule::product((1024, 1024, 1024), 512, true, res);
+        assert!(releases_down_lines(&sched, 4));
+        let sched = Schedule::product((256, 256, 256), 256, true, res);
+        assert!(!releases_down_lines(&sched, 4));
         // Device operands move nothing up.
         let device = Residency {
             a_host: false,
