@@ -35,20 +35,24 @@ use crate::host::staging::{release_lines, HostMat, Ring, Stores};
 /// about 25 µs of its time).
 pub(crate) const BYTES_PER_HELPER: usize = 128 << 10;
 
-/// Bytes of a run's transfers in one direction for which its staging bypasses the cores'
-/// caches: up, packed with streaming stores ([`Stores::Streaming`]); down, with each line
-/// released ([`release_lines`]) once unpacked, so that the next copy into it does not find it
-/// in a core's cache. Other runs pack with plain stores and leave the lines be.
+/// Bytes of a run's up transfers for which its staging is packed with streaming stores
+/// ([`Stores::Streaming`]), so that the copy engine reads it from memory rather than from the
+/// cores' caches; other runs pack with plain stores.
 ///
-/// Measured host to host on an H100 host (BENCHMARKS.md, the same sweeps run with and without):
-/// - with streaming stores, products moving 1 to 40 MiB up ran 8–27% faster (f32 384³ to
-///   1536³ and 1000 × 3000 × 500; f64 256³ to 1536³), while smaller ones ran 5 to 30 µs slower
-///   (f32 up to 256³) and larger ones 4–10% slower (f32 3072³, 8192³ and 4096 × 4096 × 64; f64
-///   2048³ and 8192 × 1024 × 1024);
-/// - releasing the down lines made f32 512³ to 1536³ and f64 384³ to 768³ 4–15% faster into
-///   an existing array; above, the runs' spread hid any change, and releasing the up lines of
-///   the large uploads (plain stores, then `cldemote`) made them up to 15% slower.
-pub(crate) const CACHE_BYPASS_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(40 << 20);
+/// Measured host to host on an H100 host (BENCHMARKS.md, the same sweep run with each kind of
+/// store): with streaming stores, products moving 1 to 40 MiB up ran 8–27% faster (f32 384³
+/// to 1536³ and 1000 × 3000 × 500; f64 256³ to 1536³), while smaller ones ran 5 to 30 µs
+/// slower (f32 up to 256³) and larger ones 4–10% slower (f32 3072³, 8192³ and
+/// 4096 × 4096 × 64; f64 2048³ and 8192 × 1024 × 1024). Releasing the lines of the large
+/// uploads instead (plain stores, then `cldemote`) made them up to 15% slower.
+pub(crate) const STREAMING_UP_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(40 << 20);
+
+/// Bytes of a run's down transfers for which each line of its down staging is released
+/// ([`release_lines`]) once unpacked, so that the next copy into it does not find it in a
+/// core's cache. Measured as above: f32 512³ and 1024³ and f64 384³ to 1024³ (1 to 8 MiB down)
+/// ran 5–23% faster into an existing array with it; f32 2048³ and 8192 × 1024 × 1024 and f64
+/// 1536³ and 2048³ (16 to 32 MiB down) ran 6–10% slower.
+pub(crate) const RELEASED_DOWN_BYTES: std::ops::RangeInclusive<usize> = (1 << 20)..=(8 << 20);
 
 /// The bytes of a direction's transfers, with elements of `width` bytes.
 fn direction_bytes(dir: &Direction, width: usize) -> usize {
@@ -57,7 +61,7 @@ fn direction_bytes(dir: &Direction, width: usize) -> usize {
 
 /// How a run of `sched` packs its staging, with elements of `width` bytes.
 pub(crate) fn up_stores(sched: &Schedule, width: usize) -> Stores {
-    if CACHE_BYPASS_BYTES.contains(&direction_bytes(&sched.up, width)) {
+    if STREAMING_UP_BYTES.contains(&direction_bytes(&sched.up, width)) {
         Stores::Streaming
     } else {
         Stores::Cached
@@ -66,7 +70,7 @@ pub(crate) fn up_stores(sched: &Schedule, width: usize) -> Stores {
 
 /// Whether a run of `sched` releases the lines of its down staging once unpacked.
 pub(crate) fn releases_down_lines(sched: &Schedule, width: usize) -> bool {
-    CACHE_BYPASS_BYTES.contains(&direction_bytes(&sched.down, width))
+    RELEASED_DOWN_BYTES.contains(&direction_bytes(&sched.down, width))
 }
 
 /// The host and device ends of a schedule's transfers.
@@ -734,11 +738,11 @@ mod tests {
         assert_eq!(stores(3072, 4), Stores::Cached);
         assert_eq!(stores(256, 8), Stores::Streaming);
         assert_eq!(stores(2048, 8), Stores::Cached);
-        // Results of 4 MiB (f32 1024²) and 256 KiB (f32 256²) down.
-        let sched = Schedule::product((1024, 1024, 1024), 512, true, res);
-        assert!(releases_down_lines(&sched, 4));
-        let sched = Schedule::product((256, 256, 256), 256, true, res);
-        assert!(!releases_down_lines(&sched, 4));
+        // Results of 4 MiB (f32 1024²), 256 KiB (f32 256²) and 16 MiB (f32 2048²) down.
+        let down = |n: usize| Schedule::product((n, n, n), n, true, res);
+        assert!(releases_down_lines(&down(1024), 4));
+        assert!(!releases_down_lines(&down(256), 4));
+        assert!(!releases_down_lines(&down(2048), 4));
         // Device operands move nothing up.
         let device = Residency {
             a_host: false,
