@@ -11,11 +11,12 @@ use crate::settings;
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
 /// [`Backend::Auto`].
 ///
-/// Measured host to host with the `sweep` example (BENCHMARKS.md). On an H100 host with 16
-/// cores (2026-11-26), since small results are written straight into page-locked staging, the
-/// GPU path took 0.038–0.039 ms at 96³ (1.8 Mflop) and 0.049 ms at 128³ (4.2 Mflop), where
-/// ndarray's `dot` took 0.016–0.023 and 0.060–0.065 ms: the CPU wins at 96³ and the GPU at
-/// 128³, so the threshold sits at 4 Mflop (about 126³). Before that change the GPU path took
+/// Measured host to host with the `sweep` example (BENCHMARKS.md). On H100 hosts with 16 cores
+/// (2026-11-26, five runs), since small results are written straight into page-locked staging,
+/// the GPU path took 0.035–0.041 ms at 96³ (1.8 Mflop) and 0.048–0.050 ms at 128³
+/// (4.2 Mflop), where ndarray's multithreaded `dot` took 0.014–0.040 and 0.039–0.065 ms
+/// (median 0.060): the CPU wins at 96³ and, in three runs of five, the GPU at 128³, so the
+/// threshold sits at 4 Mflop (about 126³). Before that change the GPU path took
 /// 0.050–0.076 ms at 128³ on an H100 and an H200 host, 128³ went either way, and the threshold
 /// was 6 Mflop. With fewer host cores the crossover comes earlier. Override it per call with
 /// [`DotOptions::min_gpu_flops`] or per process with `GPU_DOT_MIN_FLOPS`.
