@@ -79,15 +79,21 @@
 //      int ldE, int* S, double* L): as ozaki_scale_*, writing E[c * ldE + r] for each
 //      candidate c < g.n, S[r] (sigma, or FLAG) and L[r] for r < R.
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
-//      signed char* P, int Rp, int Kp, int TM): as ozaki_split_*, one layer of magnitudes.
+//      signed char* P, int Rp, int Kp, int TM, int* U): as ozaki_split_*, one layer of
+//      magnitudes; raises U[k] (Kp ints, zeroed before) to the largest magnitude at k.
+// ozaki_guard_refuse(int Kp, const int* UA, const int* UB, int M, int N, Guard g, int slots,
+//      int* refused): one block of 256 threads; writes *refused (0 or 1) and, where 1,
+//      g.need[s] = g.n for s < slots.
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, int pair_m, int* S) and ozaki_guard_gemm_mma(int M, int N, const signed char*
-//      PA, const signed char* PB, int Mp, int Np, int Kp, int* S): as the two GEMMs for one
-//      layer (units and grid for c.count = 1), writing the int32 product into S (M x N,
-//      row-major) instead of residues.
-// ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g): one block of 256
-//      threads per strip of rows of a tm x tn tile of the GEMM's (grid: tiles x strips, tile =
-//      row * g.tiles_n + col); writes g.need[tile * strips + strip] for every strip.
+//      int Kp, int pair_m, int* S, const int* refused) and ozaki_guard_gemm_mma(int M, int N,
+//      const signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int* S, const
+//      int* refused): as the two GEMMs for one layer (units and grid for c.count = 1),
+//      writing the int32 product into S (M x N, row-major) instead of residues; nothing where
+//      *refused.
+// ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g, const int* refused):
+//      one block of 256 threads per strip of rows of a tm x tn tile of the GEMM's (grid:
+//      tiles x strips, tile = row * g.tiles_n + col); writes g.need[tile * strips + strip] for
+//      every strip; nothing where *refused.
 // ---------------------------------------------------------------------------------------------
 //
 // PANELS. The residues of modulus l are panel l of P, Rp x Kp bytes in tiles of TM rows x 128
@@ -149,9 +155,11 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 // bits below each row's largest, floor(|x| * 2^sigma) <= 127: an element passes at a count when
 // E_ij * 2^(sigma_i + tau_j) <= gu * sum_k mag_a * mag_b (gu = GUARD * u). ozaki_guard_scale_*
 // gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
-// ozaki_magnitudes_* the magnitude panels, ozaki_guard_gemm* their exact product S (int32), and
-// ozaki_guard_judge each tile's int in `need`: the largest, over its elements, index of the
-// first candidate each passes at (n: none).
+// ozaki_magnitudes_* the magnitude panels (and each k's largest magnitude), ozaki_guard_refuse
+// an early verdict from those maxima where one element is sure to fail (see `refuse`),
+// ozaki_guard_gemm* the magnitudes' exact product S (int32), and ozaki_guard_judge each tile's
+// int in `need`: the largest, over its elements, index of the first candidate each passes at
+// (n: none).
 constexpr int MAX_CANDIDATES = 4;
 // The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
 struct GuardScale {
@@ -434,15 +442,35 @@ struct SplitResidues {
         }
     }
 };
-// The guard's writer: one layer of floor(|x| * 2^sigma), 0 to 127 (0 for a row without sigma).
+// The guard's writer: one layer of floor(|x| * 2^sigma), 0 to 127 (0 for a row without sigma),
+// and each k's largest over the rows into U[k] (atomicMax; the host zeroes U). It runs in
+// panels' layout (a block of 256 threads over 32 rows and 64 k, thread tid on row tid / 8
+// and k 8 (tid % 8) to 8 (tid % 8) + 7, every thread calling it once a round): the four
+// rows of a warp by shuffles, its eight warps through shared memory, one atomic per k.
 struct SplitMagnitudes {
     const int* __restrict__ S;
+    int* __restrict__ U;
     OZ_DEV void operator()(int row, const double* v8, signed char* p, i64) const {
+        __shared__ unsigned warp_max[8][64];
         const int sg = row >= 0 ? S[row] : FLAG;
         unsigned b[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) b[e] = sg == FLAG ? 0u : __double2uint_rz(scale_t(fabs(v8[e]), sg));
         *reinterpret_cast<uint2*>(p) = pack8(b);
+        const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            b[e] = max(b[e], __shfl_xor_sync(0xffffffffu, b[e], 8));
+            b[e] = max(b[e], __shfl_xor_sync(0xffffffffu, b[e], 16));
+            if (lane < 8) warp_max[tid >> 5][lane * 8 + e] = b[e];
+        }
+        __syncthreads();
+        if (tid < 64) {
+            unsigned mx = 0;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) mx = max(mx, warp_max[w][tid]);
+            if (mx > 0) atomicMax(U + blockIdx.x * 64 + tid, (int)mx);
+        }
     }
 };
 
@@ -1069,6 +1097,60 @@ OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const
     }
 }
 
+// The guard's early refusal, before its GEMM: every magnitudes' sum S_ij is at most
+// U = sum_k UA[k] * UB[k] (UA[k], UB[k] the largest magnitude at k over X's rows and Y's), so
+// an element whose bound fails at every candidate against U fails against S_ij too, and the
+// judge would refuse the product. With the first row of X and of Y that has a sigma, that
+// element decides: where it fails, *refused = 1 and every slot of g.need = g.n (each tile
+// counts as refused), and the guard's GEMM and judge leave at once; else *refused = 0. One
+// block of 256 threads. Inputs whose scales pair along k (X's large magnitudes where Y's are
+// small) make U zero.
+OZ_DEV void refuse(int Kp, const int* __restrict__ UA, const int* __restrict__ UB, int M,
+                   int N, const Guard& g, int slots, int* refused) {
+    __shared__ long long part[8];
+    __shared__ int first[2][8];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    long long u = 0;
+    for (int k = tid; k < Kp; k += blockDim.x) u += (long long)UA[k] * UB[k];
+    int ia = 0x7fffffff, ib = 0x7fffffff;
+    for (int i = tid; i < M && ia == 0x7fffffff; i += blockDim.x)
+        if (g.sa[i] != FLAG) ia = i;
+    for (int j = tid; j < N && ib == 0x7fffffff; j += blockDim.x)
+        if (g.sb[j] != FLAG) ib = j;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        u += __shfl_xor_sync(0xffffffffu, u, o);
+        ia = min(ia, __shfl_xor_sync(0xffffffffu, ia, o));
+        ib = min(ib, __shfl_xor_sync(0xffffffffu, ib, o));
+    }
+    if (lane == 0) {
+        part[warp] = u;
+        first[0][warp] = ia;
+        first[1][warp] = ib;
+    }
+    __syncthreads();
+    __shared__ int verdict;
+    if (tid == 0) {
+        long long total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
+            total += part[w];
+            ia = min(ia, first[0][w]);
+            ib = min(ib, first[1][w]);
+        }
+        int no = 0;
+        if (ia < M && ib < N) {
+            // U < 127^2 * 2^16 < 2^31: an int, as the judge's sums.
+            const Side a(g.sa, g.la, g.ea, g.lde_a, ia, g.n), b(g.sb, g.lb, g.eb, g.lde_b, ib, g.n);
+            no = first_pass(g, (int)total, a, b) == g.n;
+        }
+        verdict = no;
+        *refused = no;
+    }
+    __syncthreads();
+    if (verdict)
+        for (int s = tid; s < slots; s += blockDim.x) g.need[s] = g.n;
+}
+
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
 // L = 3 up to 8 moduli (S < 9 * 2^25 * M < 2^96), 5 up to 16 (< 2^160), 6 beyond.
 template <typename T, int L>
@@ -1257,13 +1339,13 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM) {
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
+                       int Rp, int Kp, int TM, int* U) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S, U});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM) {
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
+                       int Rp, int Kp, int TM, int* U) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S, U});
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
@@ -1273,7 +1355,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-                     int Kp, int pair_m, int* S) {
+                     int Kp, int pair_m, int* S, const int* refused) {
+    if (*refused) return;  // the cluster's two blocks alike, before any barrier
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
 }
 #endif
@@ -1284,12 +1367,20 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
 }
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-                         int Np, int Kp, int* S) {
+                         int Np, int Kp, int* S, const int* refused) {
+    if (*refused) return;
     oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{S});
 }
 extern "C" __global__ void __launch_bounds__(256)
-    ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g) {
+    ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g,
+                      const int* refused) {
+    if (*refused) return;
     oz::judge(M, N, S, tm, tn, g);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_guard_refuse(int Kp, const int* UA, const int* UB, int M, int N, oz::Guard g,
+                       int slots, int* refused) {
+    oz::refuse(Kp, UA, UB, M, N, g, slots, refused);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

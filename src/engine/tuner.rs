@@ -666,15 +666,21 @@ mod tests {
         assert!(c[..2]
             .iter()
             .all(|&p| rows_for(8192, p) * 16384 <= MAX_EMULATED_PANEL_FLOATS));
-        // f64 panels emulate from 4096 rows (and 5120³ of volume).
+        // f64 panels emulate from 4096 rows (and 4096³ of volume).
         let mut f64 = product((8192, 8192, 8192), 1536 << 20);
         f64.dtype = Dtype::F64;
         assert_eq!(panel_counts(&f64, None, Some(90))[..2], [2, 1]);
         f64.dims = (4096, 4096, 4096);
         assert_eq!(
+            panel_counts(&f64, None, Some(90))[0],
+            1,
+            "4096³ f64 emulates whole"
+        );
+        f64.dims = (4096, 4095, 4096);
+        assert_eq!(
             panel_counts(&f64, None, Some(90)),
             panel_counts(&f64, None, None),
-            "4096³ f64 does not emulate"
+            "a side below 4096: f64 does not emulate"
         );
         // No INT8 tensor cores, or a precision that never emulates: the native counts.
         assert_eq!(

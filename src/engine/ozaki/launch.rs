@@ -104,18 +104,20 @@ const SB: usize = 6;
 const LA: usize = 7;
 const LB: usize = 8;
 const NEED: usize = 9;
+const UK: usize = 10;
 
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
 /// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
-/// NEED] (the magnitude shifts, the scaled 1-norms and one int per GEMM tile).
+/// NEED, UK] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM tile, and
+/// each k's largest magnitude of X and of Y, Kp ints each, with the early refusal's int).
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
     guarded: bool,
     (m, k, n): (usize, usize, usize),
     gemm: Gemm,
-) -> (usize, [usize; 10]) {
+) -> (usize, [usize; 11]) {
     let ((tm, tn), (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
     let g = guarded as usize;
@@ -130,8 +132,9 @@ pub(super) fn workspace(
         8 * mp * g,
         8 * np * g,
         4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
+        4 * (2 * kp + 1) * g,
     ];
-    let mut at = [0; 10];
+    let mut at = [0; 11];
     let mut total = 0;
     for (o, s) in at.iter_mut().zip(sizes) {
         *o = total;
@@ -207,7 +210,9 @@ pub struct GuardReport {
     /// Output tiles the guard judged.
     pub tiles: usize,
     /// Tiles with an element that no count of moduli the guard weighed keeps within native's
-    /// bound: any sends the product to the native kernels.
+    /// bound: any sends the product to the native kernels. Where the guard refused before
+    /// its GEMM (an element that fails whatever its magnitudes' sum, as when the inputs'
+    /// scales pair along k), every tile counts.
     pub failed: usize,
 }
 
@@ -390,7 +395,19 @@ pub(crate) fn launch<T: Element>(
         let kgp = kg.next_multiple_of(128);
         let (kgi, kgpi) = (kg as i32, kgp as i32);
         let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
-        for &(rows, rows_p, tm, x, (sr, sk), _, p, s, _) in &operands {
+        // Each k's largest magnitude, of X at `maxima` and of Y after it (Kp ints each), and
+        // the early refusal's int after both.
+        let maxima = sec(UK);
+        let refused = maxima + (8 * kp) as u64;
+        // SAFETY: the workspace's UK section holds 2·Kp + 1 ints from `maxima`, set on this
+        // stream before the launches below read and raise them.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(maxima, 0, 4 * (2 * kp + 1), stream.cu_stream())
+        }
+        .map_err(fail("clearing the Ozaki guard's maxima"))?;
+        for (&(rows, rows_p, tm, x, (sr, sk), _, p, s, _), u) in
+            operands.iter().zip([maxima, maxima + (4 * kp) as u64])
+        {
             let cfg = split_config(kgp, rows_p);
             let rp = rows_p as i32;
             let mut builder = stream.launch_builder(&magnitudes);
@@ -404,14 +421,16 @@ pub(crate) fn launch<T: Element>(
                 .arg(&p)
                 .arg(&rp)
                 .arg(&kgpi)
-                .arg(&tm);
+                .arg(&tm)
+                .arg(&u);
             // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
-            // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM)`; X as for
-            // the scaling, whose S (R ints) the launch before it on this stream wrote, read for
-            // k < K = kg ≤ the operand's k; P is the start of the workspace's panel section
+            // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, int* U)`; X as
+            // for the scaling, whose S (R ints) the launch before it on this stream wrote, read
+            // for k < K = kg ≤ the operand's k; P is the start of the workspace's panel section
             // (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at least count·Rp·Kp), written
-            // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); grid and block
-            // as for the split with Kp = kgp.
+            // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); U is this
+            // operand's Kp ≥ kgp ints of the UK section, zeroed above; grid and block as for
+            // the split with Kp = kgp (the kernel's layout: one block per 64 k and 32 rows).
             unsafe { builder.launch(cfg) }
                 .map_err(fail("launching the Ozaki guard's magnitudes"))?;
         }
@@ -436,6 +455,34 @@ pub(crate) fn launch<T: Element>(
             unused: 0,
             gu: GUARD * unit_roundoff(T::DTYPE),
         };
+        // An early verdict from each k's largest magnitudes: where one element fails whatever
+        // its sum, the product is refused without the guard's GEMM and judge (which then
+        // leave at once).
+        let refuse = function("ozaki_guard_refuse")?;
+        let slots = (tiles * JUDGE_STRIPS) as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ub = maxima + (4 * kp) as u64;
+        let mut builder = stream.launch_builder(&refuse);
+        builder
+            .arg(&kgpi)
+            .arg(&maxima)
+            .arg(&ub)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&guard)
+            .arg(&slots)
+            .arg(&refused);
+        // SAFETY: arguments match `ozaki_guard_refuse(int Kp, const int* UA, const int* UB,
+        // int M, int N, Guard g, int slots, int* refused)`; UA and UB are the UK section's
+        // kgp-int maxima that the magnitudes before it on this stream raised, `refused` its
+        // last int; `GuardArgs` as for the judge below (sigmas of M and N rows, shifts, norms,
+        // and `need` of `slots` ints); one block of 256 threads, static shared memory only.
+        unsafe { builder.launch(cfg) }
+            .map_err(fail("launching the Ozaki guard's early refusal"))?;
         let entry = match gemm_kind {
             Gemm::Wg { .. } => OZAKI_GUARD_GEMM,
             Gemm::Mma => OZAKI_GUARD_GEMM_MMA,
@@ -447,7 +494,7 @@ pub(crate) fn launch<T: Element>(
             gemm_kind,
             (mi, ni, mp, np, kgpi, 1),
             (sec(PA), sec(PB)),
-            GemmTail::Sums(sums),
+            GemmTail::Sums(sums, refused),
         )?;
         let judge = function("ozaki_guard_judge")?;
         let cfg = LaunchConfig {
@@ -463,10 +510,12 @@ pub(crate) fn launch<T: Element>(
             .arg(&sums)
             .arg(&tm)
             .arg(&tn)
-            .arg(&guard);
+            .arg(&guard)
+            .arg(&refused);
         // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int
-        // tn, Guard g)`; S is the M × N int32 product the guard GEMM before it on this stream
-        // wrote; `GuardArgs` matches the kernel's struct by value, its addresses the
+        // tn, Guard g, const int* refused)`; S is the M × N int32 product the guard GEMM
+        // before it on this stream wrote (or, where `refused` — written by the early refusal
+        // before both — is set, neither writes nor reads anything); `GuardArgs` matches the kernel's struct by value, its addresses the
         // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
         // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one
         // block per strip of a tile writing its own; 256 threads and a static shared array of
@@ -606,7 +655,8 @@ fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
 /// guard's) the int32 sums into an M × N array.
 enum GemmTail<'a> {
     Residues(u64, &'a Consts),
-    Sums(u64),
+    /// The product's array and the early refusal's int (the GEMM leaves at once where set).
+    Sums(u64, u64),
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
@@ -660,12 +710,13 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
-                GemmTail::Sums(sums) => builder.arg(&pair_mi).arg(sums),
+                GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(sums).arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
             // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
-            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S)`; PA and
+            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S, const int*
+            // refused)` (an int the launches before it wrote); PA and
             // PB are the panels the launches before it on this stream wrote, in tiles of 192
             // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
             // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
@@ -701,12 +752,13 @@ fn enqueue_gemm(
                 .arg(&kpi);
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
-                GemmTail::Sums(sums) => builder.arg(sums),
+                GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
             // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
             // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, int* S)`; PA and PB are the panels the
+            // signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int
+            // the launches before it wrote); PA and PB are the panels the
             // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
             // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
             // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is

@@ -123,8 +123,9 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 15] = [
+const OZAKI_ENTRIES: [&str; 16] = [
     "ozaki_guard_judge",
+    "ozaki_guard_refuse",
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_guard_scale_d",
