@@ -135,7 +135,7 @@ fn ozaki_ready(gpu: &Gpu) -> bool {
 /// `f64` products emulate from sides of this many and a volume of `m·k·n` this large (4096³):
 /// on an H100 (2026-11-26, ladder with `--emulate-every-size`) the guarded product ran at
 /// 0.81× cuBLAS DGEMM at 3072³ against native's 0.98×; at 4096³ at 1.05–1.09× (medians of
-/// three rounds, seven runs) against native's 0.97–1.05×, and on inputs the guard refuses
+/// rounds, over 22 runs) against native's 0.97–1.05×, and on inputs the guard refuses
 /// (scales paired along k) at 0.93× native's speed since the guard refuses early; ahead from
 /// 6144³ (1.31× against 1.00×).
 const EMULATE_F64: (usize, f64) = (4096, 4096.0 * 4096.0 * 4096.0);
