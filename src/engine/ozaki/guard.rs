@@ -180,3 +180,53 @@ pub fn guard_counts(
     }
     out
 }
+
+/// Whether the guard refuses `a · b` before its GEMM (kernels/ozaki.cu, `refuse`): `U`, the
+/// dot product over the first [`guard_sample`] inner indices of each index's largest
+/// magnitude over X's rows and over Y's, bounds every element's magnitudes' sum from above,
+/// and the element of the first row of X and of Y with guard data fails against `U` at every
+/// count of `counts`. The model of the early refusal.
+#[cfg(test)]
+pub(crate) fn refuses_early(
+    a: &[f64],
+    b: &[f64],
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    counts: &[usize],
+) -> bool {
+    let rows_a: Vec<Vec<f64>> = (0..m).map(|i| a[i * k..(i + 1) * k].to_vec()).collect();
+    let rows_b: Vec<Vec<f64>> = (0..n)
+        .map(|j| (0..k).map(|p| b[p * n + j]).collect())
+        .collect();
+    let kg = guard_sample(dtype, k);
+    let side = |rows: &[Vec<f64>]| -> (Vec<i64>, Option<usize>) {
+        let mut most = vec![0i64; kg];
+        let mut first = None;
+        for (i, r) in rows.iter().enumerate() {
+            let Some(g) = GuardRow::of(r.iter().copied()) else {
+                continue;
+            };
+            first.get_or_insert(i);
+            for (u, &x) in most.iter_mut().zip(&r[..kg]) {
+                *u = (*u).max(g.magnitude(x));
+            }
+        }
+        (most, first)
+    };
+    let ((ua, ia), (ub, jb)) = (side(&rows_a), side(&rows_b));
+    let (Some(i), Some(j)) = (ia, jb) else {
+        return false;
+    };
+    let bound: i64 = ua.iter().zip(&ub).map(|(x, y)| x * y).sum();
+    let (ga, gb) = (
+        GuardRow::of(rows_a[i].iter().copied()),
+        GuardRow::of(rows_b[j].iter().copied()),
+    );
+    !counts.iter().any(|&count| {
+        let (bits_a, bits_b) = scaling_bits(count, k);
+        let nb = norm_bound(count, k);
+        let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
+        let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
+        passes((s, ga), (t, gb), bound, k, dtype)
+    })
+}

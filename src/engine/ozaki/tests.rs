@@ -520,6 +520,19 @@ fn the_guard_passes_only_what_meets_native_bound() {
                         family.name()
                     );
                 }
+                // The early refusal refuses only what the guard refuses, and catches scales
+                // paired along k.
+                let early = super::guard::refuses_early(sa, sb, dims, dtype, &counts);
+                if early {
+                    assert!(
+                        verdicts.iter().any(|v| v.is_none()),
+                        "{dtype} {} k={k}: refused early, but every element passes",
+                        family.name()
+                    );
+                }
+                if matches!(family, Family::PairedK(_)) {
+                    assert!(early, "{dtype} {} k={k}: not refused early", family.name());
+                }
                 let passed = verdicts.iter().filter(|v| v.is_some()).count();
                 match family {
                     Family::Uniform => assert!(
