@@ -90,6 +90,16 @@
 //      int* refused): as the two GEMMs for one layer (units and grid for c.count = 1),
 //      writing the int32 product into S (M x N, row-major) instead of residues; nothing where
 //      *refused.
+// ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key* KX, Key* KY, const int* refused):
+//      one thread per row of X (Mp, padding included) and of Y (Np): KX[i], KY[j] (see
+//      `keys`); nothing where *refused.
+// ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
+//      int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int* unsure, const int*
+//      refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const
+//      signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int* unsure,
+//      const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1 where some
+//      element is not surely within the first candidate's bound by its keys (see `keys`);
+//      else *unsure is left as it is (the host zeroes it); nothing where *refused.
 // ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g, const int* refused):
 //      one block of 256 threads per strip of rows of a tm x tn tile of the GEMM's (grid:
 //      tiles x strips, tile = row * g.tiles_n + col); writes g.need[tile * strips + strip] for
@@ -159,7 +169,10 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 // an early verdict from those maxima where one element is sure to fail (see `refuse`),
 // ozaki_guard_gemm* the magnitudes' exact product S (int32), and ozaki_guard_judge each tile's
 // int in `need`: the largest, over its elements, index of the first candidate each passes at
-// (n: none).
+// (n: none). Before those two, ozaki_guard_sure_gemm* runs the same product and, in its
+// epilogue, tests each element against a sufficient condition of passing at the first
+// candidate made of one key per row (`keys`): where every element meets it, every verdict is
+// the first candidate, and the host runs neither the guard's GEMM nor its judge.
 constexpr int MAX_CANDIDATES = 4;
 // The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
 struct GuardScale {
@@ -182,6 +195,10 @@ struct Guard {
     double gu;         // GUARD * u
 };
 static_assert(sizeof(Guard) == 88, "the host's layout");
+// A row's key for the guard's sure test (see `keys`).
+struct Key {
+    float w, p;
+};
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
@@ -578,6 +595,13 @@ struct ResidueTail {
 struct GuardTail {
     int* __restrict__ S;
 };
+// ... or, for the guard's sure test, only whether some element is not surely passing, into
+// *unsure.
+struct SureTail {
+    const Key* __restrict__ KX;
+    const Key* __restrict__ KY;
+    int* unsure;
+};
 
 // Stores the int32 sums x0, x1 of columns col, col + 1 of a row of S (at srow, N columns): one
 // 8-byte store where the pair is whole and aligned (`even`).
@@ -632,6 +656,38 @@ OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
         if (bound * (1.0 + 0x1p-50) <= room) return c;
     }
     return g.n;
+}
+
+// A row's key for the sure test: with p = 2^d (d = sigma - shift of the first candidate) and
+// w = (l1 / 2 + k p / 8) (1 + 2^-18) / gu rounded upwards to a float, element (i, j) surely
+// passes at the first candidate when (float)S_ij >= fmaf(w_i, p_j, p_i * w_j). Both products
+// with a power of two are exact, so the float sum is within 2^-24 of
+// (1 + 2^-18) / gu * (l1_i p_j / 2 + l1_j p_i / 2 + k p_i p_j / 4) = (1 + 2^-18) E_ij' / gu
+// (E_ij' = `first_pass`'s bound, exactly), and (float)S within 2^-24 of S: then
+// gu S >= (1 + 2^-20) E_ij', more than `first_pass`'s roundings need (2^-49). A row without
+// sigma (or a padding row) has w = p = 0: its elements pass whatever S, as in `first_pass`.
+// d lies in [-60, 6] (see `Side`), so p and the products are normal floats.
+OZ_DEV void keys(const Guard& g, int M, int Mp, int N, int Np, Key* KX, Key* KY) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Mp + Np) return;
+    const bool x = idx < Mp;
+    const int i = x ? idx : idx - Mp;
+    Key key{0.0f, 0.0f};
+    if (i < (x ? M : N)) {
+        const int sigma = x ? g.sa[i] : g.sb[i];
+        if (sigma != FLAG) {
+            const double p = exp2i(sigma - (x ? g.ea[i] : g.eb[i]));
+            const double l1 = x ? g.la[i] : g.lb[i];
+            const double w = (0.5 * l1 + (0.125 * (double)g.k) * p) * ((1.0 + 0x1p-18) / g.gu);
+            key = Key{__double2float_ru(w), (float)p};
+        }
+    }
+    (x ? KX : KY)[i] = key;
+}
+
+// Whether element sum S of rows with keys a (of X) and b (of Y) is not surely passing.
+OZ_DEV bool unsure_of(int S, const Key& a, float bw, float bp) {
+    return (float)S < fmaf(a.w, bp, a.p * bw);
 }
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -880,6 +936,38 @@ OZ_DEV void epilogue_wg(const GuardTail& tail, int, int m0, int n0, const int (&
     }
 }
 
+// The sure test on the warpgroup GEMM's tile (m0, n0) (the layout of epilogue_wg's
+// accumulators): the thread's two rows' keys from KX; the tile's columns' keys loaded by the
+// warp 128 at a time (lane l holds columns l + 32 i) and passed round by shuffles.
+OZ_DEV void epilogue_wg(const SureTail& tail, int, int m0, int n0, const int (&acc)[BN / 2],
+                        int wg, int warp, int g, int t, int, int) {
+    const int lane = threadIdx.x & 31;
+    Key rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rows[h] = tail.KX[m0 + wg * 64 + warp * 16 + g + 8 * h];
+    bool unsure = false;
+    // In two halves of 128 columns, to spare registers.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        Key cols[BN / 64];
+#pragma unroll
+        for (int i = 0; i < BN / 64; ++i) cols[i] = tail.KY[n0 + 128 * half + lane + 32 * i];
+#pragma unroll
+        for (int j = 16 * half; j < 16 * half + 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                // Column 8 j + 2 t + e of the tile: lane 8 (j % 4) + 2 t + e, key j / 4.
+                const int from = 8 * (j % 4) + 2 * t + e;
+                const float bw = __shfl_sync(0xffffffffu, cols[j / 4 - 4 * half].w, from);
+                const float bp = __shfl_sync(0xffffffffu, cols[j / 4 - 4 * half].p, from);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    unsure |= unsure_of(acc[4 * j + 2 * h + e], rows[h], bw, bp);
+            }
+    }
+    if (__any_sync(0xffffffffu, unsure) && lane == 0) atomicOr(tail.unsure, 1);
+}
+
 #endif  // sm_90a
 
 // ---- The mma.sync GEMM (sm_80 on) ----
@@ -1052,6 +1140,32 @@ OZ_DEV void epilogue_mma(const GuardTail& tail, int, int m0, int n0, int wm, int
                 store_sums(srow, n0 + wn * 32 + 8 * j + 2 * t, N, even, acc[i][j][2 * h],
                            acc[i][j][2 * h + 1]);
         }
+}
+
+// The sure test on the mma.sync GEMM's tile (m0, n0) (the layout of epilogue_mma's
+// accumulators): the thread's eight rows' keys from KX, the warp's 32 columns' keys one a
+// lane, passed round by shuffles.
+OZ_DEV void epilogue_mma(const SureTail& tail, int, int m0, int n0, int wm, int wn, int lane,
+                         const int (&acc)[4][4][4], int, int) {
+    const int g = lane >> 2, t = lane & 3;
+    const Key col = tail.KY[n0 + wn * 32 + lane];
+    bool unsure = false;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const Key row = tail.KX[m0 + wm * 64 + i * 16 + g + 8 * h];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int from = 8 * j + 2 * t + e;
+                    const float bw = __shfl_sync(0xffffffffu, col.w, from);
+                    const float bp = __shfl_sync(0xffffffffu, col.p, from);
+                    unsure |= unsure_of(acc[i][j][2 * h + e], row, bw, bp);
+                }
+        }
+    if (__any_sync(0xffffffffu, unsure) && lane == 0) atomicOr(tail.unsure, 1);
 }
 
 // The guard's verdict on each tm x tn tile of the magnitudes' product S (M x N, row-major), in
@@ -1359,6 +1473,13 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
     if (*refused) return;  // the cluster's two blocks alike, before any barrier
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
 }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
+    ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
+                          int Np, int Kp, int pair_m, const oz::Key* KX, const oz::Key* KY,
+                          int* unsure, const int* refused) {
+    if (*refused) return;  // the cluster's two blocks alike, before any barrier
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::SureTail{KX, KY, unsure});
+}
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
@@ -1370,6 +1491,19 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
                          int Np, int Kp, int* S, const int* refused) {
     if (*refused) return;
     oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{S});
+}
+extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
+    ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
+                              int Np, int Kp, const oz::Key* KX, const oz::Key* KY, int* unsure,
+                              const int* refused) {
+    if (*refused) return;
+    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::SureTail{KX, KY, unsure});
+}
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_guard_keys(oz::Guard g, int M, int Mp, int N, int Np, oz::Key* KX, oz::Key* KY,
+                     const int* refused) {
+    if (*refused) return;
+    oz::keys(g, M, Mp, N, Np, KX, KY);
 }
 extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g,

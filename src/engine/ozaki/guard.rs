@@ -181,6 +181,59 @@ pub fn guard_counts(
     out
 }
 
+/// For each element of `a · b`, whether the guard's sure test (kernels/ozaki.cu, `keys`)
+/// passes it: with each row's key `p = 2^(σ − s)` (`s` its shift at the first of `counts`)
+/// and `w = (‖·‖₁·2^σ / 2 + k·p / 8)·(1 + 2⁻¹⁸) / (GUARD·u)` rounded up to an `f32`, an
+/// element passes when its magnitudes' sum, as an `f32`, is at least
+/// `fma(w_i, p_j, p_i·w_j)` in `f32`. Rows without guard data have `w = p = 0`. The model of
+/// the test the kernels run before the guard's GEMM: where it passes every element, that GEMM
+/// and its judge do not run.
+#[cfg(test)]
+pub(crate) fn surely_first(
+    a: &[f64],
+    b: &[f64],
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    first: usize,
+) -> Vec<bool> {
+    let rows_a: Vec<Vec<f64>> = (0..m).map(|i| a[i * k..(i + 1) * k].to_vec()).collect();
+    let rows_b: Vec<Vec<f64>> = (0..n)
+        .map(|j| (0..k).map(|p| b[p * n + j]).collect())
+        .collect();
+    let (bits_a, bits_b) = scaling_bits(first, k);
+    let nb = norm_bound(first, k);
+    let scale = (1.0 + 2f64.powi(-18)) / (GUARD * unit_roundoff(dtype));
+    let key = |r: &[f64], bits: i32| -> (f32, f32, Vec<i64>) {
+        let kg = guard_sample(dtype, k);
+        match GuardRow::of(r.iter().copied()) {
+            Some(g) => {
+                let p = ldexp(
+                    1.0,
+                    g.sigma - RowSize::of(r.iter().copied()).shift(bits, nb),
+                );
+                let w = (0.5 * g.l1 + 0.125 * k as f64 * p) * scale;
+                let mut wf = w as f32;
+                if (wf as f64) < w {
+                    wf = f32::from_bits(wf.to_bits() + 1);
+                }
+                let mags = r[..kg].iter().map(|&x| g.magnitude(x)).collect();
+                (wf, p as f32, mags)
+            }
+            None => (0.0, 0.0, vec![0; kg]),
+        }
+    };
+    let ka: Vec<_> = rows_a.iter().map(|r| key(r, bits_a)).collect();
+    let kb: Vec<_> = rows_b.iter().map(|r| key(r, bits_b)).collect();
+    let mut out = Vec::with_capacity(m * n);
+    for (wa, pa, ma) in &ka {
+        for (wb, pb, mb) in &kb {
+            let s: i64 = ma.iter().zip(mb).map(|(x, y)| x * y).sum();
+            out.push(s as f32 >= wa.mul_add(*pb, pa * wb));
+        }
+    }
+    out
+}
+
 /// Whether the guard refuses `a · b` before its GEMM (kernels/ozaki.cu, `refuse`): `U`, the
 /// dot product over the first [`guard_sample`] inner indices of each index's largest
 /// magnitude over X's rows and over Y's, bounds every element's magnitudes' sum from above,

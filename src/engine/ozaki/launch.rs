@@ -11,7 +11,7 @@ use crate::engine::args::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
 use crate::engine::family::Family;
 use crate::engine::table::{
     OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE, OZAKI_GUARD_GEMM,
-    OZAKI_GUARD_GEMM_MMA,
+    OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA,
 };
 use crate::error::GpuDotError;
 use crate::options::{Precision, MAX_MODULI};
@@ -105,19 +105,21 @@ const LA: usize = 7;
 const LB: usize = 8;
 const NEED: usize = 9;
 const UK: usize = 10;
+const KEYS: usize = 11;
 
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
 /// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
-/// NEED, UK] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM tile, and
-/// each k's largest magnitude of X and of Y, Kp ints each, with the early refusal's int).
+/// NEED, UK, KEYS] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM
+/// tile, each k's largest magnitude of X and of Y, Kp ints each, with the early refusal's int
+/// and the sure test's, and the sure test's keys, 8 bytes a row of X and of Y).
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
     guarded: bool,
     (m, k, n): (usize, usize, usize),
     gemm: Gemm,
-) -> (usize, [usize; 11]) {
+) -> (usize, [usize; 12]) {
     let ((tm, tn), (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
     let g = guarded as usize;
@@ -132,9 +134,10 @@ pub(super) fn workspace(
         8 * mp * g,
         8 * np * g,
         4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
-        4 * (2 * kp + 1) * g,
+        4 * (2 * kp + 2) * g,
+        8 * (mp + np) * g,
     ];
-    let mut at = [0; 11];
+    let mut at = [0; 12];
     let mut total = 0;
     for (o, s) in at.iter_mut().zip(sizes) {
         *o = total;
@@ -395,14 +398,15 @@ pub(crate) fn launch<T: Element>(
         let kgp = kg.next_multiple_of(128);
         let (kgi, kgpi) = (kg as i32, kgp as i32);
         let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
-        // Each k's largest magnitude, of X at `maxima` and of Y after it (Kp ints each), and
-        // the early refusal's int after both.
+        // Each k's largest magnitude, of X at `maxima` and of Y after it (Kp ints each), then
+        // the early refusal's int and the sure test's.
         let maxima = sec(UK);
         let refused = maxima + (8 * kp) as u64;
-        // SAFETY: the workspace's UK section holds 2·Kp + 1 ints from `maxima`, set on this
+        let unsure = refused + 4;
+        // SAFETY: the workspace's UK section holds 2·Kp + 2 ints from `maxima`, set on this
         // stream before the launches below read and raise them.
         unsafe {
-            cudarc::driver::result::memset_d8_async(maxima, 0, 4 * (2 * kp + 1), stream.cu_stream())
+            cudarc::driver::result::memset_d8_async(maxima, 0, 4 * (2 * kp + 2), stream.cu_stream())
         }
         .map_err(fail("clearing the Ozaki guard's maxima"))?;
         for (&(rows, rows_p, tm, x, (sr, sk), _, p, s, _), u) in
@@ -478,73 +482,127 @@ pub(crate) fn launch<T: Element>(
             .arg(&refused);
         // SAFETY: arguments match `ozaki_guard_refuse(int Kp, const int* UA, const int* UB,
         // int M, int N, Guard g, int slots, int* refused)`; UA and UB are the UK section's
-        // kgp-int maxima that the magnitudes before it on this stream raised, `refused` its
-        // last int; `GuardArgs` as for the judge below (sigmas of M and N rows, shifts, norms,
+        // kgp-int maxima that the magnitudes before it on this stream raised, `refused` the
+        // int after them; `GuardArgs` as for the judge below (sigmas of M and N rows, shifts, norms,
         // and `need` of `slots` ints); one block of 256 threads, static shared memory only.
         unsafe { builder.launch(cfg) }
             .map_err(fail("launching the Ozaki guard's early refusal"))?;
-        let entry = match gemm_kind {
-            Gemm::Wg { .. } => OZAKI_GUARD_GEMM,
-            Gemm::Mma => OZAKI_GUARD_GEMM_MMA,
-        };
-        let guard_gemm = function(entry)?;
-        enqueue_gemm(
-            stream,
-            &guard_gemm,
-            gemm_kind,
-            (mi, ni, mp, np, kgpi, 1),
-            (sec(PA), sec(PB)),
-            GemmTail::Sums(sums, refused),
-        )?;
-        let judge = function("ozaki_guard_judge")?;
+        // The sure test: each row's key, then the magnitudes' product with each element
+        // tested in the GEMM's epilogue against a sufficient condition of passing at the first
+        // count. Where every element meets it, that is every verdict, and the guard's GEMM and
+        // judge below do not run.
+        let keys = function("ozaki_guard_keys")?;
+        let (kx, ky) = (sec(KEYS), sec(KEYS) + (8 * mp) as u64);
+        let (mpi, npi) = (mp as i32, np as i32);
         let cfg = LaunchConfig {
-            grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
+            grid_dim: (grid_x((mp + np).div_ceil(256)).map_err(OzError::Gpu)?, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (tm, tn) = (tile_rows.0 as i32, tile_rows.1 as i32);
-        let mut builder = stream.launch_builder(&judge);
+        let mut builder = stream.launch_builder(&keys);
         builder
-            .arg(&mi)
-            .arg(&ni)
-            .arg(&sums)
-            .arg(&tm)
-            .arg(&tn)
             .arg(&guard)
+            .arg(&mi)
+            .arg(&mpi)
+            .arg(&ni)
+            .arg(&npi)
+            .arg(&kx)
+            .arg(&ky)
             .arg(&refused);
-        // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int
-        // tn, Guard g, const int* refused)`; S is the M × N int32 product the guard GEMM
-        // before it on this stream wrote (or, where `refused` — written by the early refusal
-        // before both — is set, neither writes nor reads anything); `GuardArgs` matches the kernel's struct by value, its addresses the
-        // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
-        // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one
-        // block per strip of a tile writing its own; 256 threads and a static shared array of
-        // 32 ints.
-        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
-        let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
-        // SAFETY: `strips` holds the section's `tiles · JUDGE_STRIPS` ints; the copy is
-        // ordered after the judge on this stream, and the synchronize below completes it
-        // before `strips` is read.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(&mut strips[..], need, stream.cu_stream())
+        // SAFETY: arguments match `ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key*
+        // KX, Key* KY, const int* refused)`; `GuardArgs` as for the early refusal (the rows'
+        // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
+        // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
+        // writing each; `refused` the int the early refusal wrote; blocks of 256 threads
+        // covering Mp + Np rows.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
+        // The magnitudes' product (one layer over the guard's K) by this device's GEMM, the
+        // warpgroup one's entry or the mma.sync one's, ending in `tail`.
+        let magnitudes_product = |entries: (&str, &str), tail: GemmTail<'_>| {
+            let f = function(match gemm_kind {
+                Gemm::Wg { .. } => entries.0,
+                Gemm::Mma => entries.1,
+            })?;
+            let dims = (mi, ni, mp, np, kgpi, 1);
+            enqueue_gemm(stream, &f, gemm_kind, dims, (sec(PA), sec(PB)), tail)
+        };
+        magnitudes_product(
+            (OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA),
+            GemmTail::Sure {
+                keys: (kx, ky),
+                unsure,
+                refused,
+            },
+        )?;
+        // The two ints `refused` and `unsure`, adjacent in the UK section.
+        let mut flags = [0i32; 2];
+        read_back(
+            stream,
+            &mut flags,
+            refused,
+            "reading the Ozaki guard's sure test",
+        )?;
+        if flags[0] != 0 {
+            return Err(OzError::Guarded(GuardReport {
+                tiles,
+                failed: tiles,
+            }));
         }
-        .map_err(fail("reading the Ozaki guard's verdicts"))?;
-        stream
-            .synchronize()
-            .map_err(fail("waiting for the Ozaki guard"))?;
-        // A tile's verdict: the worst of its strips'.
-        let verdict: Vec<i32> = strips
-            .chunks(JUDGE_STRIPS)
-            .map(|s| s.iter().copied().max().unwrap_or(0))
-            .collect();
-        let none = candidates.len() as i32;
-        let failed = verdict.iter().filter(|&&v| v >= none).count();
-        let guard_report = GuardReport { tiles, failed };
-        if failed > 0 {
-            return Err(OzError::Guarded(guard_report));
+        if flags[1] == 0 {
+            report = Some(GuardReport { tiles, failed: 0 });
+        } else {
+            // Some element is not surely within: the magnitudes' product S, judged exactly.
+            magnitudes_product(
+                (OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA),
+                GemmTail::Sums(sums, refused),
+            )?;
+            let judge = function("ozaki_guard_judge")?;
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (tm, tn) = (tile_rows.0 as i32, tile_rows.1 as i32);
+            let mut builder = stream.launch_builder(&judge);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&sums)
+                .arg(&tm)
+                .arg(&tn)
+                .arg(&guard)
+                .arg(&refused);
+            // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int
+            // tn, Guard g, const int* refused)`; S is the M × N int32 product the guard GEMM
+            // before it on this stream wrote (or, where `refused` — written by the early refusal
+            // before both — is set, neither writes nor reads anything); `GuardArgs` matches the kernel's struct by value, its addresses the
+            // workspace's sections that the guard's scaling wrote (shifts for g.n candidates at
+            // ld Mp and Np, sigmas, norms) and `need`, (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one
+            // block per strip of a tile writing its own; 256 threads and a static shared array of
+            // 32 ints.
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
+            // The section's `tiles · JUDGE_STRIPS` ints.
+            let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
+            read_back(
+                stream,
+                &mut strips,
+                need,
+                "reading the Ozaki guard's verdicts",
+            )?;
+            // A tile's verdict: the worst of its strips'.
+            let verdict: Vec<i32> = strips
+                .chunks(JUDGE_STRIPS)
+                .map(|s| s.iter().copied().max().unwrap_or(0))
+                .collect();
+            let none = candidates.len() as i32;
+            let failed = verdict.iter().filter(|&&v| v >= none).count();
+            let guard_report = GuardReport { tiles, failed };
+            if failed > 0 {
+                return Err(OzError::Guarded(guard_report));
+            }
+            chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
+            report = Some(guard_report);
         }
-        chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
-        report = Some(guard_report);
     }
     let count = candidates[chosen];
     let consts = Consts::cached(count);
@@ -641,6 +699,23 @@ pub(crate) fn launch<T: Element>(
     })
 }
 
+/// Copies `dst.len()` ints of the workspace at `src` into `dst` once every launch before on
+/// `stream` is done, and waits for them.
+fn read_back(
+    stream: &Arc<CudaStream>,
+    dst: &mut [i32],
+    src: u64,
+    what: &'static str,
+) -> Result<(), OzError> {
+    let fail = |e| OzError::Gpu(GpuDotError::at(what)(e));
+    // SAFETY: the caller passes `src` holding at least `dst.len()` ints of the workspace,
+    // written by launches before it on this stream; the copy is ordered after them, and the
+    // synchronize below completes it before `dst` is read or dropped.
+    unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+        .map_err(fail)?;
+    stream.synchronize().map_err(fail)
+}
+
 /// The split's and the magnitudes' grid: one block of (32, 8) threads per 64 k, and up to
 /// Rp/32 along y (the kernels loop over the rest).
 fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
@@ -657,6 +732,12 @@ enum GemmTail<'a> {
     Residues(u64, &'a Consts),
     /// The product's array and the early refusal's int (the GEMM leaves at once where set).
     Sums(u64, u64),
+    /// The sure test's keys of X's and Y's rows, its flag, and the early refusal's int.
+    Sure {
+        keys: (u64, u64),
+        unsure: u64,
+        refused: u64,
+    },
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
@@ -711,20 +792,33 @@ fn enqueue_gemm(
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
                 GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(sums).arg(refused),
+                GemmTail::Sure {
+                    keys: (kx, ky),
+                    unsure,
+                    refused,
+                } => builder
+                    .arg(&pair_mi)
+                    .arg(kx)
+                    .arg(ky)
+                    .arg(unsure)
+                    .arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
             // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
             // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S, const int*
-            // refused)` (an int the launches before it wrote); PA and
-            // PB are the panels the launches before it on this stream wrote, in tiles of 192
+            // refused)` (an int the launches before it wrote), or for the sure test
+            // `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char*
+            // PB, int Mp, int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int*
+            // unsure, const int* refused)` (Mp and Np keys of 8 bytes the keys' launch before
+            // it wrote, two ints of the UK section); PA and PB are the panels the launches before it on this stream wrote, in tiles of 192
             // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
             // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
             // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
             // are whole; the grid an even count of blocks (the kernel's clusters of two), each
             // cluster looping over its units; R is the workspace's section of count·M·N bytes,
-            // written whole (tiles past M or N store nothing), or S, M·N ints written whole;
-            // 384 threads (the kernel's launch bound) and the
+            // written whole (tiles past M or N store nothing), or S, M·N ints written whole, or
+            // `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the
             // table's dynamic shared memory, to which the function's limit was raised when
             // the module was loaded; the kernel's instructions exist on sm_90 only
             // (`Gemm::of`).
@@ -753,17 +847,25 @@ fn enqueue_gemm(
             match &tail {
                 GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
                 GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
+                GemmTail::Sure {
+                    keys: (kx, ky),
+                    unsure,
+                    refused,
+                } => builder.arg(kx).arg(ky).arg(unsure).arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
             // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
             // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int
-            // the launches before it wrote); PA and PB are the panels the
+            // the launches before it wrote), or `ozaki_guard_sure_gemm_mma(int M, int N, const
+            // signed char* PA, const signed char* PB, int Mp, int Np, int Kp, const Key* KX,
+            // const Key* KY, int* unsure, const int* refused)` (as for the warpgroup one); PA
+            // and PB are the panels the
             // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
             // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
             // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
             // the workspace's section of count·M·N bytes, written whole (tiles past M or N
-            // store nothing), or S, M·N ints written whole; 256
+            // store nothing), or S, M·N ints written whole, or `unsure`, set by an atomic; 256
             // threads (the kernel's launch bound) and the table's dynamic shared memory, to
             // which the function's limit was raised when the module was loaded; mma.sync,
             // ldmatrix and cp.async exist from sm_80 on, checked by the caller.

@@ -474,7 +474,8 @@ fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
 /// The guard's model is sound: every element it passes errs by at most `GUARD + 1` times
 /// native's componentwise bound, on every family of the accuracy suite, f64 and f32; and it
 /// is useful: uniform inputs pass at the automatic count, and the families that break the
-/// unguarded scheme (scales paired along k, one huge entry a row) pass nowhere.
+/// unguarded scheme (scales paired along k, one huge entry a row) pass nowhere. The early
+/// refusal and the sure test agree with it.
 #[test]
 fn the_guard_passes_only_what_meets_native_bound() {
     use super::guard::{guard_counts, GUARD};
@@ -532,6 +533,19 @@ fn the_guard_passes_only_what_meets_native_bound() {
                 }
                 if matches!(family, Family::PairedK(_)) {
                     assert!(early, "{dtype} {} k={k}: not refused early", family.name());
+                }
+                // The sure test passes only elements that pass at the first count, and on
+                // uniform inputs every one.
+                let sure = super::guard::surely_first(sa, sb, dims, dtype, auto);
+                for (idx, (&s, v)) in sure.iter().zip(&verdicts).enumerate() {
+                    assert!(
+                        !s || *v == Some(auto),
+                        "{dtype} {} k={k} element {idx}: sure, but the guard says {v:?}",
+                        family.name()
+                    );
+                }
+                if family == Family::Uniform {
+                    assert!(sure.iter().all(|&s| s), "{dtype} uniform k={k}: {sure:?}");
                 }
                 let passed = verdicts.iter().filter(|v| v.is_some()).count();
                 match family {

@@ -38,9 +38,11 @@ impl Family {
             e.extend(OZAKI_ENTRIES.iter().map(|s| s.to_string()));
             e.push(OZAKI_GEMM_MMA.0.to_string());
             e.push(OZAKI_GUARD_GEMM_MMA.to_string());
+            e.push(OZAKI_SURE_GEMM_MMA.to_string());
             if sm == 90 {
                 e.push(OZAKI_GEMM.0.to_string());
                 e.push(OZAKI_GUARD_GEMM.to_string());
+                e.push(OZAKI_SURE_GEMM.to_string());
             }
         }
         if self == Family::SgemmWg && WG.iter().any(|r| r.sm == sm) {
@@ -86,6 +88,8 @@ impl Family {
                     OZAKI_GEMM_MMA,
                     (OZAKI_GUARD_GEMM, OZAKI_GEMM.1),
                     (OZAKI_GUARD_GEMM_MMA, OZAKI_GEMM_MMA.1),
+                    (OZAKI_SURE_GEMM, OZAKI_GEMM.1),
+                    (OZAKI_SURE_GEMM_MMA, OZAKI_GEMM_MMA.1),
                 ]
                 .into_iter()
                 .find(|g| g.0 == entry)
@@ -123,8 +127,9 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 16] = [
+const OZAKI_ENTRIES: [&str; 17] = [
     "ozaki_guard_judge",
+    "ozaki_guard_keys",
     "ozaki_guard_refuse",
     "ozaki_scale_d",
     "ozaki_scale_s",
@@ -147,6 +152,12 @@ const OZAKI_ENTRIES: [&str; 16] = [
 pub(crate) const OZAKI_GUARD_GEMM: &str = "ozaki_guard_gemm";
 /// … and on mma.sync, with those of [`OZAKI_GEMM_MMA`].
 pub(crate) const OZAKI_GUARD_GEMM_MMA: &str = "ozaki_guard_gemm_mma";
+/// The guard's sure test: the same product, each element tested in the epilogue against a
+/// sufficient condition of passing at the first count (no S written), with the shared
+/// memory and tiles of [`OZAKI_GEMM`] …
+pub(crate) const OZAKI_SURE_GEMM: &str = "ozaki_guard_sure_gemm";
+/// … and on mma.sync, with those of [`OZAKI_GEMM_MMA`].
+pub(crate) const OZAKI_SURE_GEMM_MMA: &str = "ozaki_guard_sure_gemm_mma";
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
 pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_464);
