@@ -303,7 +303,6 @@ impl<'r> Board<'r> {
         unsafe {
             self.ends.up_host[parcel.transfer].read_raw(piece.start, piece.end, ptr, self.stores);
         }
-
         self.up_packed[piece.parcel].fetch_add(1, SeqCst);
         self.packed.fetch_add(1, SeqCst);
     }

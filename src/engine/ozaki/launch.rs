@@ -460,8 +460,8 @@ pub(crate) fn launch<T: Element>(
             gu: GUARD * unit_roundoff(T::DTYPE),
         };
         // An early verdict from each k's largest magnitudes: where one element fails whatever
-        // its sum, the product is refused without the guard's GEMM and judge (which then
-        // leave at once).
+        // its sum, the product is refused at once (the keys and the sure test's GEMM then
+        // leave without work, and the host launches nothing more).
         let refuse = function("ozaki_guard_refuse")?;
         let slots = (tiles * JUDGE_STRIPS) as i32;
         let cfg = LaunchConfig {
