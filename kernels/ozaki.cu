@@ -78,12 +78,20 @@
 // ozaki_guard_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, GuardScale g, int* E,
 //      int ldE, int* S, double* L): as ozaki_scale_*, writing E[c * ldE + r] for each
 //      candidate c < g.n, S[r] (sigma, or FLAG) and L[r] for r < R.
+// ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64 sr, GuardScale g, int* E, int ldE,
+//      int* S, double* L, signed char* P, int Kg, int Kgp, int TM): the two passes below at
+//      once, for rows along K's contiguous index (element (r, k) at X[r*sr + k]): one block
+//      of ROWS_NT = 256 threads per row of Rp (grid (Rp, 1, 1)), with round_up(K * sizeof(T), 16)
+//      + Kgp bytes of dynamic shared memory (the host raises the limit); writes what
+//      ozaki_guard_scale_* writes and the layer of magnitudes that ozaki_magnitudes_*
+//      writes, P in the GEMM's tiles of TM rows (Rp x Kgp bytes).
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
-//      signed char* P, int Rp, int Kp, int TM, int* U): as ozaki_split_*, one layer of
-//      magnitudes; raises U[k] (Kp ints, zeroed before) to the largest magnitude at k.
-// ozaki_guard_refuse(int Kp, const int* UA, const int* UB, int M, int N, Guard g, int slots,
-//      int* refused): one block of 256 threads; writes *refused (0 or 1) and, where 1,
-//      g.need[s] = g.n for s < slots.
+//      signed char* P, int Rp, int Kp, int TM, const int* refused): as ozaki_split_*, one
+//      layer of magnitudes; nothing where *refused.
+// ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr, i64 xsk, const T* Y,
+//      i64 ysr, i64 ysk, Guard g, int* refused): blocks of up to 1024 threads, each testing one
+//      element (see `refuse`); sets *refused to 1 where one fails at every candidate (the
+//      host zeroes it), after the scaling of both operands.
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, int pair_m, int* S, const int* refused) and ozaki_guard_gemm_mma(int M, int N,
 //      const signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int* S, const
@@ -165,8 +173,9 @@ static_assert(sizeof(Consts) == 720, "the host's layout");
 // bits below each row's largest, floor(|x| * 2^sigma) <= 127: an element passes at a count when
 // E_ij * 2^(sigma_i + tau_j) <= gu * sum_k mag_a * mag_b (gu = GUARD * u). ozaki_guard_scale_*
 // gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
-// ozaki_magnitudes_* the magnitude panels (and each k's largest magnitude), ozaki_guard_refuse
-// an early verdict from those maxima where one element is sure to fail (see `refuse`),
+// ozaki_magnitudes_* the magnitude panels (ozaki_guard_rows_* both at once, for rows along
+// the contiguous index), ozaki_guard_refuse_* an early verdict from a few elements' exact sums
+// where one of them fails at every count (see `refuse`),
 // ozaki_guard_gemm* the magnitudes' exact product S (int32), and ozaki_guard_judge each tile's
 // int in `need`: the largest, over its elements, index of the first candidate each passes at
 // (n: none). Before those two, ozaki_guard_sure_gemm* runs the same product and, in its
@@ -321,9 +330,51 @@ struct GuardSize : RowSize {
         if (anchor != a) l1 = scale_t(l1, a - anchor);
         l1 += fabs(v) * inv;
     }
+    // Eight elements at once: RowSize's arithmetic with the anchor raised once to their
+    // largest binade, and their terms summed in two chains of four (a shorter chain of
+    // dependent operations than eight `add`s).
+    OZ_DEV void add8(const double (&v)[8]) {
+        double x[8];
+        bool b = false;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            x[j] = fabs(v[j]);
+            b |= !(x[j] <= 0x1.fffffffffffffp1023);  // Inf or NaN
+        }
+        if (b) {
+            bad = 1;  // the row is FLAG whatever else it holds
+            return;
+        }
+        const double m = fmax(fmax(fmax(x[0], x[1]), fmax(x[2], x[3])),
+                              fmax(fmax(x[4], x[5]), fmax(x[6], x[7])));
+        mx = fmax(mx, m);
+        if (m >= cap) {
+            const int a = anchor;
+            grow(m);
+            l1 = scale_t(l1, a - anchor);
+        }
+        double s0 = 0.0, s1 = 0.0, l0 = 0.0, l2 = 0.0;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+            const double y0 = x[j] * inv, y1 = x[j + 1] * inv;
+            s0 = fma(y0, y0, s0);
+            s1 = fma(y1, y1, s1);
+            l0 += y0;
+            l2 += y1;
+        }
+        s += s0 + s1;
+        l1 += l0 + l2;
+    }
     template <typename T>
     OZ_DEV void add_row(const T* __restrict__ x, i64 sk, int k0, int step, int K) {
-        each(x, sk, k0, step, K, [&](double v) { add(v); });
+        int k = k0;
+        for (; k + 7 * step < K; k += 8 * step) {
+            double v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = (double)x[(i64)(k + j * step) * sk];
+            add8(v);
+        }
+        for (; k < K; k += step) add((double)x[(i64)k * sk]);
     }
     OZ_DEV void merge(double omx, double os, int oanchor, int obad, double ol1) {
         const int a = max(anchor, oanchor);
@@ -347,6 +398,9 @@ struct ShiftOut {
     double bound;
     OZ_DEV void operator()(int r, const RowSize& z) const { E[r] = z.shift(bits, bound); }
 };
+// The guard's magnitude shift of a row: its largest magnitude times 2^sigma in [2^6, 2^7);
+// FLAG for a zero row or one holding Inf or NaN.
+OZ_DEV int sigma_of(const RowSize& z) { return z.bad || z.mx == 0.0 ? FLAG : 6 - ilogb(z.mx); }
 // ... or, for the guard, its shift for each candidate count, its sigma and |row|_1 * 2^sigma.
 struct GuardOut {
     int* E;
@@ -358,13 +412,23 @@ struct GuardOut {
 #pragma unroll
         for (int c = 0; c < MAX_CANDIDATES; ++c)
             if (c < g.n) E[(i64)c * ldE + r] = z.shift(g.bits[c], g.bound[c]);
-        if (z.bad || z.mx == 0.0) {
-            S[r] = FLAG;
+        norms(r, z);
+    }
+    // The same shared among a warp's lanes, each holding z: lane c < g.n writes candidate c's
+    // shift, lane 31 sigma and the norm.
+    OZ_DEV void by_lanes(int r, const GuardSize& z, int lane) const {
+#pragma unroll
+        for (int c = 0; c < MAX_CANDIDATES; ++c)
+            if (c < g.n && lane == c) E[(i64)c * ldE + r] = z.shift(g.bits[c], g.bound[c]);
+        if (lane == 31) norms(r, z);
+    }
+    OZ_DEV void norms(int r, const GuardSize& z) const {
+        const int sigma = sigma_of(z);
+        S[r] = sigma;
+        if (sigma == FLAG) {
             L[r] = 0.0;
             return;
         }
-        const int sigma = 6 - ilogb(z.mx);
-        S[r] = sigma;
         // The sum's rounding (at most K * 2^-53 of it) and the terms lost below 2^-1074 of
         // the anchor are within the margins.
         L[r] = fma(scale_t(z.l1, z.anchor + sigma), 1.0 + 0x1p-30, 0x1p-30);
@@ -459,37 +523,31 @@ struct SplitResidues {
         }
     }
 };
-// The guard's writer: one layer of floor(|x| * 2^sigma), 0 to 127 (0 for a row without sigma),
-// and each k's largest over the rows into U[k] (atomicMax; the host zeroes U). It runs in
-// panels' layout (a block of 256 threads over 32 rows and 64 k, thread tid on row tid / 8
-// and k 8 (tid % 8) to 8 (tid % 8) + 7, every thread calling it once a round): the four
-// rows of a warp by shuffles, its eight warps through shared memory, one atomic per k.
+// The guard's magnitude of x: floor(|x| * 2^sigma), 0 to 127 for a row's elements (0 for a
+// row without sigma).
+OZ_DEV unsigned magnitude(double x, int sigma) {
+    return sigma == FLAG ? 0u : __double2uint_rz(scale_t(fabs(x), sigma));
+}
+// The guard's writer: one layer of magnitudes.
 struct SplitMagnitudes {
     const int* __restrict__ S;
-    int* __restrict__ U;
     OZ_DEV void operator()(int row, const double* v8, signed char* p, i64) const {
-        __shared__ unsigned warp_max[8][64];
         const int sg = row >= 0 ? S[row] : FLAG;
         unsigned b[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) b[e] = sg == FLAG ? 0u : __double2uint_rz(scale_t(fabs(v8[e]), sg));
+        for (int e = 0; e < 8; ++e) b[e] = magnitude(v8[e], sg);
         *reinterpret_cast<uint2*>(p) = pack8(b);
-        const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            b[e] = max(b[e], __shfl_xor_sync(0xffffffffu, b[e], 8));
-            b[e] = max(b[e], __shfl_xor_sync(0xffffffffu, b[e], 16));
-            if (lane < 8) warp_max[tid >> 5][lane * 8 + e] = b[e];
-        }
-        __syncthreads();
-        if (tid < 64) {
-            unsigned mx = 0;
-#pragma unroll
-            for (int w = 0; w < 8; ++w) mx = max(mx, warp_max[w][tid]);
-            if (mx > 0) atomicMax(U + blockIdx.x * 64 + tid, (int)mx);
-        }
     }
 };
+
+// Byte kk (a multiple of 8) of row `row` of a panel layer (Kp wide, in tiles of TM rows), in
+// the tiled and swizzled layout (see PANELS): the 8 bytes from kk stay together within one
+// 16-byte chunk.
+OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
+    const int tr = row / TM;
+    return P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
+           ((((kk & 127) >> 4) ^ (row & 7)) << 4) + (kk & 15);
+}
 
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 64 shared tile so that
 // both the read (along whichever stride is 1) and the write (along k) are coalesced; each
@@ -525,14 +583,128 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
         }
         __syncthreads();
         const int row = r0 + r;
-        // In the tiled and swizzled layout (see PANELS): the 8 bytes stay together within one
-        // 16-byte chunk.
-        const int kk = k0 + q8, tr = row / TM;
-        signed char* p = P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
-                         ((((kk & 127) >> 4) ^ (row & 7)) << 4) + (kk & 15);
-        w(row < R ? row : -1, &tile[r][q8], p, layer);
+        w(row < R ? row : -1, &tile[r][q8], panel_at(P, row, k0 + q8, Kp, TM), layer);
         __syncthreads();
     }
+}
+
+// The guard's scaling and magnitudes in one pass, for rows along K's contiguous index
+// (sk = 1): one block of ROWS_NT threads per row r of Rp. The row goes to shared memory by
+// cp.async (K elements of dynamic shared memory, then Kgp bytes of magnitudes), and its size
+// is gathered from there in two sweeps: its largest magnitude (and whether it holds Inf or
+// NaN), then, with the anchor that gives (RowSize's last: max(-1000, ilogb(mx))), its sum of
+// squares and 1-norm, each thread with two partial sums. That is RowSize's arithmetic but for
+// the order of its sums (and no rescaling on the way), without its per-element branches. One
+// warp writes the shifts, sigma and norm as ozaki_guard_scale_* does (a lane a count), and
+// the block the row's layer of magnitudes (Kgp bytes, zero from Kg on, and for padding rows
+// r >= R) as ozaki_magnitudes_* does.
+constexpr int ROWS_NT = 256;
+template <typename T>
+OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const GuardOut& out,
+                       signed char* __restrict__ P, int Kg, int Kgp, int TM) {
+    constexpr int WARPS = ROWS_NT / 32;
+    extern __shared__ __align__(16) unsigned char rows_smem[];
+    T* row = reinterpret_cast<T*>(rows_smem);
+    unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
+    __shared__ double part_a[WARPS], part_b[WARPS];
+    __shared__ int part_bad[WARPS], row_sigma;
+    const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int sg = FLAG;
+    if (r < R) {
+        const T* x = X + (i64)r * sr;
+        const unsigned base = gd::smem_u32(row);
+        constexpr int V = 16 / sizeof(T);
+        // 16-byte copies where the row is aligned to them, the rest one element at a time.
+        const int kv = (reinterpret_cast<unsigned long long>(x) & 15) == 0 ? K / V : 0;
+        for (int c = tid; c < kv; c += ROWS_NT) gd::cp_async<16>(base + 16 * c, x + V * c);
+        for (int k = kv * V + tid; k < K; k += ROWS_NT)
+            gd::cp_async<sizeof(T)>(base + (int)sizeof(T) * k, x + k);
+        gd::cp_commit();
+        gd::cp_wait<0>();
+        __syncthreads();
+        // The largest magnitude, and Inf or NaN.
+        double m0 = 0.0, m1 = 0.0;
+        bool bad = false;
+        int k = tid;
+        for (; k + ROWS_NT < K; k += 2 * ROWS_NT) {
+            const double x0 = fabs((double)row[k]), x1 = fabs((double)row[k + ROWS_NT]);
+            bad |= !(x0 <= 0x1.fffffffffffffp1023) | !(x1 <= 0x1.fffffffffffffp1023);
+            m0 = fmax(m0, x0);
+            m1 = fmax(m1, x1);
+        }
+        if (k < K) {
+            const double x0 = fabs((double)row[k]);
+            bad |= !(x0 <= 0x1.fffffffffffffp1023);
+            m0 = fmax(m0, x0);
+        }
+        double mx = fmax(m0, m1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        bad = __any_sync(0xffffffffu, bad);
+        if (lane == 0) {
+            part_a[warp] = mx;
+            part_bad[warp] = bad;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            mx = fmax(mx, part_a[w]);
+            bad |= part_bad[w] != 0;
+        }
+        // Its sum of squares and 1-norm at the anchor (a finite row's; a bad one is FLAG).
+        const int anchor = bad || mx < 0x1p-999 ? -1000 : ilogb(mx);
+        const double inv = bad ? 0.0 : scale_t(1.0, -anchor);
+        double s0 = 0.0, s1 = 0.0, l0 = 0.0, l1 = 0.0;
+        for (k = tid; k + ROWS_NT < K; k += 2 * ROWS_NT) {
+            const double y0 = fabs((double)row[k]) * inv, y1 = fabs((double)row[k + ROWS_NT]) * inv;
+            s0 = fma(y0, y0, s0);
+            s1 = fma(y1, y1, s1);
+            l0 += y0;
+            l1 += y1;
+        }
+        if (k < K) {
+            const double y0 = fabs((double)row[k]) * inv;
+            s0 = fma(y0, y0, s0);
+            l0 += y0;
+        }
+        double s = s0 + s1, l = l0 + l1;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+            l += __shfl_xor_sync(0xffffffffu, l, o);
+        }
+        __syncthreads();  // every thread has read part_a
+        if (lane == 0) {
+            part_a[warp] = s;
+            part_b[warp] = l;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            GuardSize z;
+            z.mx = mx;
+            z.bad = bad;
+            z.anchor = anchor;
+            z.s = 0.0;
+            z.l1 = 0.0;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                z.s += part_a[w];
+                z.l1 += part_b[w];
+            }
+            out.by_lanes(r, z, lane);
+            if (lane == 0) row_sigma = sigma_of(z);
+        }
+        __syncthreads();
+        sg = row_sigma;
+    }
+    // The magnitudes into shared memory a byte a thread (conflict-free reads of the row), then
+    // to the panel 8 bytes a thread.
+    for (int k = tid; k < Kgp; k += ROWS_NT)
+        mag[k] = (unsigned char)(k < Kg && r < R ? magnitude((double)row[k], sg) : 0u);
+    __syncthreads();
+    for (int c = tid; c < Kgp / 8; c += ROWS_NT)
+        *reinterpret_cast<uint2*>(panel_at(P, r, 8 * c, Kgp, TM)) =
+            *reinterpret_cast<const uint2*>(mag + 8 * c);
 }
 
 // The modulus of layer z and its umod constant.
@@ -1211,58 +1383,55 @@ OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const
     }
 }
 
-// The guard's early refusal, before its GEMM: every magnitudes' sum S_ij is at most
-// U = sum_k UA[k] * UB[k] (UA[k], UB[k] the largest magnitude at k over X's rows and Y's), so
-// an element whose bound fails at every candidate against U fails against S_ij too, and the
-// judge would refuse the product. With the first row of X and of Y that has a sigma, that
-// element decides: where it fails, *refused = 1 and every slot of g.need = g.n (each tile
-// counts as refused), and the guard's GEMM and judge leave at once; else *refused = 0. One
-// block of 256 threads. Inputs whose scales pair along k (X's large magnitudes where Y's are
-// small) make U zero.
-OZ_DEV void refuse(int Kp, const int* __restrict__ UA, const int* __restrict__ UB, int M,
-                   int N, const Guard& g, int slots, int* refused) {
-    __shared__ long long part[8];
-    __shared__ int first[2][8];
+// The guard's early refusal, before its GEMM: a few elements' magnitudes' sums, computed
+// exactly from the operands. Where one of those elements passes at no candidate, the judge
+// would refuse the product, so *refused = 1 (the host zeroes it) and the guard's other passes
+// leave without work. Block b of gridDim.x takes the element of the first row of X with a
+// sigma at or after b * M / gridDim.x and the first such row of Y at or after b * N /
+// gridDim.x (none where either has none). X's element (i, k) at X[i*xsr + k*xsk], Y's
+// element (j, k) at Y[j*ysr + k*ysk], read for k < Kg. Inputs whose scales pair along k (X's
+// large magnitudes where Y's are small), or whose rows each hold one huge entry, fail this
+// way at every element.
+template <typename T>
+OZ_DEV void refuse(int M, int N, int Kg, const T* __restrict__ X, i64 xsr, i64 xsk,
+                   const T* __restrict__ Y, i64 ysr, i64 ysk, const Guard& g, int* refused) {
+    constexpr int NONE = 0x7fffffff;
+    __shared__ int pick[2];
+    __shared__ long long part[32];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    long long u = 0;
-    for (int k = tid; k < Kp; k += blockDim.x) u += (long long)UA[k] * UB[k];
-    int ia = 0x7fffffff, ib = 0x7fffffff;
-    for (int i = tid; i < M && ia == 0x7fffffff; i += blockDim.x)
-        if (g.sa[i] != FLAG) ia = i;
-    for (int j = tid; j < N && ib == 0x7fffffff; j += blockDim.x)
-        if (g.sb[j] != FLAG) ib = j;
+    if (tid < 2) pick[tid] = NONE;
+    __syncthreads();
+    for (int side = 0; side < 2; ++side) {
+        const int n = side ? N : M;
+        const int* sig = side ? g.sb : g.sa;
+        for (int at = (int)((long long)blockIdx.x * n / gridDim.x); at < n; at += blockDim.x) {
+            const int i = at + tid;
+            const bool has = i < n && sig[i] != FLAG;
+            if (has) atomicMin(&pick[side], i);
+            if (__syncthreads_or(has)) break;
+        }
+    }
+    __syncthreads();
+    const int i = pick[0], j = pick[1];
+    if (i == NONE || j == NONE) return;
+    const int sa = g.sa[i], sb = g.sb[j];
+    const T* x = X + (i64)i * xsr;
+    const T* y = Y + (i64)j * ysr;
+    long long sum = 0;
+#pragma unroll 4
+    for (int k = tid; k < Kg; k += blockDim.x)
+        sum += (long long)magnitude((double)x[(i64)k * xsk], sa) *
+               magnitude((double)y[(i64)k * ysk], sb);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        u += __shfl_xor_sync(0xffffffffu, u, o);
-        ia = min(ia, __shfl_xor_sync(0xffffffffu, ia, o));
-        ib = min(ib, __shfl_xor_sync(0xffffffffu, ib, o));
-    }
-    if (lane == 0) {
-        part[warp] = u;
-        first[0][warp] = ia;
-        first[1][warp] = ib;
-    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) part[warp] = sum;
     __syncthreads();
-    __shared__ int verdict;
     if (tid == 0) {
-        long long total = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
-            total += part[w];
-            ia = min(ia, first[0][w]);
-            ib = min(ib, first[1][w]);
-        }
-        int no = 0;
-        if (ia < M && ib < N) {
-            // U < 127^2 * 2^16 < 2^31: an int, as the judge's sums.
-            const Side a(g.sa, g.la, g.ea, g.lde_a, ia, g.n), b(g.sb, g.lb, g.eb, g.lde_b, ib, g.n);
-            no = first_pass(g, (int)total, a, b) == g.n;
-        }
-        verdict = no;
-        *refused = no;
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) sum += part[w];
+        // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
+        const Side a(g.sa, g.la, g.ea, g.lde_a, i, g.n), b(g.sb, g.lb, g.eb, g.lde_b, j, g.n);
+        if (first_pass(g, (int)sum, a, b) == g.n) *refused = 1;
     }
-    __syncthreads();
-    if (verdict)
-        for (int s = tid; s < slots; s += blockDim.x) g.need[s] = g.n;
 }
 
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
@@ -1453,13 +1622,25 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM, int* U) {
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S, U});
+                       int Rp, int Kp, int TM, const int* refused) {
+    if (*refused) return;
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM, int* U) {
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S, U});
+                       int Rp, int Kp, int TM, const int* refused) {
+    if (*refused) return;
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
+}
+extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
+    ozaki_guard_rows_d(int R, int K, const double* X, i64 sr, oz::GuardScale g, int* E, int ldE,
+                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM);
+}
+extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
+    ozaki_guard_rows_s(int R, int K, const float* X, i64 sr, oz::GuardScale g, int* E, int ldE,
+                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM);
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
@@ -1511,10 +1692,15 @@ extern "C" __global__ void __launch_bounds__(256)
     if (*refused) return;
     oz::judge(M, N, S, tm, tn, g);
 }
-extern "C" __global__ void __launch_bounds__(256)
-    ozaki_guard_refuse(int Kp, const int* UA, const int* UB, int M, int N, oz::Guard g,
-                       int slots, int* refused) {
-    oz::refuse(Kp, UA, UB, M, N, g, slots, refused);
+extern "C" __global__ void __launch_bounds__(1024)
+    ozaki_guard_refuse_d(int M, int N, int Kg, const double* X, i64 xsr, i64 xsk, const double* Y,
+                         i64 ysr, i64 ysk, oz::Guard g, int* refused) {
+    oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
+}
+extern "C" __global__ void __launch_bounds__(1024)
+    ozaki_guard_refuse_s(int M, int N, int Kg, const float* X, i64 xsr, i64 xsk, const float* Y,
+                         i64 ysr, i64 ysk, oz::Guard g, int* refused) {
+    oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
 }
 // ozaki_rebuildN_*: up to N moduli.
 #define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \

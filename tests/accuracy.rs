@@ -148,14 +148,20 @@ fn the_default_is_within_native_bound_on_every_family() {
 }
 
 /// The device's guard against its CPU model (`ozaki_guard_counts`), on every family of the
-/// suite, at a shape of several output tiles with ragged edges and at two k (the f32 guard
-/// sums a prefix of k): the default refuses exactly where the model finds an element that
-/// passes at no candidate count, and otherwise runs at the largest count the model's elements
-/// need.
+/// suite, at a shape of several output tiles with ragged edges and at three k (the f32 guard
+/// sums a prefix of k; at k = 301 every other row of op(A) starts off a 16-byte boundary), and
+/// at rows too long for the one-pass scaling's shared memory: the default refuses exactly
+/// where the model finds an element that passes at no candidate count, and otherwise runs at
+/// the largest count the model's elements need.
 fn guard_is_its_model<A: Element>(sm: i32) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
-    for k in [300, 1000] {
-        let dims = (200, k, 330);
+    for dims in [
+        (200, 300, 330),
+        (200, 1000, 330),
+        (200, 301, 330),
+        (40, 20_000, 36),
+    ] {
+        let k = dims.1;
         let auto = ozaki_auto_moduli(A::DTYPE, k);
         let counts: Vec<usize> = (auto..=(auto + 3).min(gpu_dot::MAX_MODULI)).collect();
         for family in Family::suite(A::DTYPE) {

@@ -234,11 +234,15 @@ pub(crate) fn surely_first(
     out
 }
 
-/// Whether the guard refuses `a · b` before its GEMM (kernels/ozaki.cu, `refuse`): `U`, the
-/// dot product over the first [`guard_sample`] inner indices of each index's largest
-/// magnitude over X's rows and over Y's, bounds every element's magnitudes' sum from above,
-/// and the element of the first row of X and of Y with guard data fails against `U` at every
-/// count of `counts`. The model of the early refusal.
+/// How many elements the early refusal tests (kernels/ozaki.cu, `refuse`: a block each).
+#[cfg(test)]
+pub(crate) const REFUSAL_ELEMENTS: usize = 8;
+
+/// Whether the guard refuses `a · b` before its GEMM (kernels/ozaki.cu, `refuse`): for each
+/// `e < REFUSAL_ELEMENTS`, the element of the first row of X with guard data at or after
+/// `e·m / REFUSAL_ELEMENTS` and of the first such row of Y at or after `e·n /
+/// REFUSAL_ELEMENTS`, with its magnitudes' exact sum over the first [`guard_sample`] inner
+/// indices, fails at every count of `counts`. The model of the early refusal.
 #[cfg(test)]
 pub(crate) fn refuses_early(
     a: &[f64],
@@ -252,34 +256,32 @@ pub(crate) fn refuses_early(
         .map(|j| (0..k).map(|p| b[p * n + j]).collect())
         .collect();
     let kg = guard_sample(dtype, k);
-    let side = |rows: &[Vec<f64>]| -> (Vec<i64>, Option<usize>) {
-        let mut most = vec![0i64; kg];
-        let mut first = None;
-        for (i, r) in rows.iter().enumerate() {
-            let Some(g) = GuardRow::of(r.iter().copied()) else {
-                continue;
-            };
-            first.get_or_insert(i);
-            for (u, &x) in most.iter_mut().zip(&r[..kg]) {
-                *u = (*u).max(g.magnitude(x));
-            }
-        }
-        (most, first)
+    let guarded = |rows: &[Vec<f64>], from: usize| {
+        (from..rows.len()).find(|&i| GuardRow::of(rows[i].iter().copied()).is_some())
     };
-    let ((ua, ia), (ub, jb)) = (side(&rows_a), side(&rows_b));
-    let (Some(i), Some(j)) = (ia, jb) else {
-        return false;
-    };
-    let bound: i64 = ua.iter().zip(&ub).map(|(x, y)| x * y).sum();
-    let (ga, gb) = (
-        GuardRow::of(rows_a[i].iter().copied()),
-        GuardRow::of(rows_b[j].iter().copied()),
-    );
-    !counts.iter().any(|&count| {
-        let (bits_a, bits_b) = scaling_bits(count, k);
-        let nb = norm_bound(count, k);
-        let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
-        let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
-        passes((s, ga), (t, gb), bound, k, dtype)
+    (0..REFUSAL_ELEMENTS).any(|e| {
+        let (Some(i), Some(j)) = (
+            guarded(&rows_a, e * m / REFUSAL_ELEMENTS),
+            guarded(&rows_b, e * n / REFUSAL_ELEMENTS),
+        ) else {
+            return false;
+        };
+        let (ga, gb) = (
+            GuardRow::of(rows_a[i].iter().copied()),
+            GuardRow::of(rows_b[j].iter().copied()),
+        );
+        let (ra, rb) = (ga.expect("guard data"), gb.expect("guard data"));
+        let sum: i64 = rows_a[i][..kg]
+            .iter()
+            .zip(&rows_b[j][..kg])
+            .map(|(&x, &y)| ra.magnitude(x) * rb.magnitude(y))
+            .sum();
+        !counts.iter().any(|&count| {
+            let (bits_a, bits_b) = scaling_bits(count, k);
+            let nb = norm_bound(count, k);
+            let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
+            let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
+            passes((s, ga), (t, gb), sum, k, dtype)
+        })
     })
 }

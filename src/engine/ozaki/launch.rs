@@ -11,7 +11,7 @@ use crate::engine::args::{check_dims, grid_x, scratch, DevBuf, GemmArgs};
 use crate::engine::family::Family;
 use crate::engine::table::{
     OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE, OZAKI_GUARD_GEMM,
-    OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA,
+    OZAKI_GUARD_GEMM_MMA, OZAKI_GUARD_ROWS_SMEM, OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA,
 };
 use crate::error::GpuDotError;
 use crate::options::{Precision, MAX_MODULI};
@@ -104,15 +104,15 @@ const SB: usize = 6;
 const LA: usize = 7;
 const LB: usize = 8;
 const NEED: usize = 9;
-const UK: usize = 10;
+const FLAGS: usize = 10;
 const KEYS: usize = 11;
 
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
 /// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
-/// NEED, UK, KEYS] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM
-/// tile, each k's largest magnitude of X and of Y, Kp ints each, with the early refusal's int
-/// and the sure test's, and the sure test's keys, 8 bytes a row of X and of Y).
+/// NEED, FLAGS, KEYS] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM
+/// tile, the early refusal's int and the sure test's, and the sure test's keys, 8 bytes a row
+/// of X and of Y).
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
@@ -134,7 +134,7 @@ pub(super) fn workspace(
         8 * mp * g,
         8 * np * g,
         4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
-        4 * (2 * kp + 2) * g,
+        8 * g,
         8 * (mp + np) * g,
     ];
     let mut at = [0; 12];
@@ -202,6 +202,12 @@ const _: () = assert!(
     GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
         && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
 );
+
+/// Threads of a block of the guard's one-pass scaling (`ROWS_NT` in kernels/ozaki.cu).
+const GUARD_ROWS_THREADS: u32 = 256;
+
+/// Elements the early refusal tests, a block each.
+const REFUSAL_ELEMENTS: u32 = 8;
 
 /// The most candidate counts the guard weighs at once.
 pub(crate) const MAX_CANDIDATES: usize = 4;
@@ -283,6 +289,7 @@ pub(crate) fn launch<T: Element>(
     let fail = |what: &'static str| move |e| OzError::Gpu(GpuDotError::at(what)(e));
     let (a_strides, b_strides) = args.row_strides();
     let (a_buf, b_buf) = args.bufs();
+    let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);
     let (mi, ni, ki, kpi) = (m as i32, n as i32, k as i32, kp as i32);
     // op(A) (m × k) and op(B)ᵀ (n × k), as rows.
     let operands = [
@@ -327,7 +334,50 @@ pub(crate) fn launch<T: Element>(
         weighed.bits[i] = scaling_bits(count, k).0;
         weighed.bound[i] = norm_bound(count, k);
     }
-    for &(rows, rows_p, _, x, (sr, sk), e, _, s, l) in &operands {
+    // The guard's sample of k, and the operands whose scaling and magnitudes run as one pass:
+    // rows along k's contiguous index, short enough to sit in shared memory.
+    let kg = guard_sample(T::DTYPE, k);
+    let kgp = kg.next_multiple_of(128);
+    let (kgi, kgpi) = (kg as i32, kgp as i32);
+    let row_bytes = (k * std::mem::size_of::<T>()).next_multiple_of(16) + kgp;
+    let one_pass = |sk: i64| guarded && sk == 1 && row_bytes <= OZAKI_GUARD_ROWS_SMEM as usize;
+    for &(rows, rows_p, tm, x, (sr, sk), e, p, s, l) in &operands {
+        if one_pass(sk) {
+            let rows_fn = function(&format!("ozaki_guard_rows_{suffix}"))?;
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x(rows_p).map_err(OzError::Gpu)?, 1, 1),
+                block_dim: (GUARD_ROWS_THREADS, 1, 1),
+                shared_mem_bytes: row_bytes as u32,
+            };
+            let lde = rows_p as i32;
+            let mut builder = stream.launch_builder(&rows_fn);
+            builder
+                .arg(&rows)
+                .arg(&ki)
+                .arg(x)
+                .arg(&sr)
+                .arg(&weighed)
+                .arg(&e)
+                .arg(&lde)
+                .arg(&s)
+                .arg(&l)
+                .arg(&p)
+                .arg(&kgi)
+                .arg(&kgpi)
+                .arg(&tm);
+            // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
+            // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
+            // Kgp, int TM)`; X as for `ozaki_guard_scale_*` with sk = 1 (row r's K elements
+            // contiguous from X + r·sr); E, S and L as for that kernel; P is the start of the
+            // panel section (at least Rp·Kgp bytes, Kgp ≤ the product's Kp), written whole in
+            // the tiles of TM rows, as by `ozaki_magnitudes_*`; one block of
+            // `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
+            // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised
+            // for the entry (`OZAKI_GUARD_ROWS_SMEM`).
+            unsafe { builder.launch(cfg) }
+                .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
+            continue;
+        }
         // Rows along the contiguous index: one block of 32 × 32 threads per 32 rows; else a
         // warp per row.
         let along_r = sk != 1 && sr == 1;
@@ -393,51 +443,13 @@ pub(crate) fn launch<T: Element>(
     let mut chosen = 0;
     let mut report = None;
     if guarded {
-        // The magnitudes of the first `kg` inner indices, in panels `kgp` wide.
-        let kg = guard_sample(T::DTYPE, k);
-        let kgp = kg.next_multiple_of(128);
-        let (kgi, kgpi) = (kg as i32, kgp as i32);
-        let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
-        // Each k's largest magnitude, of X at `maxima` and of Y after it (Kp ints each), then
-        // the early refusal's int and the sure test's.
-        let maxima = sec(UK);
-        let refused = maxima + (8 * kp) as u64;
+        // The early refusal's int, then the sure test's.
+        let refused = sec(FLAGS);
         let unsure = refused + 4;
-        // SAFETY: the workspace's UK section holds 2·Kp + 2 ints from `maxima`, set on this
-        // stream before the launches below read and raise them.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(maxima, 0, 4 * (2 * kp + 2), stream.cu_stream())
-        }
-        .map_err(fail("clearing the Ozaki guard's maxima"))?;
-        for (&(rows, rows_p, tm, x, (sr, sk), _, p, s, _), u) in
-            operands.iter().zip([maxima, maxima + (4 * kp) as u64])
-        {
-            let cfg = split_config(kgp, rows_p);
-            let rp = rows_p as i32;
-            let mut builder = stream.launch_builder(&magnitudes);
-            builder
-                .arg(&rows)
-                .arg(&kgi)
-                .arg(x)
-                .arg(&sr)
-                .arg(&sk)
-                .arg(&s)
-                .arg(&p)
-                .arg(&rp)
-                .arg(&kgpi)
-                .arg(&tm)
-                .arg(&u);
-            // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
-            // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, int* U)`; X as
-            // for the scaling, whose S (R ints) the launch before it on this stream wrote, read
-            // for k < K = kg ≤ the operand's k; P is the start of the workspace's panel section
-            // (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at least count·Rp·Kp), written
-            // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); U is this
-            // operand's Kp ≥ kgp ints of the UK section, zeroed above; grid and block as for
-            // the split with Kp = kgp (the kernel's layout: one block per 64 k and 32 rows).
-            unsafe { builder.launch(cfg) }
-                .map_err(fail("launching the Ozaki guard's magnitudes"))?;
-        }
+        // SAFETY: the workspace's FLAGS section holds two ints from `refused`, cleared on this
+        // stream before the launches below read and set them.
+        unsafe { cudarc::driver::result::memset_d8_async(refused, 0, 8, stream.cu_stream()) }
+            .map_err(fail("clearing the Ozaki guard's flags"))?;
         let tiles = (mp / tile_rows.0) * (np / tile_rows.1);
         let need = sec(NEED);
         // The magnitudes' int32 product lies in the residues' section until the GEMM below
@@ -459,34 +471,70 @@ pub(crate) fn launch<T: Element>(
             unused: 0,
             gu: GUARD * unit_roundoff(T::DTYPE),
         };
-        // An early verdict from each k's largest magnitudes: where one element fails whatever
-        // its sum, the product is refused at once (the keys and the sure test's GEMM then
-        // leave without work, and the host launches nothing more).
-        let refuse = function("ozaki_guard_refuse")?;
-        let slots = (tiles * JUDGE_STRIPS) as i32;
+        // An early verdict from a few elements' exact magnitudes' sums: where one fails at
+        // every count, the product is refused at once (the magnitudes, the keys and the sure
+        // test's GEMM then leave without work, and the host launches nothing more).
+        let refuse = function(&format!("ozaki_guard_refuse_{suffix}"))?;
         let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (256, 1, 1),
+            grid_dim: (REFUSAL_ELEMENTS, 1, 1),
+            block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        let ub = maxima + (4 * kp) as u64;
         let mut builder = stream.launch_builder(&refuse);
         builder
-            .arg(&kgpi)
-            .arg(&maxima)
-            .arg(&ub)
             .arg(&mi)
             .arg(&ni)
+            .arg(&kgi)
+            .arg(a_buf)
+            .arg(&asr)
+            .arg(&ask)
+            .arg(b_buf)
+            .arg(&bsr)
+            .arg(&bsk)
             .arg(&guard)
-            .arg(&slots)
             .arg(&refused);
-        // SAFETY: arguments match `ozaki_guard_refuse(int Kp, const int* UA, const int* UB,
-        // int M, int N, Guard g, int slots, int* refused)`; UA and UB are the UK section's
-        // kgp-int maxima that the magnitudes before it on this stream raised, `refused` the
-        // int after them; `GuardArgs` as for the judge below (sigmas of M and N rows, shifts, norms,
-        // and `need` of `slots` ints); one block of 256 threads, static shared memory only.
+        // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X,
+        // i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and Y are
+        // the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and N and
+        // k < Kg = kg ≤ k; `GuardArgs` as for the judge below, whose sigmas, norms and shifts
+        // the scalings before it on this stream wrote; `refused` the FLAGS section's first
+        // int, zeroed above; blocks of 1024 threads, static shared memory only.
         unsafe { builder.launch(cfg) }
             .map_err(fail("launching the Ozaki guard's early refusal"))?;
+        // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
+        // operands the one-pass scaling did not take.
+        let magnitudes = function(&format!("ozaki_magnitudes_{suffix}"))?;
+        for &(rows, rows_p, tm, x, (sr, sk), _, p, s, _) in &operands {
+            if one_pass(sk) {
+                continue;
+            }
+            let cfg = split_config(kgp, rows_p);
+            let rp = rows_p as i32;
+            let mut builder = stream.launch_builder(&magnitudes);
+            builder
+                .arg(&rows)
+                .arg(&kgi)
+                .arg(x)
+                .arg(&sr)
+                .arg(&sk)
+                .arg(&s)
+                .arg(&p)
+                .arg(&rp)
+                .arg(&kgpi)
+                .arg(&tm)
+                .arg(&refused);
+            // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
+            // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
+            // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
+            // stream wrote, read for k < K = kg ≤ the operand's k; P is the start of the
+            // workspace's panel section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at
+            // least count·Rp·Kp), written whole, in the tiles of the GEMM's rows TM (as for
+            // `ozaki_split_*`); `refused` the int the early refusal wrote; grid and block as
+            // for the split with Kp = kgp (the kernel's layout: one block per 64 k and 32
+            // rows).
+            unsafe { builder.launch(cfg) }
+                .map_err(fail("launching the Ozaki guard's magnitudes"))?;
+        }
         // The sure test: each row's key, then the magnitudes' product with each element
         // tested in the GEMM's epilogue against a sufficient condition of passing at the first
         // count. Where every element meets it, that is every verdict, and the guard's GEMM and
@@ -534,7 +582,7 @@ pub(crate) fn launch<T: Element>(
                 refused,
             },
         )?;
-        // The two ints `refused` and `unsure`, adjacent in the UK section.
+        // The two ints `refused` and `unsure`, the FLAGS section.
         let mut flags = [0i32; 2];
         read_back(
             stream,
@@ -665,7 +713,6 @@ pub(crate) fn launch<T: Element>(
     };
     let ldc = args.ldc();
     let r = sec(R);
-    let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);
     let mut builder = stream.launch_builder(&rebuild);
     builder
         .arg(&mi)

@@ -90,6 +90,8 @@ impl Family {
                     (OZAKI_GUARD_GEMM_MMA, OZAKI_GEMM_MMA.1),
                     (OZAKI_SURE_GEMM, OZAKI_GEMM.1),
                     (OZAKI_SURE_GEMM_MMA, OZAKI_GEMM_MMA.1),
+                    ("ozaki_guard_rows_d", OZAKI_GUARD_ROWS_SMEM),
+                    ("ozaki_guard_rows_s", OZAKI_GUARD_ROWS_SMEM),
                 ]
                 .into_iter()
                 .find(|g| g.0 == entry)
@@ -127,10 +129,13 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 17] = [
+const OZAKI_ENTRIES: [&str; 20] = [
     "ozaki_guard_judge",
     "ozaki_guard_keys",
-    "ozaki_guard_refuse",
+    "ozaki_guard_refuse_d",
+    "ozaki_guard_refuse_s",
+    "ozaki_guard_rows_d",
+    "ozaki_guard_rows_s",
     "ozaki_scale_d",
     "ozaki_scale_s",
     "ozaki_guard_scale_d",
@@ -158,6 +163,12 @@ pub(crate) const OZAKI_GUARD_GEMM_MMA: &str = "ozaki_guard_gemm_mma";
 pub(crate) const OZAKI_SURE_GEMM: &str = "ozaki_guard_sure_gemm";
 /// … and on mma.sync, with those of [`OZAKI_GEMM_MMA`].
 pub(crate) const OZAKI_SURE_GEMM_MMA: &str = "ozaki_guard_sure_gemm_mma";
+
+/// The most dynamic shared memory the guard's one-pass scaling and magnitudes
+/// (`ozaki_guard_rows_*`) may take: a row of k elements and up to k bytes of its magnitudes,
+/// so rows of about 10,900 `f64` or 19,600 `f32` elements (96 KiB, within every sm_80-on
+/// device's limit); longer rows take the two passes.
+pub(crate) const OZAKI_GUARD_ROWS_SMEM: u32 = 96 * 1024;
 
 /// The Ozaki INT8 GEMM and its dynamic shared memory (its `// @launch` line).
 pub(crate) const OZAKI_GEMM: (&str, u32) = ("ozaki_gemm", 230_464);
