@@ -27,7 +27,10 @@
 //! more times per shape, the order swapped every round, and prints the median of the per-round
 //! ratios; JSON: `alternating_rounds_ratio_to_cublas` and `alternating_rounds_median_ratio` on
 //! the `auto` record. Single timings on a power-limited card move by several percent from one
-//! minute to the next; the alternating median is the steadier ratio.
+//! minute to the next; the alternating median is the steadier ratio. Where the default
+//! emulated, it also times the default and the unguarded Ozaki product of the same count in
+//! turn (JSON: `guard_rounds_ratio_to_unguarded`, `guard_rounds_median_ratio` on the
+//! `default` record): the guard's cost.
 
 use gpu_dot::profile::{reference_f64, relative_error_to, DeviceProblem, SampledReference, Timing};
 use gpu_dot::{device_status, DeviceStatus, Dtype, Element, Kernel, Precision};
@@ -71,6 +74,9 @@ struct Record {
     rel_err: f64,
     /// `--rounds`: this kernel's speed over cuBLAS's in each round of alternating timings.
     rounds: Vec<f64>,
+    /// `--rounds`, the default record where it emulated: its time over the unguarded Ozaki
+    /// product's (the same count of moduli) in each round of alternating timings.
+    guard_rounds: Vec<f64>,
 }
 
 /// `--paired-k S`: operands from the accuracy suite's family with scales paired along k
@@ -128,6 +134,7 @@ fn measure<A: Element>(
         gflops: t.gflops,
         rel_err,
         rounds: Vec::new(),
+        guard_rounds: Vec::new(),
     }
 }
 
@@ -244,6 +251,52 @@ where
                 }
             }
             problem.set_precision(Precision::Native);
+        }
+        // `--rounds`, where the default emulated: its time and the unguarded product's (the
+        // same count of moduli) in turn, the order swapped every round: the guard's cost.
+        let emulated = records
+            .iter()
+            .find(|r| r.dims == (m, k, n) && r.name == "default")
+            .map(|r| r.precision)
+            .filter(|p| matches!(p, Precision::Ozaki { .. }));
+        if let (true, Some(unguarded)) = (rounds > 0 && kernels.contains(&Kernel::Auto), emulated) {
+            let reps = records
+                .iter()
+                .find(|r| r.dims == (m, k, n) && r.name == "default")
+                .map_or(5, |r| reps_for(r.ms));
+            let time = |p: &mut DeviceProblem<A>, precision| {
+                p.set_precision(precision);
+                p.time(Kernel::Auto, 1, reps)
+                    .expect("kernel timing")
+                    .median_ms
+            };
+            let mut ratios = Vec::with_capacity(rounds);
+            for round in 0..rounds {
+                let (guarded, bare) = if round % 2 == 0 {
+                    let g = time(&mut problem, Precision::Auto);
+                    (g, time(&mut problem, unguarded))
+                } else {
+                    let b = time(&mut problem, unguarded);
+                    (time(&mut problem, Precision::Auto), b)
+                };
+                ratios.push(guarded / bare);
+            }
+            problem.set_precision(Precision::Native);
+            let mut sorted = ratios.clone();
+            sorted.sort_by(f64::total_cmp);
+            println!(
+                "{} {m:>5}×{k:>5}×{n:>5} default / unguarded {unguarded} over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+                A::DTYPE,
+                sorted[rounds / 2],
+                sorted[0],
+                sorted[rounds - 1]
+            );
+            if let Some(r) = records
+                .iter_mut()
+                .find(|r| r.dims == (m, k, n) && r.name == "default")
+            {
+                r.guard_rounds = ratios;
+            }
         }
         // Ozaki scheme II on the INT8 tensor cores (compute capability 8.0 on): the automatic
         // count of moduli, one fewer and (f64) one more.
@@ -652,6 +705,13 @@ fn main() {
                     sorted.sort_by(f64::total_cmp);
                     record["alternating_rounds_ratio_to_cublas"] = serde_json::json!(r.rounds);
                     record["alternating_rounds_median_ratio"] =
+                        serde_json::json!(sorted[sorted.len() / 2]);
+                }
+                if !r.guard_rounds.is_empty() {
+                    let mut sorted = r.guard_rounds.clone();
+                    sorted.sort_by(f64::total_cmp);
+                    record["guard_rounds_ratio_to_unguarded"] = serde_json::json!(r.guard_rounds);
+                    record["guard_rounds_median_ratio"] =
                         serde_json::json!(sorted[sorted.len() / 2]);
                 }
                 if r.precision == Precision::Tf32 {
