@@ -135,9 +135,11 @@ fn ozaki_ready(gpu: &Gpu) -> bool {
 /// `f64` products emulate from sides of this many and a volume of `m·k·n` this large (4096³):
 /// on an H100 (2026-11-26, ladder with `--emulate-every-size`) the guarded product ran at
 /// 0.81× cuBLAS DGEMM at 3072³ against native's 0.98×; at 4096³ at 1.05–1.09× (medians of
-/// rounds, over 22 runs) against native's 0.97–1.05×, and on inputs the guard refuses
-/// (scales paired along k) at 0.93× native's speed since the guard refuses early; ahead from
-/// 6144³ (1.31× against 1.00×).
+/// rounds, over 22 runs) against native's 0.97–1.05× (1.116–1.125× since the guard reads
+/// op(A) once, 2093910), and on inputs the guard refuses (scales paired along k) at 0.93–0.94×
+/// native's speed since the guard refuses early; ahead from 6144³ (1.31× against 1.00×). At
+/// 3072³ the unguarded product ran at 1.07× against native's 0.98×, which the guard's cost
+/// (7–8% at 4096³) would take.
 const EMULATE_F64: (usize, f64) = (4096, 4096.0 * 4096.0 * 4096.0);
 /// `f32` products, from sides of this many and a volume this large (2560³): on the same H100
 /// the guarded product ran at 0.79× cuBLAS SGEMM at 2048³ against native's 0.91×, and ahead
