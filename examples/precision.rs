@@ -17,13 +17,21 @@
 //!
 //!     cargo run --release --features cublas --example precision -- [--quick] [--json PATH] \
 //!         [--plot PATH.svg] [--plot-f64 PATH.svg] [--f64-only]
+//!
+//! `--suite [--json PATH] [--plot PATH.svg]` runs instead the adversarial accuracy suite
+//! (`gpu_dot::accuracy::Family::suite`, as `tests/accuracy.rs` does): every family, f64 and
+//! f32, at `48 × k · k × 40` for k from 256 to 16384, in the native precision, the default
+//! (its guard weighing emulation at every size) and unguarded Ozaki, each as its worst
+//! componentwise ratio `|ĉ − c| / (u·Σ|a||b| + (k+1)·η)`. It prints the table, writes the
+//! cases into the JSON and plots them, one panel per element type, with the suite's rule
+//! `max(2 × native's, 8)` beside each case.
 
 mod common;
 
 use gpu_dot::profile::{
     random_matrix_of, reference_f64, relative_error_to, DeviceProblem, SampledReference,
 };
-use gpu_dot::{Device, Element, Kernel, Precision};
+use gpu_dot::{Device, Dtype, Element, Kernel, Precision};
 use ndarray::{s, Array2};
 use serde_json::json;
 
@@ -40,6 +48,10 @@ fn main() {
             gpu_dot::device_status()
         );
         std::process::exit(2);
+    }
+    if args.iter().any(|a| a == "--suite") {
+        adversarial_suite(json_path.as_deref(), plot_path.as_deref());
+        return;
     }
     let suite: &[(usize, usize, usize)] = if quick {
         &[(1024, 1024, 1024), (4096, 4096, 4096)]
@@ -394,6 +406,170 @@ fn plot(
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// `--suite`: the adversarial accuracy suite as a table, JSON and a plot.
+fn adversarial_suite(json_path: Option<&str>, plot_path: Option<&str>) {
+    use gpu_dot::accuracy::{Family, SuiteCase, SUITE_KS, SUITE_MN};
+    gpu_dot::__testing::emulate_every_size(true);
+    println!("{}", Device::new(0).status());
+    let mut cases: Vec<SuiteCase> = Vec::new();
+    for dtype in [Dtype::F64, Dtype::F32] {
+        println!("\n| {dtype} | k | native | default | ran | unguarded Ozaki | rule |");
+        println!("|---|---|---|---|---|---|---|");
+        for family in Family::suite(dtype) {
+            for (i, k) in SUITE_KS.into_iter().enumerate() {
+                let seed = 0x5EED + 97 * i as u64;
+                let case = if dtype == Dtype::F64 {
+                    SuiteCase::run::<f64>(family, k, seed)
+                } else {
+                    SuiteCase::run::<f32>(family, k, seed)
+                }
+                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e}", family.name()));
+                println!(
+                    "| {} | {k} | {:.3} | {:.3} | {} | {:.3e} | {} |",
+                    family.name(),
+                    case.native.worst,
+                    case.default.worst,
+                    case.ran(),
+                    case.unguarded.worst,
+                    if case.meets_rule() { "met" } else { "NOT MET" }
+                );
+                cases.push(case);
+            }
+        }
+        let of_type: Vec<&SuiteCase> = cases.iter().filter(|c| c.dtype == dtype).collect();
+        println!(
+            "{dtype}: {} of {} cases emulated, {} meet the rule",
+            of_type.iter().filter(|c| c.emulated()).count(),
+            of_type.len(),
+            of_type.iter().filter(|c| c.meets_rule()).count()
+        );
+    }
+    gpu_dot::__testing::emulate_every_size(false);
+    if let Some(path) = json_path {
+        let doc = json!({
+            "suite": "precision --suite (gpu_dot::accuracy::Family::suite)",
+            "device": Device::new(0).status().to_string(),
+            "shape": format!("{} x k x {}", SUITE_MN.0, SUITE_MN.1),
+            "ratio": "max |c^ - c| / (u * sum|a||b| + (k+1) * eta)",
+            "rule": "default <= max(2 * native, 8), native's Inf/NaN pattern",
+            "cases": cases.iter().map(|c| json!({
+                "dtype": c.dtype.to_string(),
+                "family": c.family.name(),
+                "k": c.k,
+                "native": c.native.worst,
+                "default": c.default.worst,
+                "default_ran": c.ran(),
+                "unguarded_ozaki": c.unguarded.worst,
+                "meets_rule": c.meets_rule(),
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("JSON")).expect("writing");
+        println!("wrote {path}");
+    }
+    if let Some(path) = plot_path {
+        plot_suite(path, &cases).expect("plotting the suite");
+        println!("wrote {path}");
+    }
+}
+
+/// One series' value of a suite case.
+type Ratio = fn(&gpu_dot::accuracy::SuiteCase) -> f64;
+
+/// The suite as a chart: each case's worst ratio (log scale; below 10⁻³ drawn at 10⁻³) in the
+/// native precision, the default and unguarded Ozaki, with the rule's bound as a dash, one
+/// panel per element type, cases by family and then k.
+fn plot_suite(
+    path: &str,
+    cases: &[gpu_dot::accuracy::SuiteCase],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    const FLOOR: f64 = 1e-3;
+    let root = SVGBackend::new(path, (1200, 900)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((2, 1));
+    for (area, dtype) in panels.iter().zip([Dtype::F64, Dtype::F32]) {
+        let of_type: Vec<_> = cases.iter().filter(|c| c.dtype == dtype).collect();
+        let hi = of_type
+            .iter()
+            .flat_map(|c| [c.native.worst, c.default.worst, c.unguarded.worst])
+            .filter(|v| v.is_finite())
+            .fold(10.0f64, f64::max);
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("{dtype}: worst componentwise ratio per case (48 × k · k × 40, k = 256, 1024, 4096, 16384)"),
+                ("sans-serif", 16),
+            )
+            .margin(12)
+            .x_label_area_size(70)
+            .y_label_area_size(70)
+            .build_cartesian_2d(
+                -0.5f64..of_type.len() as f64 - 0.5,
+                (FLOOR / 2.0..hi * 4.0).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_labels(of_type.len())
+            .x_label_formatter(&|x| {
+                let i = x.round() as usize;
+                of_type
+                    .get(i)
+                    .filter(|c| c.k == gpu_dot::accuracy::SUITE_KS[0])
+                    .map_or(String::new(), |c| c.family.name())
+            })
+            .x_label_style(
+                ("sans-serif", 11)
+                    .into_font()
+                    .transform(FontTransform::Rotate90),
+            )
+            .y_desc("|ĉ − c| / (u·Σ|a||b|)")
+            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .draw()?;
+        let at = |v: f64| {
+            if v.is_finite() {
+                v.max(FLOOR)
+            } else {
+                hi * 2.0
+            }
+        };
+        let series: [(&str, RGBAColor, Ratio); 3] = [
+            ("native", BLUE.to_rgba(), |c| c.native.worst),
+            ("default", GREEN.mix(0.9).to_rgba(), |c| c.default.worst),
+            ("unguarded Ozaki", RED.to_rgba(), |c| c.unguarded.worst),
+        ];
+        for (s, (name, color, value)) in series.into_iter().enumerate() {
+            let pts: Vec<(f64, f64)> = of_type
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i as f64, at(value(c))))
+                .collect();
+            let style = if s == 1 {
+                color.filled()
+            } else {
+                color.stroke_width(1)
+            };
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3 + s as u32, style)))?
+                .label(name)
+                .legend(move |(x, y)| Circle::new((x + 10, y), 4, style));
+        }
+        chart
+            .draw_series(of_type.iter().enumerate().map(|(i, c)| {
+                let rule = (2.0 * c.native.worst).max(8.0);
+                PathElement::new(vec![(i as f64 - 0.4, rule), (i as f64 + 0.4, rule)], BLACK)
+            }))?
+            .label("rule: max(2 × native, 8)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+    }
     root.present()?;
     Ok(())
 }

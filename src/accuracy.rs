@@ -12,6 +12,10 @@
 use ndarray::{Array2, ArrayView2};
 
 use crate::element::{Dtype, Element};
+use crate::error::GpuDotError;
+use crate::options::{Backend, DotOptions, Precision};
+use crate::route::Route;
+use crate::GpuDot;
 
 /// A family of operands, each with the parameter that sets how hostile it is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -426,5 +430,95 @@ mod tests {
         assert!(r.c[[1, 1]].abs() < r.abs[[1, 1]] * 2f64.powi(-18));
         let (a, _) = Family::NonFinite.operands::<f32>((4, 16, 4), 3);
         assert!(a.iter().any(|x| x.is_nan()) && a.iter().any(|x| x.is_infinite()));
+    }
+}
+
+/// Whether a product of the default precision emulated: its guard passed every element.
+pub fn emulated(route: &Route) -> bool {
+    matches!(
+        route,
+        Route::Gpu {
+            guard: Some(g),
+            precision: Precision::Ozaki { .. },
+            ..
+        } if g.failed == 0
+    )
+}
+
+/// The inner dimensions the suite runs each family at.
+pub const SUITE_KS: [usize; 4] = [256, 1024, 4096, 16384];
+/// The suite's rows of A and columns of B (the product is `48 × k · k × 40`).
+pub const SUITE_MN: (usize, usize) = (48, 40);
+
+/// One case of the adversarial suite on the GPU: a family's operands at `48 × k · k × 40`,
+/// multiplied in the native precision, in the default one (`Precision::Auto`, whose guard
+/// weighs emulation at every size where `__testing::emulate_every_size` is on) and by unguarded
+/// Ozaki at the automatic count, each against a Dot2 reference.
+#[derive(Debug, Clone)]
+pub struct SuiteCase {
+    pub dtype: Dtype,
+    pub family: Family,
+    pub k: usize,
+    pub native: Componentwise,
+    pub default: Componentwise,
+    pub unguarded: Componentwise,
+    /// The default's route: what ran, and the guard's report.
+    pub route: Route,
+}
+
+impl SuiteCase {
+    /// Runs `family` at `k` with operands drawn from `seed`, on the GPU (outputs poisoned
+    /// first); the first error of the three products, if any.
+    pub fn run<A: Element>(family: Family, k: usize, seed: u64) -> Result<SuiteCase, GpuDotError> {
+        let dims = (SUITE_MN.0, k, SUITE_MN.1);
+        let (a, b) = family.operands::<A>(dims, seed);
+        let reference = Reference::new(a.view(), b.view());
+        let product = |precision: Precision| {
+            let opts = DotOptions::builtin()
+                .backend(Backend::Gpu)
+                .precision(precision)
+                .poison_output(true);
+            a.gpu_dot_with(&b, &opts)
+                .map(|p| (componentwise(p.c.view(), &reference), p.route))
+        };
+        let (native, _) = product(Precision::Native)?;
+        let (default, route) = product(Precision::Auto)?;
+        let (unguarded, _) = product(Precision::OZAKI)?;
+        Ok(SuiteCase {
+            dtype: A::DTYPE,
+            family,
+            k,
+            native,
+            default,
+            unguarded,
+            route,
+        })
+    }
+
+    /// Whether the default emulated (its guard passed every element).
+    pub fn emulated(&self) -> bool {
+        emulated(&self.route)
+    }
+
+    /// What the default ran: `ozaki-N`, or `native (F of T tiles refused)`.
+    pub fn ran(&self) -> String {
+        match &self.route {
+            Route::Gpu {
+                precision, guard, ..
+            } => match guard {
+                Some(g) if g.failed > 0 => {
+                    format!("native ({} of {} tiles refused)", g.failed, g.tiles)
+                }
+                _ => precision.to_string(),
+            },
+            other => other.to_string(),
+        }
+    }
+
+    /// The suite's rule: the default within `max(2 × native's, 8)` and with native's Inf and
+    /// NaN pattern.
+    pub fn meets_rule(&self) -> bool {
+        self.default.worst <= (2.0 * self.native.worst).max(8.0)
+            && self.default.pattern_mismatches <= self.native.pattern_mismatches
     }
 }

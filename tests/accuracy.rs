@@ -11,7 +11,7 @@
 
 mod common;
 
-use gpu_dot::accuracy::{componentwise, Componentwise, Family, Reference};
+use gpu_dot::accuracy::{componentwise, emulated, Family, Reference, SuiteCase, SUITE_KS};
 use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, Precision, Route};
 use ndarray::Array2;
 
@@ -22,76 +22,38 @@ fn options(precision: Precision) -> DotOptions {
         .poison_output(true)
 }
 
-/// One product in `precision`: its ratios against the reference, and its route.
-fn run<A: Element>(
-    a: &Array2<A>,
-    b: &Array2<A>,
-    reference: &Reference,
-    precision: Precision,
-) -> (Componentwise, Route) {
-    let p = a
-        .gpu_dot_with(b, &options(precision))
-        .unwrap_or_else(|e| panic!("{precision}: {e}"));
-    (componentwise(p.c.view(), reference), p.route)
-}
-
-/// Whether the default emulated (its guard passed every element).
-fn emulated(route: &Route) -> bool {
-    matches!(
-        route,
-        Route::Gpu {
-            guard: Some(g),
-            precision: Precision::Ozaki { .. },
-            ..
-        } if g.failed == 0
-    )
-}
-
 fn suite<A: Element>(dtype: Dtype) -> (usize, usize) {
     let (mut cases, mut emulated_cases) = (0, 0);
     println!("\n| {dtype} | k | native | default | ran | unguarded Ozaki |");
     println!("|---|---|---|---|---|---|");
-    for k in [256, 1024, 4096, 16384] {
+    for k in SUITE_KS {
         for family in Family::suite(dtype) {
-            let dims = (48, k, 40);
-            let (a, b) = family.operands::<A>(dims, common::fresh_seed());
-            let reference = Reference::new(a.view(), b.view());
-            let (native, _) = run(&a, &b, &reference, Precision::Native);
-            let (default, route) = run(&a, &b, &reference, Precision::Auto);
-            let (ozaki, _) = run(&a, &b, &reference, Precision::OZAKI);
-            let ran = match &route {
-                Route::Gpu {
-                    precision, guard, ..
-                } => match guard {
-                    Some(g) if g.failed > 0 => {
-                        format!("native ({} of {} tiles refused)", g.failed, g.tiles)
-                    }
-                    _ => precision.to_string(),
-                },
-                other => panic!("{}: {other}", family.name()),
-            };
+            let case = SuiteCase::run::<A>(family, k, common::fresh_seed())
+                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e}", family.name()));
+            let (native, default) = (case.native, case.default);
             println!(
-                "| {} | {k} | {:.3} | {:.3} | {ran} | {:.3e} |",
+                "| {} | {k} | {:.3} | {:.3} | {} | {:.3e} |",
                 family.name(),
                 native.worst,
                 default.worst,
-                ozaki.worst
+                case.ran(),
+                case.unguarded.worst
             );
-            let what = format!("{dtype} {} k = {k}: {route}", family.name());
+            let what = format!("{dtype} {} k = {k}: {}", family.name(), case.route);
+            assert!(
+                matches!(case.route, Route::Gpu { .. }),
+                "{what}: not on the GPU"
+            );
             // Native's own ratio stays within the textbook bound k·u·Σ|a||b|.
             assert!(native.worst <= k as f64, "{what}: native {native:?}");
             assert!(
-                default.worst <= (2.0 * native.worst).max(8.0),
-                "{what}: default {default:?}, native {native:?}"
-            );
-            assert!(
-                default.pattern_mismatches <= native.pattern_mismatches,
+                case.meets_rule(),
                 "{what}: default {default:?}, native {native:?}"
             );
             cases += 1;
-            emulated_cases += emulated(&route) as usize;
+            emulated_cases += case.emulated() as usize;
             // What the guard passes is never less accurate than its bound: 7·u·Σ|a||b|.
-            if emulated(&route) {
+            if case.emulated() {
                 assert!(default.worst <= 7.0, "{what}: {default:?}");
             }
         }
