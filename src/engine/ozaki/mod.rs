@@ -10,19 +10,24 @@
 //!
 //! The files: [`scheme`] (moduli, reconstruction constants, exactness bounds), [`scaling`]
 //! (the count of moduli and each row's shift), [`guard`] (whether an element is within
-//! native's bound), [`launch`] (the passes on the device) and [`model`] (the exact CPU model
-//! the tests compare the kernels with).
+//! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
+//! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`] (one
+//! product's passes in order) and [`model`] (the exact CPU model the tests compare the
+//! kernels with).
 
 pub(crate) mod guard;
 pub(crate) mod launch;
 pub(crate) mod model;
+pub(crate) mod passes;
 pub(crate) mod scaling;
 pub(crate) mod scheme;
 #[cfg(test)]
 mod tests;
+pub(crate) mod verdict;
 
 pub use guard::guard_counts;
-pub use launch::GuardReport;
-pub(crate) use launch::{launch, OzError};
+pub(crate) use launch::launch;
 pub use model::reference;
+pub use passes::GuardReport;
+pub(crate) use passes::OzError;
 pub use scaling::auto_moduli;

@@ -1,7 +1,7 @@
 //! The scheme's arithmetic, scaling and the CPU model against models of the kernels.
 
-use super::launch::*;
 use super::model::*;
+use super::passes::*;
 use super::scaling::*;
 use super::scheme::*;
 use crate::element::Dtype;

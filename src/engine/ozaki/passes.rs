@@ -1,0 +1,379 @@
+//! What every pass of an Ozaki product shares: the INT8 GEMM chosen for the device and
+//! shape, the workspace's sections, the operands as rows, and the helpers that enqueue a GEMM
+//! and read the guard's answers back.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaFunction, CudaStream, CudaView, DriverError, LaunchConfig, PushKernelArg,
+};
+
+use crate::engine::args::grid_x;
+use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE};
+use crate::error::GpuDotError;
+
+use super::scheme::Consts;
+
+/// Why an Ozaki launch launched nothing, or failed.
+pub(crate) enum OzError {
+    /// The product cannot run this way here (compute capability below 8.0, k of 0 or above
+    /// `MAX_K`, no room for the workspace, or the family does not build): nothing was
+    /// enqueued, and the native kernels run it.
+    Unavailable,
+    /// The guard found an element that no count it weighed keeps within native's bound:
+    /// nothing more was enqueued, and the native kernels run the product.
+    Guarded(GuardReport),
+    Gpu(GpuDotError),
+}
+
+/// What the guard found for one product: the output tiles of its INT8 GEMM, and those that
+/// no candidate count passed (then the whole product runs natively).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardReport {
+    /// Output tiles the guard judged.
+    pub tiles: usize,
+    /// Tiles with an element that no count of moduli the guard weighed keeps within native's
+    /// bound: any sends the product to the native kernels. Where the guard refused before
+    /// its GEMM (an element that fails whatever its magnitudes' sum, as when the inputs'
+    /// scales pair along k), every tile counts.
+    pub failed: usize,
+}
+
+pub(super) const ALIGN: usize = 256;
+/// The INT8 GEMM's output tile and threads (kernels/ozaki.cu's `@launch` line).
+pub(super) const GEMM_TILE: (usize, usize) = OZAKI_GEMM_TILE.0;
+pub(super) const GEMM_THREADS: u32 = OZAKI_GEMM_TILE.1;
+
+/// How the INT8 GEMM's clusters of two blocks pair their tiles for an `m × n` result: tile
+/// rows (sharing op(B)'s tiles) where their count is even or that of tile columns odd, else
+/// tile columns (sharing op(A)'s); and the panels' padded extents `(Mp, Np)`, whole pairs.
+pub(super) fn pairing(m: usize, n: usize) -> (bool, usize, usize) {
+    let (tiles_m, tiles_n) = (m.div_ceil(GEMM_TILE.0), n.div_ceil(GEMM_TILE.1));
+    let pair_m = tiles_m % 2 == 0 || tiles_n % 2 == 1;
+    if pair_m {
+        (
+            true,
+            tiles_m.next_multiple_of(2) * GEMM_TILE.0,
+            tiles_n * GEMM_TILE.1,
+        )
+    } else {
+        (
+            false,
+            tiles_m * GEMM_TILE.0,
+            tiles_n.next_multiple_of(2) * GEMM_TILE.1,
+        )
+    }
+}
+
+/// The INT8 GEMM that runs a product: the warpgroup one (sm_90a), its clusters pairing tile
+/// rows or tile columns, or the mma.sync one (sm_80 on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gemm {
+    Wg { pair_m: bool },
+    Mma,
+}
+
+impl Gemm {
+    /// The GEMM for an `m × n` result on a device of compute capability `sm` (≥ 80).
+    pub(super) fn of(sm: u32, m: usize, n: usize) -> Gemm {
+        if sm == 90 {
+            Gemm::Wg {
+                pair_m: pairing(m, n).0,
+            }
+        } else {
+            Gemm::Mma
+        }
+    }
+
+    /// The rows of the panels' tiles (X's, Y's) and the panels' padded extents `(Mp, Np)`.
+    pub(super) fn panels(self, m: usize, n: usize) -> ((usize, usize), (usize, usize)) {
+        match self {
+            Gemm::Wg { .. } => {
+                let (_, mp, np) = pairing(m, n);
+                (GEMM_TILE, (mp, np))
+            }
+            Gemm::Mma => {
+                let t = OZAKI_GEMM_MMA_TILE.0;
+                (t, (m.next_multiple_of(t.0), n.next_multiple_of(t.1)))
+            }
+        }
+    }
+}
+
+/// Sections of the workspace, by index into [`workspace`]'s offsets.
+pub(super) const EA: usize = 0;
+pub(super) const EB: usize = 1;
+pub(super) const PA: usize = 2;
+pub(super) const PB: usize = 3;
+pub(super) const R: usize = 4;
+pub(super) const SA: usize = 5;
+pub(super) const SB: usize = 6;
+pub(super) const LA: usize = 7;
+pub(super) const LB: usize = 8;
+pub(super) const NEED: usize = 9;
+pub(super) const FLAGS: usize = 10;
+pub(super) const KEYS: usize = 11;
+
+/// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
+/// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
+/// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
+/// NEED, FLAGS, KEYS] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM
+/// tile, the early refusal's int and the sure test's, and the sure test's keys, 8 bytes a row
+/// of X and of Y).
+pub(super) fn workspace(
+    count: usize,
+    shifts: usize,
+    guarded: bool,
+    (m, k, n): (usize, usize, usize),
+    gemm: Gemm,
+) -> (usize, [usize; 12]) {
+    let ((tm, tn), (mp, np)) = gemm.panels(m, n);
+    let kp = k.next_multiple_of(128);
+    let g = guarded as usize;
+    let sizes = [
+        4 * mp * shifts,
+        4 * np * shifts,
+        count * mp * kp,
+        count * np * kp,
+        count.max(4 * g) * m * n,
+        4 * mp * g,
+        4 * np * g,
+        8 * mp * g,
+        8 * np * g,
+        4 * (mp / tm) * (np / tn) * super::verdict::JUDGE_STRIPS * g,
+        8 * g,
+        8 * (mp + np) * g,
+    ];
+    let mut at = [0; 12];
+    let mut total = 0;
+    for (o, s) in at.iter_mut().zip(sizes) {
+        *o = total;
+        total += s.next_multiple_of(ALIGN);
+    }
+    (total, at)
+}
+
+/// One operand of a product as the passes read it: op(A) (m × k) or op(B)ᵀ (n × k), as rows,
+/// with its sections of the workspace.
+pub(super) struct Rows<'v, 'a, T> {
+    /// Its rows (R) and their count padded to whole GEMM tiles (Rp).
+    pub(super) rows: i32,
+    pub(super) padded: usize,
+    /// The GEMM's tile rows for it (TM).
+    pub(super) tile: i32,
+    pub(super) x: &'v CudaView<'a, T>,
+    /// The strides of its rows and of k (element (r, k) at `x[r·sr + k·sk]`).
+    pub(super) strides: (i64, i64),
+    /// Its shifts (E), panels (P), and the guard's sigmas (S) and scaled norms (L).
+    pub(super) shifts: u64,
+    pub(super) panels: u64,
+    pub(super) sigmas: u64,
+    pub(super) norms: u64,
+    /// Whether the guard's one-pass scaling also wrote its magnitudes.
+    pub(super) one_pass: bool,
+}
+
+/// What every pass of one product reads: its stream, its kernels' entries, the GEMM and its
+/// tiles, the dimensions and the workspace's sections.
+pub(super) struct Run<'r> {
+    pub(super) stream: &'r Arc<CudaStream>,
+    /// An entry of the Ozaki family by name.
+    pub(super) entry: &'r dyn Fn(&str) -> Result<CudaFunction, OzError>,
+    /// The element type's suffix of the typed entries (`d`, `s`).
+    pub(super) suffix: &'static str,
+    pub(super) gemm: Gemm,
+    /// The GEMM's tile rows for X and Y, and the padded row counts `(Mp, Np)`.
+    pub(super) tile_rows: (usize, usize),
+    pub(super) padded: (usize, usize),
+    /// `(M, N, K)`.
+    pub(super) dims: (i32, i32, i32),
+    /// The address of each section of the workspace (by [`EA`] … [`KEYS`]).
+    pub(super) sec: [u64; 12],
+}
+
+impl Run<'_> {
+    /// The entry `stem` of this product's element type (`stem_d`, `stem_s`).
+    pub(super) fn typed(&self, stem: &str) -> Result<CudaFunction, OzError> {
+        (self.entry)(&format!("{stem}_{}", self.suffix))
+    }
+}
+
+/// A driver error while `what`, as an [`OzError`].
+pub(super) fn fail(what: &'static str) -> impl Fn(DriverError) -> OzError {
+    move |e| OzError::Gpu(GpuDotError::at(what)(e))
+}
+
+/// Copies `dst.len()` ints of the workspace at `src` into `dst` once every launch before on
+/// `stream` is done, and waits for them.
+pub(super) fn read_back(
+    stream: &Arc<CudaStream>,
+    dst: &mut [i32],
+    src: u64,
+    what: &'static str,
+) -> Result<(), OzError> {
+    let fail = |e| OzError::Gpu(GpuDotError::at(what)(e));
+    // SAFETY: the caller passes `src` holding at least `dst.len()` ints of the workspace,
+    // written by launches before it on this stream; the copy is ordered after them, and the
+    // synchronize below completes it before `dst` is read or dropped.
+    unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+        .map_err(fail)?;
+    stream.synchronize().map_err(fail)
+}
+
+/// The split's and the magnitudes' grid: one block of (32, 8) threads per 64 k, and up to
+/// Rp/32 along y (the kernels loop over the rest).
+pub(super) fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((kp / 64) as u32, (rows_p / 32).min(65_535) as u32, 1),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// What an INT8 GEMM does with its products: residues modulo each modulus into R, or (the
+/// guard's) the int32 sums into an M × N array.
+pub(super) enum GemmTail<'a> {
+    Residues(u64, &'a Consts),
+    /// The product's array and the early refusal's int (the GEMM leaves at once where set).
+    Sums(u64, u64),
+    /// The sure test's keys of X's and Y's rows, its flag, and the early refusal's int.
+    Sure {
+        keys: (u64, u64),
+        unsure: u64,
+        refused: u64,
+    },
+}
+
+/// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
+/// (persistent clusters of two) or the mma.sync one, with its tail's arguments.
+pub(super) fn enqueue_gemm(
+    stream: &Arc<CudaStream>,
+    func: &CudaFunction,
+    kind: Gemm,
+    (mi, ni, mp, np, kpi, layers): (i32, i32, usize, usize, i32, usize),
+    (pa, pb): (u64, u64),
+    tail: GemmTail<'_>,
+) -> Result<(), OzError> {
+    let (mpi, npi) = (mp as i32, np as i32);
+    match kind {
+        Gemm::Wg { pair_m } => {
+            // A persistent grid: as many clusters as fit on the device at once (at most one per
+            // unit of work, a pair of tiles of one layer), each looping over its units; one
+            // cluster per unit where the driver cannot say how many fit (a cluster beyond them
+            // would wait for another's whole share). The query needs the context current on
+            // this thread, which the launches before it made it.
+            let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * layers;
+            let block_dim = (GEMM_THREADS, 1, 1);
+            let shared_mem_bytes = OZAKI_GEMM.1;
+            let fit = func
+                .occupancy_max_active_clusters(
+                    LaunchConfig {
+                        grid_dim: (2, 1, 1),
+                        block_dim,
+                        shared_mem_bytes,
+                    },
+                    stream,
+                )
+                .ok()
+                .filter(|&n| n > 0)
+                .map_or(units, |n| n as usize);
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
+                block_dim,
+                shared_mem_bytes,
+            };
+            let pair_mi = pair_m as i32;
+            let mut builder = stream.launch_builder(func);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi);
+            match &tail {
+                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
+                GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(sums).arg(refused),
+                GemmTail::Sure {
+                    keys: (kx, ky),
+                    unsure,
+                    refused,
+                } => builder
+                    .arg(&pair_mi)
+                    .arg(kx)
+                    .arg(ky)
+                    .arg(unsure)
+                    .arg(refused),
+            };
+            // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
+            // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
+            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S, const int*
+            // refused)` (an int the launches before it wrote), or for the sure test
+            // `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char*
+            // PB, int Mp, int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int*
+            // unsure, const int* refused)` (Mp and Np keys of 8 bytes the keys' launch before
+            // it wrote, two ints of the UK section); PA and PB are the panels the launches before it on this stream wrote, in tiles of 192
+            // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
+            // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
+            // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
+            // are whole; the grid an even count of blocks (the kernel's clusters of two), each
+            // cluster looping over its units; R is the workspace's section of count·M·N bytes,
+            // written whole (tiles past M or N store nothing), or S, M·N ints written whole, or
+            // `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the
+            // table's dynamic shared memory, to which the function's limit was raised when
+            // the module was loaded; the kernel's instructions exist on sm_90 only
+            // (`Gemm::of`).
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+        Gemm::Mma => {
+            let (tile, threads) = OZAKI_GEMM_MMA_TILE;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
+                    1,
+                    layers as u32,
+                ),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: OZAKI_GEMM_MMA.1,
+            };
+            let mut builder = stream.launch_builder(func);
+            builder
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&pa)
+                .arg(&pb)
+                .arg(&mpi)
+                .arg(&npi)
+                .arg(&kpi);
+            match &tail {
+                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
+                GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
+                GemmTail::Sure {
+                    keys: (kx, ky),
+                    unsure,
+                    refused,
+                } => builder.arg(kx).arg(ky).arg(unsure).arg(refused),
+            };
+            // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
+            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
+            // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int
+            // the launches before it wrote), or `ozaki_guard_sure_gemm_mma(int M, int N, const
+            // signed char* PA, const signed char* PB, int Mp, int Np, int Kp, const Key* KX,
+            // const Key* KY, int* unsure, const int* refused)` (as for the warpgroup one); PA
+            // and PB are the panels the
+            // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
+            // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
+            // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
+            // the workspace's section of count·M·N bytes, written whole (tiles past M or N
+            // store nothing), or S, M·N ints written whole, or `unsure`, set by an atomic; 256
+            // threads (the kernel's launch bound) and the table's dynamic shared memory, to
+            // which the function's limit was raised when the module was loaded; mma.sync,
+            // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! The guard on the device (kernels/ozaki.cu, `ozaki_guard_*`): after the guard's scaling, its
+//! early refusal, the magnitudes, the keys and the sure test's GEMM, and where that does not
+//! pass every element, the magnitudes' product judged tile by tile; then its verdict: the
+//! count of moduli the product runs on, or a refusal.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::element::Element;
+use crate::engine::args::grid_x;
+use crate::engine::table::{
+    OZAKI_GEMM_MMA_TILE, OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM,
+    OZAKI_SURE_GEMM_MMA,
+};
+
+use super::guard::{unit_roundoff, GUARD};
+use super::passes::{
+    enqueue_gemm, fail, read_back, split_config, Gemm, GemmTail, GuardReport, OzError, Rows, Run,
+    EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, PA, PB, R, SA, SB,
+};
+use super::scheme::{norm_bound, scaling_bits};
+
+/// The guard's arguments to the scaling pass (`oz::GuardScale`): the candidate counts'
+/// scaling bits and norm bounds, `n` of them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GuardScale {
+    n: i32,
+    bits: [i32; MAX_CANDIDATES],
+    unused: i32,
+    bound: [f64; MAX_CANDIDATES],
+}
+
+const _: () = assert!(std::mem::size_of::<GuardScale>() == 56);
+
+impl GuardScale {
+    /// The scaling bits and norm bounds of each of `counts` (at most [`MAX_CANDIDATES`]) for an
+    /// inner dimension `k`.
+    pub(super) fn of(counts: &[usize], k: usize) -> GuardScale {
+        let mut g = GuardScale {
+            n: counts.len() as i32,
+            ..GuardScale::default()
+        };
+        for (i, &count) in counts.iter().enumerate() {
+            g.bits[i] = scaling_bits(count, k).0;
+            g.bound[i] = norm_bound(count, k);
+        }
+        g
+    }
+}
+
+// SAFETY: `GuardScale` is `#[repr(C)]` plain data (integers and doubles), laid out as the
+// kernels' `oz::GuardScale` (56 bytes, asserted on both sides).
+unsafe impl cudarc::driver::DeviceRepr for GuardScale {}
+
+/// The guard GEMM's epilogue arguments (`oz::Guard`): the rows' shifts for each candidate
+/// count (`ea[c·lde_a + i]`), magnitude shifts, scaled 1-norms, and one int per output tile
+/// (`need[tile_row·tiles_n + tile_col]`) that receives the largest, over the tile's elements,
+/// of the index of the first candidate each passes at (`n`: none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GuardArgs {
+    ea: u64,
+    eb: u64,
+    sa: u64,
+    sb: u64,
+    la: u64,
+    lb: u64,
+    need: u64,
+    lde_a: i32,
+    lde_b: i32,
+    tiles_n: i32,
+    k: i32,
+    n: i32,
+    unused: i32,
+    gu: f64,
+}
+
+const _: () = assert!(std::mem::size_of::<GuardArgs>() == 88);
+
+// SAFETY: `GuardArgs` is `#[repr(C)]` plain data (device addresses as integers, integers and
+// a double), laid out as the kernels' `oz::Guard` (88 bytes, asserted on both sides); the
+// addresses point into the workspace the launches that read them are ordered after.
+unsafe impl cudarc::driver::DeviceRepr for GuardArgs {}
+
+/// The strips of rows the guard's judge splits each output tile into (a block and a verdict
+/// each): enough blocks to keep the loads of S in flight.
+pub(super) const JUDGE_STRIPS: usize = 8;
+
+// A strip's rows fit the judge's shared array (`JUDGE_ROWS` in kernels/ozaki.cu).
+const _: () = assert!(
+    GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
+        && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
+);
+
+/// Threads of a block of the guard's one-pass scaling (`ROWS_NT` in kernels/ozaki.cu).
+pub(super) const GUARD_ROWS_THREADS: u32 = 256;
+
+/// Elements the early refusal tests, a block each.
+const REFUSAL_ELEMENTS: u32 = 8;
+
+/// The most candidate counts the guard weighs at once.
+pub(crate) const MAX_CANDIDATES: usize = 4;
+
+/// The guard's verdict on a product whose guard scaling has run (`ozaki_guard_scale_*` or
+/// `ozaki_guard_rows_*` for each of `ops`, with `counts` candidate counts): its early refusal,
+/// the magnitudes of the operands the one pass did not take (over the first `kg` inner
+/// indices), the keys and the sure test's GEMM; where that does not pass every element, the
+/// guard's GEMM and its judge. Returns the index of the fewest candidate count that every
+/// element passes at, and the report; [`OzError::Guarded`] where some element passes at none
+/// (nothing more is enqueued then).
+pub(super) fn verdict<T: Element>(
+    run: &Run<'_>,
+    ops: &[Rows<'_, '_, T>; 2],
+    counts: usize,
+    kg: usize,
+) -> Result<(usize, GuardReport), OzError> {
+    let (stream, sec) = (run.stream, &run.sec);
+    let (mi, ni, ki) = run.dims;
+    let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
+    let kgp = kg.next_multiple_of(128);
+    let (kgi, kgpi) = (kg as i32, kgp as i32);
+    // The early refusal's int, then the sure test's.
+    let refused = sec[FLAGS];
+    let unsure = refused + 4;
+    // SAFETY: the workspace's FLAGS section holds two ints from `refused`, cleared on this
+    // stream before the launches below read and set them.
+    unsafe { cudarc::driver::result::memset_d8_async(refused, 0, 8, stream.cu_stream()) }
+        .map_err(fail("clearing the Ozaki guard's flags"))?;
+    let tiles = (mp / tm) * (np / tn);
+    let need = sec[NEED];
+    // The magnitudes' int32 product lies in the residues' section until the product's GEMM
+    // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4).
+    let sums = sec[R];
+    let guard = GuardArgs {
+        ea: sec[EA],
+        eb: sec[EB],
+        sa: sec[SA],
+        sb: sec[SB],
+        la: sec[LA],
+        lb: sec[LB],
+        need,
+        lde_a: mp as i32,
+        lde_b: np as i32,
+        tiles_n: (np / tn) as i32,
+        k: ki,
+        n: counts as i32,
+        unused: 0,
+        gu: GUARD * unit_roundoff(T::DTYPE),
+    };
+    // An early verdict from a few elements' exact magnitudes' sums: where one fails at
+    // every count, the product is refused at once (the magnitudes, the keys and the sure
+    // test's GEMM then leave without work, and the host launches nothing more).
+    let refuse = run.typed("ozaki_guard_refuse")?;
+    let cfg = LaunchConfig {
+        grid_dim: (REFUSAL_ELEMENTS, 1, 1),
+        block_dim: (1024, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let [a, b] = ops;
+    let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
+    let mut builder = stream.launch_builder(&refuse);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&kgi)
+        .arg(a.x)
+        .arg(&asr)
+        .arg(&ask)
+        .arg(b.x)
+        .arg(&bsr)
+        .arg(&bsk)
+        .arg(&guard)
+        .arg(&refused);
+    // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X,
+    // i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and Y are
+    // the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and N and
+    // k < Kg = kg ≤ k; `GuardArgs` as for the judge below, whose sigmas, norms and shifts
+    // the scalings before it on this stream wrote; `refused` the FLAGS section's first
+    // int, zeroed above; blocks of 1024 threads, static shared memory only.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's early refusal"))?;
+    // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
+    // operands the one-pass scaling did not take.
+    let magnitudes = run.typed("ozaki_magnitudes")?;
+    for op in ops.iter().filter(|op| !op.one_pass) {
+        let cfg = split_config(kgp, op.padded);
+        let rp = op.padded as i32;
+        let (sr, sk) = op.strides;
+        let mut builder = stream.launch_builder(&magnitudes);
+        builder
+            .arg(&op.rows)
+            .arg(&kgi)
+            .arg(op.x)
+            .arg(&sr)
+            .arg(&sk)
+            .arg(&op.sigmas)
+            .arg(&op.panels)
+            .arg(&rp)
+            .arg(&kgpi)
+            .arg(&op.tile)
+            .arg(&refused);
+        // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
+        // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
+        // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
+        // stream wrote, read for k < K = kg ≤ the operand's k; P is the start of the
+        // workspace's panel section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at
+        // least count·Rp·Kp), written whole, in the tiles of the GEMM's rows TM (as for
+        // `ozaki_split_*`); `refused` the int the early refusal wrote; grid and block as
+        // for the split with Kp = kgp (the kernel's layout: one block per 64 k and 32
+        // rows).
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
+    }
+    // The sure test: each row's key, then the magnitudes' product with each element tested
+    // in the GEMM's epilogue against a sufficient condition of passing at the first count.
+    // Where every element meets it, that is every verdict, and the guard's GEMM and judge
+    // below do not run.
+    let keys = (run.entry)("ozaki_guard_keys")?;
+    let (kx, ky) = (sec[KEYS], sec[KEYS] + (8 * mp) as u64);
+    let (mpi, npi) = (mp as i32, np as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x((mp + np).div_ceil(256)).map_err(OzError::Gpu)?, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = stream.launch_builder(&keys);
+    builder
+        .arg(&guard)
+        .arg(&mi)
+        .arg(&mpi)
+        .arg(&ni)
+        .arg(&npi)
+        .arg(&kx)
+        .arg(&ky)
+        .arg(&refused);
+    // SAFETY: arguments match `ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key*
+    // KX, Key* KY, const int* refused)`; `GuardArgs` as for the early refusal (the rows'
+    // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
+    // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
+    // writing each; `refused` the int the early refusal wrote; blocks of 256 threads
+    // covering Mp + Np rows.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
+    // The magnitudes' product (one layer over the guard's K) by this device's GEMM, the
+    // warpgroup one's entry or the mma.sync one's, ending in `tail`.
+    let magnitudes_product = |entries: (&str, &str), tail: GemmTail<'_>| {
+        let f = (run.entry)(match run.gemm {
+            Gemm::Wg { .. } => entries.0,
+            Gemm::Mma => entries.1,
+        })?;
+        let dims = (mi, ni, mp, np, kgpi, 1);
+        enqueue_gemm(stream, &f, run.gemm, dims, (sec[PA], sec[PB]), tail)
+    };
+    magnitudes_product(
+        (OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA),
+        GemmTail::Sure {
+            keys: (kx, ky),
+            unsure,
+            refused,
+        },
+    )?;
+    // The two ints `refused` and `unsure`, the FLAGS section.
+    let mut flags = [0i32; 2];
+    read_back(
+        stream,
+        &mut flags,
+        refused,
+        "reading the Ozaki guard's sure test",
+    )?;
+    if flags[0] != 0 {
+        return Err(OzError::Guarded(GuardReport {
+            tiles,
+            failed: tiles,
+        }));
+    }
+    if flags[1] == 0 {
+        return Ok((0, GuardReport { tiles, failed: 0 }));
+    }
+    // Some element is not surely within: the magnitudes' product S, judged exactly.
+    magnitudes_product(
+        (OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA),
+        GemmTail::Sums(sums, refused),
+    )?;
+    let judge = (run.entry)("ozaki_guard_judge")?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (tmi, tni) = (tm as i32, tn as i32);
+    let mut builder = stream.launch_builder(&judge);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&sums)
+        .arg(&tmi)
+        .arg(&tni)
+        .arg(&guard)
+        .arg(&refused);
+    // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int tn,
+    // Guard g, const int* refused)`; S is the M × N int32 product the guard GEMM before it on
+    // this stream wrote (or, where `refused` — written by the early refusal before both — is
+    // set, neither writes nor reads anything); `GuardArgs` matches the kernel's struct by
+    // value, its addresses the workspace's sections that the guard's scaling wrote (shifts
+    // for g.n candidates at ld Mp and Np, sigmas, norms) and `need`,
+    // (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one block per strip of a tile writing its own; 256
+    // threads and a static shared array of 32 ints.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
+    // The section's `tiles · JUDGE_STRIPS` ints.
+    let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
+    read_back(
+        stream,
+        &mut strips,
+        need,
+        "reading the Ozaki guard's verdicts",
+    )?;
+    // A tile's verdict: the worst of its strips'.
+    let verdict: Vec<i32> = strips
+        .chunks(JUDGE_STRIPS)
+        .map(|s| s.iter().copied().max().unwrap_or(0))
+        .collect();
+    let failed = verdict.iter().filter(|&&v| v >= counts as i32).count();
+    let report = GuardReport { tiles, failed };
+    if failed > 0 {
+        return Err(OzError::Guarded(report));
+    }
+    let chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
+    Ok((chosen, report))
+}
