@@ -33,9 +33,9 @@ pub struct GuardReport {
     /// Output tiles the guard judged.
     pub tiles: usize,
     /// Tiles with an element that no count of moduli the guard weighed keeps within native's
-    /// bound: any sends the product to the native kernels. Where the guard refused before
-    /// its GEMM (an element that fails whatever its magnitudes' sum, as when the inputs'
-    /// scales pair along k), every tile counts.
+    /// bound: any sends the product to the native kernels. Where the guard refused early
+    /// (one of the few elements it decides first, from the operands, fails at every count, as
+    /// when the inputs' scales pair along k), every tile counts.
     pub failed: usize,
 }
 
