@@ -84,6 +84,35 @@ struct Record {
 /// precision's guard refuses emulation; else uniform random operands.
 static INPUTS: std::sync::OnceLock<gpu_dot::accuracy::Family> = std::sync::OnceLock::new();
 
+/// The median, lowest and highest of rounds' ratios (at least one).
+struct Spread {
+    median: f64,
+    lowest: f64,
+    highest: f64,
+}
+
+impl Spread {
+    fn of(ratios: &[f64]) -> Spread {
+        let mut sorted = ratios.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Spread {
+            median: sorted[sorted.len() / 2],
+            lowest: sorted[0],
+            highest: sorted[sorted.len() - 1],
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+            self.median, self.lowest, self.highest
+        )
+    }
+}
+
 fn reps_for(first_ms: f64) -> usize {
     ((300.0 / first_ms.max(1e-3)) as usize).clamp(5, 50)
 }
@@ -234,14 +263,10 @@ where
                     };
                     ratios.push(cublas_ms.unwrap_or(f64::NAN) / ms);
                 }
-                let mut sorted = ratios.clone();
-                sorted.sort_by(f64::total_cmp);
                 println!(
-                    "{} {m:>5}×{k:>5}×{n:>5} {name} / cublas over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+                    "{} {m:>5}×{k:>5}×{n:>5} {name} / cublas over {rounds} alternating rounds: {}",
                     A::DTYPE,
-                    sorted[rounds / 2],
-                    sorted[0],
-                    sorted[rounds - 1]
+                    Spread::of(&ratios)
                 );
                 if let Some(r) = records
                     .iter_mut()
@@ -282,14 +307,10 @@ where
                 ratios.push(guarded / bare);
             }
             problem.set_precision(Precision::Native);
-            let mut sorted = ratios.clone();
-            sorted.sort_by(f64::total_cmp);
             println!(
-                "{} {m:>5}×{k:>5}×{n:>5} default / unguarded {unguarded} over {rounds} alternating rounds: median {:.3}× (lowest {:.3}×, highest {:.3}×)",
+                "{} {m:>5}×{k:>5}×{n:>5} default / unguarded {unguarded} over {rounds} alternating rounds: {}",
                 A::DTYPE,
-                sorted[rounds / 2],
-                sorted[0],
-                sorted[rounds - 1]
+                Spread::of(&ratios)
             );
             if let Some(r) = records
                 .iter_mut()
@@ -701,18 +722,14 @@ fn main() {
                     "cublas_rel_err": c.map(|c| c.rel_err),
                 });
                 if !r.rounds.is_empty() {
-                    let mut sorted = r.rounds.clone();
-                    sorted.sort_by(f64::total_cmp);
                     record["alternating_rounds_ratio_to_cublas"] = serde_json::json!(r.rounds);
                     record["alternating_rounds_median_ratio"] =
-                        serde_json::json!(sorted[sorted.len() / 2]);
+                        serde_json::json!(Spread::of(&r.rounds).median);
                 }
                 if !r.guard_rounds.is_empty() {
-                    let mut sorted = r.guard_rounds.clone();
-                    sorted.sort_by(f64::total_cmp);
                     record["guard_rounds_ratio_to_unguarded"] = serde_json::json!(r.guard_rounds);
                     record["guard_rounds_median_ratio"] =
-                        serde_json::json!(sorted[sorted.len() / 2]);
+                        serde_json::json!(Spread::of(&r.guard_rounds).median);
                 }
                 if r.precision == Precision::Tf32 {
                     let t = reference(r, "cublas tf32");
