@@ -6,9 +6,12 @@
 //! - the driver's copies between device and host: page-locked (async) against pageable
 //!   (the driver stages those itself), at sizes from 256 KiB to 64 MiB, each synchronised;
 //! - back-to-back page-locked copies of 32 MiB in chunks of 64 KiB to 4 MiB, each direction
-//!   alone and both at once: the cost of cutting a transfer into parcels.
+//!   alone and both at once: the cost of cutting a transfer into parcels;
+//! - with `--register`, pageable memory page-locked in place (`cuMemHostRegister`): what the
+//!   registration and its undoing cost, in small and in huge pages, touched and fresh, and how
+//!   fast the copies from and to it run.
 //!
-//!     cargo run --release --example transfer [-- --json PATH]
+//!     cargo run --release --example transfer [-- --json PATH] [--pack-and-copy | --register]
 //!
 //! Prints a table per measurement (medians of repeated runs) and writes them as JSON.
 
@@ -597,6 +600,149 @@ fn down_after_read(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Valu
     rows
 }
 
+/// Anonymous memory of `len` floats, with transparent huge pages advised where `huge`, and
+/// every page written once where `touched`.
+#[cfg(target_os = "linux")]
+struct Mapping {
+    ptr: *mut f32,
+    bytes: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl Mapping {
+    fn new(len: usize, huge: bool, touched: bool) -> Mapping {
+        let bytes = len * 4;
+        // SAFETY: an anonymous private mapping of `bytes` bytes, checked for failure, unmapped
+        // on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
+        if huge {
+            // SAFETY: advice on the mapping made above; failure only means no huge pages.
+            unsafe { libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE) };
+        }
+        let m = Mapping {
+            ptr: ptr.cast(),
+            bytes,
+        };
+        if touched {
+            let src = vec![1.0f32; len];
+            parallel_copy(&src, m.ptr, 16);
+        }
+        m
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used (every registration undone).
+        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
+    }
+}
+
+/// Pageable memory page-locked in place: per size, in 4 KiB and in huge pages, the time of
+/// `cuMemHostRegister` on touched memory (an operand) and on fresh memory (a result), of
+/// `cuMemHostUnregister`, and of one copy each way from and to the registered memory.
+#[cfg(target_os = "linux")]
+fn register_in_place(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+    println!(
+        "\n| MiB | pages | register touched µs | register fresh µs | unregister µs | H2D GB/s | \
+         D2H GB/s | register + H2D + unregister, GB/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    ctx.bind_to_thread().expect("binding the context");
+    let mut out = Vec::new();
+    for mib in [1usize, 4, 16, 64, 256] {
+        let bytes = mib * MIB;
+        let len = bytes / 4;
+        // SAFETY: uninitialised device memory, written by the copies before it is read.
+        let dev = unsafe { stream.alloc::<f32>(len) }.expect("device memory");
+        let (dptr, _guard) = cudarc::driver::DevicePtr::device_ptr(&dev, stream);
+        let cu = stream.cu_stream();
+        for huge in [false, true] {
+            let reg = |m: &Mapping| {
+                let t = Instant::now();
+                // SAFETY: `m` maps `bytes` bytes, alive until it is unregistered below.
+                let r = unsafe { sys::cuMemHostRegister_v2(m.ptr.cast(), bytes, 0) };
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemHostRegister");
+                t.elapsed().as_secs_f64()
+            };
+            let unreg = |m: &Mapping| {
+                let t = Instant::now();
+                // SAFETY: `m` was registered by `reg` and no copy uses it any more.
+                let r = unsafe { sys::cuMemHostUnregister(m.ptr.cast()) };
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemHostUnregister");
+                t.elapsed().as_secs_f64()
+            };
+            let reps = if mib >= 64 { 5 } else { 15 };
+            let (mut r_t, mut r_f, mut u, mut up, mut down, mut whole) =
+                (vec![], vec![], vec![], vec![], vec![], vec![]);
+            let touched = Mapping::new(len, huge, true);
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                r_t.push(reg(&touched));
+                let t = Instant::now();
+                // SAFETY: `dptr` holds `len` floats; the registered host memory holds as many
+                // and outlives the copy, synchronised right after.
+                let host = unsafe { std::slice::from_raw_parts(touched.ptr, len) };
+                unsafe { result::memcpy_htod_async(dptr, host, cu) }.expect("copy");
+                stream.synchronize().expect("synchronising");
+                up.push(t.elapsed().as_secs_f64());
+                u.push(unreg(&touched));
+                whole.push(t0.elapsed().as_secs_f64());
+                let fresh = Mapping::new(len, huge, false);
+                r_f.push(reg(&fresh));
+                let t = Instant::now();
+                // SAFETY: as above, the other way.
+                let host = unsafe { std::slice::from_raw_parts_mut(fresh.ptr, len) };
+                unsafe { result::memcpy_dtoh_async(host, dptr, cu) }.expect("copy");
+                stream.synchronize().expect("synchronising");
+                down.push(t.elapsed().as_secs_f64());
+                unreg(&fresh);
+            }
+            let (r_t, r_f, u, up, down, whole) = (
+                median(r_t),
+                median(r_f),
+                median(u),
+                median(up),
+                median(down),
+                median(whole),
+            );
+            let gbs = |s: f64| bytes as f64 / s / 1e9;
+            let pages = if huge { "huge" } else { "4 KiB" };
+            println!(
+                "| {mib} | {pages} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} |",
+                r_t * 1e6,
+                r_f * 1e6,
+                u * 1e6,
+                gbs(up),
+                gbs(down),
+                gbs(whole)
+            );
+            out.push(json!({"bytes": bytes, "huge_pages": huge,
+                "register_touched_us": r_t * 1e6, "register_fresh_us": r_f * 1e6,
+                "unregister_us": u * 1e6, "h2d_us": up * 1e6, "d2h_fresh_us": down * 1e6,
+                "register_h2d_unregister_us": whole * 1e6}));
+        }
+    }
+    out
+}
+
+#[cfg(not(target_os = "linux"))]
+fn register_in_place(_: &Arc<CudaContext>, _: &Arc<CudaStream>) -> Vec<Value> {
+    println!("registration in place is measured on Linux only");
+    Vec::new()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json_path = args
@@ -615,6 +761,14 @@ fn main() {
         ctx.name().expect("the device's name"),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    if args.iter().any(|a| a == "--register") {
+        let doc = json!({"register": register_in_place(&ctx, &stream)});
+        if let Some(path) = json_path {
+            std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
+                .expect("writing the JSON");
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--pack-and-copy") {
         let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream),
             "down_after_read": down_after_read(&ctx, &stream)});
