@@ -106,6 +106,10 @@ fn the_default_is_within_native_bound_on_every_family() {
     // the bound, and native where the guard refuses.
     host_panels::<f64>(sm);
     host_panels::<f32>(sm);
+    // Panels share op(B)'s passes, and each panel's result is the bits of its rows' product
+    // alone.
+    panels_share_op_b::<f64>(sm);
+    panels_share_op_b::<f32>(sm);
     gpu_dot::__testing::emulate_every_size(false);
 }
 
@@ -167,6 +171,94 @@ fn guard_is_its_model<A: Element>(sm: i32) {
                 }
             }
         }
+    }
+}
+
+/// The row panels of a product of host arrays share op(B): an emulated panel leaves op(B)'s
+/// scaling, magnitudes and residues for the next, which takes them instead of doing them
+/// again where its count is the same, splits op(B) again where it is not, and does it all
+/// again after a panel the guard refused (which ran natively, and may have used the same
+/// workspace). Each panel's rows come from another family (uniform, elements spread over
+/// 2^±30, one huge entry per row, uniform again), with one op(B) in C order and then in F
+/// order (the guard's one-pass scaling); every panel of the product must be, bit for bit,
+/// the product of its rows alone, and the whole product is run twice with another op(B) of
+/// the same shape in between (the same device buffer for op(B), none of it kept).
+fn panels_share_op_b<A: Element>(sm: i32) {
+    let (rows, k, n) = (256, 300, 330);
+    let families = [
+        Family::Uniform,
+        Family::Spread(30),
+        Family::OneHuge(40),
+        Family::Uniform,
+    ];
+    let opts = |panel_rows| {
+        DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(Precision::Auto)
+            .autotune(false)
+            .poison_output(true)
+            .panel_rows(panel_rows)
+    };
+    let blocks: Vec<Array2<A>> = families
+        .iter()
+        .map(|f| f.operands::<A>((rows, k, n), common::fresh_seed()).0)
+        .collect();
+    let views: Vec<_> = blocks.iter().map(|b| b.view()).collect();
+    let a = ndarray::concatenate(ndarray::Axis(0), &views).expect("the blocks stack");
+    let (_, b_c) = Family::Uniform.operands::<A>((rows, k, n), common::fresh_seed());
+    let (_, other) = Family::Spread(10).operands::<A>((rows, k, n), common::fresh_seed());
+    let b_f = b_c.t().as_standard_layout().into_owned().reversed_axes();
+    for (order, b) in [("C", &b_c), ("F", &b_f), ("C again", &b_c)] {
+        let p = a
+            .gpu_dot_with(b, &opts(Some(rows)))
+            .unwrap_or_else(|e| panic!("{} B in {order} order: {e}", A::DTYPE));
+        let what = format!("{} B in {order} order: {}", A::DTYPE, p.route);
+        let Route::Gpu { panels, .. } = &p.route else {
+            panic!("{what}: not on the GPU");
+        };
+        assert_eq!(*panels, families.len(), "{what}");
+        let mut ran = Vec::new();
+        for (i, block) in blocks.iter().enumerate() {
+            let alone = block
+                .gpu_dot_with(b, &opts(None))
+                .unwrap_or_else(|e| panic!("{what}: panel {i} alone: {e}"));
+            let got = p.c.slice(ndarray::s![i * rows..(i + 1) * rows, ..]);
+            let differ = got
+                .iter()
+                .zip(alone.c.iter())
+                .position(|(g, w)| g.into_f64().to_bits() != w.into_f64().to_bits());
+            if let Some(at) = differ {
+                panic!(
+                    "{what}: panel {i} ({}, alone {}) differs from its rows' product alone at \
+                     element {at}",
+                    families[i].name(),
+                    alone.route
+                );
+            }
+            ran.push(alone.route.to_string());
+        }
+        println!("{what}: panels alone: {ran:?}");
+        if sm >= 80 {
+            // The uniform panels emulate; one is after a panel of another count or refused.
+            assert!(emulated(&p.route), "{what}");
+            assert!(ran[3].contains("ozaki"), "{what}: {ran:?}");
+        }
+        // Another op(B) of the same shape between the runs.
+        let q = a
+            .gpu_dot_with(&other, &opts(Some(rows)))
+            .expect("another B");
+        let native = a
+            .gpu_dot_with(&other, &options(Precision::Native))
+            .expect("native");
+        let reference = Reference::new(a.view(), other.view());
+        let (got, native) = (
+            componentwise(q.c.view(), &reference).worst,
+            componentwise(native.c.view(), &reference).worst,
+        );
+        assert!(
+            got <= (2.0 * native).max(8.0),
+            "{what}: another B: {got}, native {native}"
+        );
     }
 }
 

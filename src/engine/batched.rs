@@ -101,7 +101,7 @@ pub(crate) fn launch_batched<T: Element>(
             let mut c = c.slice_mut(z * batch.c..);
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
             let plan = Plan::Tile { config, splits: 1 };
-            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws)?.precision);
+            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws, None)?.precision);
         }
         let ran = ran.expect("at least one item");
         return Ok((Some(Plan::Tile { config, splits: 1 }), ran));

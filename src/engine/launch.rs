@@ -13,7 +13,7 @@ use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
 use crate::engine::family::Family;
-use crate::engine::ozaki::{GuardReport, OzError};
+use crate::engine::ozaki::{GuardReport, OzError, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -65,11 +65,14 @@ pub(crate) struct Launched {
 
 /// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
 /// row's precision: native where the device lacks the asked-for kernels, for the GEMVs, and
-/// where an Ozaki product cannot run or its guard refuses it). `scratch` is the split-K (and
-/// Ozaki) workspace, grown as needed (`high_water`: the device's record for it).
+/// where an Ozaki product cannot run or its guard refuses it). `split_ws` is the split-K (and
+/// Ozaki) workspace, grown as needed. `shared`, for a row panel of a product whose panels
+/// share op(B), carries what an Ozaki panel left of op(B) in the workspace to the next
+/// ([`SharedB`]); a native launch drops it.
 ///
 /// The default precision ([`Precision::Auto`]) runs a tiled plan by guarded Ozaki where
-/// [`emulation_pays`] for the device and shape, else natively.
+/// [`emulation_pays`] for the device and shape, or for a panel where
+/// [`emulation_pays_in_panels`], else natively.
 pub(crate) fn launch_plan<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -77,21 +80,31 @@ pub(crate) fn launch_plan<T: Element>(
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
     split_ws: &mut Option<DevBuf>,
+    mut shared: Option<&mut SharedB>,
 ) -> Result<Launched, GpuDotError> {
     let mut guard = None;
     if let Plan::Tile { .. } = plan {
         let (m, k, n) = args.dims();
+        // A row panel of a product whose panels share op(B) emulates where the whole product
+        // would.
+        let (whole, rows) = shared
+            .as_ref()
+            .map_or((m, m), |s| (s.rows.max(m), s.panel_rows.max(m)));
         let emulate = match args.precision.for_dtype(T::DTYPE) {
             Precision::Ozaki { moduli } => Some((moduli, false)),
             Precision::Auto
-                if emulation_pays(T::DTYPE, gpu.kernel_sm(), (m, k, n)) && ozaki_ready(gpu) =>
+                if emulation_pays_in_panels(T::DTYPE, gpu.kernel_sm(), (whole, k, n), rows)
+                    && ozaki_ready(gpu) =>
             {
                 Some((0, true))
             }
             _ => None,
         };
         if let Some((moduli, guarded)) = emulate {
-            match crate::engine::ozaki::launch(gpu, stream, moduli, guarded, args, c, split_ws) {
+            let shared = shared.as_deref_mut();
+            match crate::engine::ozaki::launch(
+                gpu, stream, moduli, guarded, args, c, split_ws, shared,
+            ) {
                 // Not here (device, k, workspace or NVRTC): the native kernels below run it,
                 // and the route report names the precision that could not run.
                 Err(OzError::Unavailable) => {}
@@ -106,6 +119,10 @@ pub(crate) fn launch_plan<T: Element>(
                 }
             }
         }
+    }
+    // The native kernels may use the workspace too: nothing of op(B) stays kept in it.
+    if let Some(s) = shared {
+        s.forget();
     }
     launch_native(gpu, stream, plan, args, c, split_ws)
         .map(|precision| Launched { precision, guard })
@@ -123,6 +140,32 @@ pub(crate) fn emulation_pays(dtype: Dtype, sm: u32, (m, k, n): (usize, usize, us
     };
     let big = m.min(n).min(k) >= side && (m as f64) * (k as f64) * (n as f64) >= volume;
     sm >= 80 && (big || crate::device::overrides::emulating_every_size())
+}
+
+/// Rows a panel needs for its product's emulation to pay as the whole product's does, op(B)'s
+/// passes being done once for all panels ([`SharedB`]): what is left per panel is op(A)'s
+/// share, a few launches and the guard's two waits for its verdicts. `f32` panels of 1024
+/// rows ran faster emulated than natively, host to host, at 3072³ to 8192³ (H100); `f64`
+/// ones did not (15 moduli on 1024 rows lost to native DGEMM at 4096³), and emulate only as
+/// tall as a product that pays alone.
+pub(crate) fn min_emulated_panel_rows(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::F32 => 1024,
+        Dtype::F64 => EMULATE_F64.0,
+    }
+}
+
+/// [`emulation_pays`] for a product of `m` rows run in panels of `rows` rows sharing op(B):
+/// where the whole product's emulation pays and the panels have
+/// [`min_emulated_panel_rows`], or where a panel's alone does.
+pub(crate) fn emulation_pays_in_panels(
+    dtype: Dtype,
+    sm: u32,
+    (m, k, n): (usize, usize, usize),
+    rows: usize,
+) -> bool {
+    (rows >= min_emulated_panel_rows(dtype).min(m) && emulation_pays(dtype, sm, (m, k, n)))
+        || emulation_pays(dtype, sm, (rows, k, n))
 }
 
 /// Whether the Ozaki kernels are loaded, loading them now where that needs no NVRTC (the

@@ -22,7 +22,7 @@ use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{DevBuf, GemmArgs};
 use crate::engine::launch;
-use crate::engine::ozaki::GuardReport;
+use crate::engine::ozaki::{GuardReport, SharedB};
 use crate::engine::plan::{self, Plan, Target};
 use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
@@ -35,9 +35,7 @@ pub(crate) const PANEL_GRANULE: usize = 128;
 /// panel buffers.
 const MAX_PANEL_FLOATS: usize = 8 << 20;
 /// Largest A-panel-plus-C-panel, in elements, of a product the default precision emulates
-/// (512 MiB of f32, 1 GiB of f64): emulation pays only on panels as large as the shapes in
-/// [`launch::emulation_pays`], and each panel scales and splits all of B again, so emulated
-/// products run in a few tall panels rather than many short ones.
+/// (512 MiB of f32, 1 GiB of f64).
 const MAX_EMULATED_PANEL_FLOATS: usize = 128 << 20;
 /// Products moving fewer host bytes than this run as one panel unless tuning finds more
 /// panels faster: below it the kernels are short and panels mostly add launches.
@@ -181,13 +179,15 @@ fn panel_counts(p: &Product, forced_rows: Option<usize>, emulating: Option<u32>)
     }
     let native = native_panel_counts(p);
     match emulating.map(|sm| emulated_panel_counts(p, sm)) {
-        // Panels tall enough to emulate, most first (they overlap the copies best), then the
-        // native default: the tuner keeps whichever runs faster, copies included.
+        // Panels tall enough to emulate, most first (they overlap the copies best; op(B)'s
+        // passes are done once for all of them), then the native default where it is not one
+        // of them: the tuner keeps whichever runs faster, copies included.
         Some(emulated) if !emulated.is_empty() => {
             let mut counts: Vec<usize> =
                 emulated.into_iter().rev().take(PANEL_CHOICES - 1).collect();
-            counts.push(native[0]);
-            counts.dedup();
+            if !counts.contains(&native[0]) {
+                counts.push(native[0]);
+            }
             counts
         }
         _ => native,
@@ -195,7 +195,7 @@ fn panel_counts(p: &Product, forced_rows: Option<usize>, emulating: Option<u32>)
 }
 
 /// Panel counts whose panels the default precision emulates (see
-/// [`launch::emulation_pays`]) and whose buffers stay within [`MAX_EMULATED_PANEL_FLOATS`],
+/// [`launch::emulation_pays_in_panels`]) and whose buffers stay within [`MAX_EMULATED_PANEL_FLOATS`],
 /// fewest first.
 fn emulated_panel_counts(p: &Product, sm: u32) -> Vec<usize> {
     let (m, k, n) = p.dims;
@@ -206,7 +206,7 @@ fn emulated_panel_counts(p: &Product, sm: u32) -> Vec<usize> {
             let rows = rows_for(m, c);
             m.div_ceil(rows) == c
                 && rows <= cap
-                && launch::emulation_pays(p.dtype, sm, (rows, k, n))
+                && launch::emulation_pays_in_panels(p.dtype, sm, (m, k, n), rows)
         })
         .collect()
 }
@@ -460,7 +460,8 @@ pub fn tuning_in_progress() -> usize {
 }
 
 /// Enqueues `C = op(A) · op(B)` by `plan`, or with the one-output-per-thread `kernel` when
-/// `plan` is `None`.
+/// `plan` is `None` (`shared` as for [`launch::launch_plan`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -469,10 +470,14 @@ pub(crate) fn launch<T: Element>(
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
     scratch: &mut Option<DevBuf>,
+    shared: Option<&mut SharedB>,
 ) -> Result<Ran, GpuDotError> {
     let launched = match plan {
-        Some(plan) => launch::launch_plan(gpu, stream, plan, args, c, scratch)?,
+        Some(plan) => launch::launch_plan(gpu, stream, plan, args, c, scratch, shared)?,
         None => {
+            if let Some(s) = shared {
+                s.forget();
+            }
             launch::launch_simple(gpu, stream, kernel, args, c)?;
             launch::Launched {
                 precision: Precision::Native,
@@ -541,14 +546,14 @@ pub(crate) fn launch_isolated<T: Element>(
                     let mut ran_in = Vec::with_capacity(candidates.len());
                     for &plan in &candidates {
                         ran_in.push(launch::launch_plan(
-                            gpu, stream, plan, args, &mut *c, scratch,
+                            gpu, stream, plan, args, &mut *c, scratch, None,
                         )?);
                     }
                     let mut fastest = vec![f32::INFINITY; candidates.len()];
                     for _ in 0..ISOLATED_ROUNDS {
                         for (t, &plan) in fastest.iter_mut().zip(&candidates) {
                             let ms = watch.time(stream, || {
-                                launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch)
+                                launch::launch_plan(gpu, stream, plan, args, &mut *c, scratch, None)
                                     .map(drop)
                             })?;
                             *t = t.min(ms);
@@ -576,7 +581,7 @@ pub(crate) fn launch_isolated<T: Element>(
         }
         other => plans(other, dims, target, false)[0],
     };
-    launch(gpu, stream, kernel, plan, args, c, scratch)
+    launch(gpu, stream, kernel, plan, args, c, scratch, None)
 }
 
 #[cfg(test)]
@@ -655,14 +660,14 @@ mod tests {
     }
 
     #[test]
-    fn emulated_products_run_in_tall_panels_and_keep_the_native_default_to_compare() {
-        // f32 4096³ from host arrays, on a Hopper: panels of 2048 rows, the whole product, then
-        // the native default of four panels.
+    fn emulated_products_run_in_panels_of_at_least_1024_rows() {
+        // f32 4096³ from host arrays, on a Hopper: panels of 1024 and 2048 rows, all
+        // emulated (the native default of four panels is one of them).
         let p = product((4096, 4096, 4096), 192 << 20);
-        assert_eq!(panel_counts(&p, None, Some(90)), vec![2, 1, 4]);
-        // 8192³: panels of 2048 and 4096 rows (eight would be too short to emulate).
+        assert_eq!(panel_counts(&p, None, Some(90)), vec![4, 2]);
+        // 8192³: panels of 1024 and 2048 rows, and the native default.
         let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None, Some(90));
-        assert_eq!(c[..2], [4, 2]);
+        assert_eq!(c[..2], [8, 4]);
         assert!(c[..2]
             .iter()
             .all(|&p| rows_for(8192, p) * 16384 <= MAX_EMULATED_PANEL_FLOATS));

@@ -403,6 +403,11 @@ pub(crate) struct Run<'r, L: Link> {
     pub(crate) mapped_result: bool,
     /// Host bytes per helper thread ([`BYTES_PER_HELPER`]).
     pub(crate) bytes_per_helper: usize,
+    /// A panel's work waits on the host for the device (the guard of the default precision
+    /// reads its verdicts back before it enqueues the rest): it is called only once the
+    /// panel's inputs have landed and the panel before it is done, so that the conductor is
+    /// not held up while copies are due.
+    pub(crate) work_waits: bool,
 }
 
 /// Runs `sched`: returns once every copy and kernel it enqueued is complete (or, on an error,
@@ -563,6 +568,12 @@ impl<L: Link> Conductor<'_, '_, L> {
                 let i = enqueued;
                 if separate {
                     if i >= inputs_recorded {
+                        break;
+                    }
+                    if self.run.work_waits
+                        && !(link.landed(Mark::Inputs(i))?
+                            && (i == 0 || link.landed(Mark::Kernels(i - 1))?))
+                    {
                         break;
                     }
                     if c_host && i >= self.run.c_slots {

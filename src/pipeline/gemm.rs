@@ -18,11 +18,14 @@ use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::{self, DeviceOperand, GemmArgs};
 use crate::engine::aux;
+use crate::engine::launch;
+use crate::engine::ozaki::SharedB;
+use crate::engine::plan::Plan;
 use crate::engine::tuner::{self, Choice, Ran};
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
-use crate::options::DotOptions;
+use crate::options::{DotOptions, Precision};
 
 /// One general product, `C = alpha·A·B + beta·C`.
 pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
@@ -309,6 +312,8 @@ struct Planned {
     slots: usize,
     /// The kernels write the result straight into the down ring (see [`mapped_result`]).
     mapped_result: bool,
+    /// Each panel's work waits for the guard's verdicts (see [`conduct::Run::work_waits`]).
+    work_waits: bool,
 }
 
 /// Results of at most this many bytes are written by the kernels straight into page-locked
@@ -334,6 +339,24 @@ fn mapped_result<T: Element>(gpu: &Gpu, ops: &Operands<T>, sched: &Schedule) -> 
         && m * n * T::DTYPE.size() <= MAPPED_RESULT_BYTES
 }
 
+/// Whether a product's panels run the guard of the default precision, whose verdicts the
+/// host reads back: panels of a plan that emulates (the tile kernels' plans) where the
+/// emulation pays.
+fn guarded_panels<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    ops: &Operands<T>,
+    choice: &Choice,
+    rows: usize,
+    panels: usize,
+) -> bool {
+    panels > 1
+        && ops.multiply
+        && opts.precision.for_dtype(T::DTYPE) == Precision::Auto
+        && matches!(choice.plan, Some(Plan::Tile { .. }))
+        && launch::emulation_pays_in_panels(T::DTYPE, gpu.kernel_sm(), ops.dims, rows)
+}
+
 impl Planned {
     fn of<T: Element>(gpu: &Gpu, opts: &DotOptions, ops: &Operands<T>) -> Planned {
         let (choice, trial) = tuner::choose(gpu, opts, &ops.for_tuner());
@@ -341,6 +364,7 @@ impl Planned {
         let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
         let slots = if sched.panels.len() > 1 { 2 } else { 1 };
         let mapped_result = mapped_result(gpu, ops, &sched);
+        let work_waits = guarded_panels(gpu, opts, ops, &choice, rows, sched.panels.len());
         Planned {
             choice,
             trial,
@@ -348,6 +372,7 @@ impl Planned {
             rows,
             slots,
             mapped_result,
+            work_waits,
         }
     }
 
@@ -492,8 +517,21 @@ fn panel_loop<T: Element>(
         .mapped_result
         .then(|| staging.down.as_ref().map(|b| b.addr()))
         .flatten();
+    // op(B) is the same for every panel: an emulated panel leaves its scaling and residues
+    // for the next.
+    let mut shared = SharedB::new(ops.dims.0, planned.rows);
     let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
-        let r = enqueue_panel(gpu, opts, ops, planned, dev, result_at, &compute, i)?;
+        let r = enqueue_panel(
+            gpu,
+            opts,
+            ops,
+            planned,
+            dev,
+            result_at,
+            &compute,
+            &mut shared,
+            i,
+        )?;
         if ran.is_none() {
             ran = r;
         }
@@ -516,6 +554,7 @@ fn panel_loop<T: Element>(
         c_slots: planned.slots,
         mapped_result: result_at.is_some(),
         bytes_per_helper: conduct::BYTES_PER_HELPER,
+        work_waits: planned.work_waits,
     };
     conduct::conduct(&planned.sched, ends, &run, &mut panel_work, touched, trace)?;
     trace.device = run.link.stamp_times()?;
@@ -525,7 +564,8 @@ fn panel_loop<T: Element>(
 /// Enqueues panel `i`'s kernel (the chosen plan) and, when the product is not plain, its
 /// epilogue `C = alpha·T + beta·C`, on `stream`. With `result_at`, the kernel writes the
 /// panel's result there (the down ring's page-locked memory, as the device addresses it)
-/// instead of into a device buffer.
+/// instead of into a device buffer. `shared` carries what an emulated panel left of op(B)
+/// to the next.
 #[allow(clippy::too_many_arguments)]
 fn enqueue_panel<T: Element>(
     gpu: &Gpu,
@@ -535,6 +575,7 @@ fn enqueue_panel<T: Element>(
     dev: &mut workspace::DevBufs,
     result_at: Option<CUdeviceptr>,
     stream: &Arc<CudaStream>,
+    shared: &mut SharedB,
     i: usize,
 ) -> Result<Option<Ran>, GpuDotError> {
     let (_, k, n) = ops.dims;
@@ -595,6 +636,7 @@ fn enqueue_panel<T: Element>(
             args,
             &mut target,
             &mut dev.scratch,
+            Some(shared),
         )?);
     }
     if ops.needs_t || !ops.multiply {
@@ -809,6 +851,7 @@ mod tests {
                 rows,
                 slots,
                 mapped_result: false,
+                work_waits: false,
             };
             let sched = &planned.sched;
             let mut dev_b = vec![f32::NAN; k * n];
@@ -836,6 +879,7 @@ mod tests {
                 c_slots: slots,
                 mapped_result: mapped,
                 bytes_per_helper: 64,
+                work_waits: rng.random_bool(0.5),
             };
             // A mapped result is written by the kernel straight into the down ring.
             let mapped_at = run

@@ -13,7 +13,11 @@
 //! 4. **endpoints**: each transfer bound to its host matrix and device address;
 //! 5. **the panel loop**: the conductor ([`conduct`]) uploads B, then each panel's A (and C's
 //!    old value), enqueues the panel's kernels and epilogue, and downloads its result, while
-//!    the host crew packs and unpacks pieces in parallel;
+//!    the host crew packs and unpacks pieces in parallel. Emulated panels share op(B)'s
+//!    passes (the first does them, the next ones find them in the workspace), and where the
+//!    guard's verdicts make a panel's enqueueing wait for the device, it is enqueued once its
+//!    inputs have landed and the panel before is done, so that the conductor is free for the
+//!    copies meanwhile;
 //! 6. **draining**: every stream synchronised, the workspace back in the pool, the time
 //!    reported to the tuner.
 //!

@@ -62,6 +62,7 @@ pub(super) fn transfer<T: Element>(
         c_slots: 1,
         mapped_result: false,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
+        work_waits: false,
     };
     let mut no_panels = |_: usize| -> Result<(), GpuDotError> { Ok(()) };
     conduct::conduct(

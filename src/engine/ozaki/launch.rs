@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
@@ -15,8 +15,8 @@ use crate::options::{Precision, MAX_MODULI};
 
 use super::guard::guard_sample;
 use super::passes::{
-    enqueue_gemm, fail, split_config, workspace, Gemm, GemmTail, GuardReport, OzError, Rows, Run,
-    EA, EB, LA, LB, PA, PB, R, SA, SB,
+    enqueue_gemm, fail, split_config, workspace, Gemm, GemmTail, GuardReport, KeptB, KeyB, OzError,
+    Rows, Run, SharedB, EA, EB, LA, LB, MB, PA, PB, R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
@@ -36,7 +36,10 @@ pub(crate) struct Emulated {
 /// (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic count and up to three more, waits
 /// for its verdict, and runs on the fewest moduli that every element passes at; where some
 /// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
-/// native kernels then run the product).
+/// native kernels then run the product). With `shared`, the row panel of a product whose
+/// panels share op(B): op(B)'s scaling and magnitudes, and its residues where the count is
+/// the same, are taken from the panel before instead of done again, and kept for the next.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -45,6 +48,7 @@ pub(crate) fn launch<T: Element>(
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
     ws: &mut Option<DevBuf>,
+    mut shared: Option<&mut SharedB>,
 ) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
@@ -74,10 +78,27 @@ pub(crate) fn launch<T: Element>(
             e => OzError::Gpu(e),
         })
     };
-    let (total, at) = workspace(most, candidates.len(), guarded, (m, k, n), gemm_kind);
+    // The guard's sample of k; the guard's scaling and magnitudes run as one pass for rows
+    // along k's contiguous index, short enough to sit in shared memory.
+    let kg = guard_sample(T::DTYPE, k);
+    let kgp = kg.next_multiple_of(128);
+    let (total, at) = workspace(most, candidates.len(), guarded, kgp, (m, k, n), gemm_kind);
     let work =
         scratch(stream, ws, total, &gpu.high_water.device).map_err(|_| OzError::Unavailable)?;
     let base = work.addr(stream);
+    let (a_strides, b_strides) = args.row_strides();
+    let (a_buf, b_buf) = args.bufs();
+    let key = KeyB {
+        base,
+        y: b_buf.device_ptr(stream).0,
+        strides: b_strides,
+        dims: (n, k),
+        padded: np,
+        tile: tile_rows.1,
+        counts: (first, candidates.len()),
+        guarded,
+    };
+    let kept = shared.as_deref_mut().and_then(|s| s.take(&key));
     let run = Run {
         stream,
         entry: &entry,
@@ -92,12 +113,7 @@ pub(crate) fn launch<T: Element>(
         sec: at.map(|o| base + o as u64),
     };
     let sec = &run.sec;
-    let (a_strides, b_strides) = args.row_strides();
-    let (a_buf, b_buf) = args.bufs();
-    // The guard's sample of k; the guard's scaling and magnitudes run as one pass for rows
-    // along k's contiguous index, short enough to sit in shared memory.
-    let kg = guard_sample(T::DTYPE, k);
-    let row_bytes = (k * std::mem::size_of::<T>()).next_multiple_of(16) + kg.next_multiple_of(128);
+    let row_bytes = (k * std::mem::size_of::<T>()).next_multiple_of(16) + kgp;
     let one_pass =
         |(_, sk): (i64, i64)| guarded && sk == 1 && row_bytes <= OZAKI_GUARD_ROWS_SMEM as usize;
     // op(A) (m × k) and op(B)ᵀ (n × k), as rows.
@@ -112,7 +128,9 @@ pub(crate) fn launch<T: Element>(
             panels: sec[PA],
             sigmas: sec[SA],
             norms: sec[LA],
+            magnitudes: sec[PA],
             one_pass: one_pass(a_strides),
+            kept: false,
         },
         Rows {
             rows: n as i32,
@@ -124,7 +142,9 @@ pub(crate) fn launch<T: Element>(
             panels: sec[PB],
             sigmas: sec[SB],
             norms: sec[LB],
+            magnitudes: sec[MB],
             one_pass: one_pass(b_strides),
+            kept: kept.is_some(),
         },
     ];
     // 1. Scales: each row's shift (for each candidate count when guarded, with the guard's
@@ -141,7 +161,7 @@ pub(crate) fn launch<T: Element>(
             bound: norm_bound(first, k),
         }
     };
-    for op in &ops {
+    for op in ops.iter().filter(|op| !op.kept) {
         scale(&run, op, &scaling)?;
     }
     // 2. The guard's verdict: the count every element passes at, or a refusal.
@@ -160,9 +180,11 @@ pub(crate) fn launch<T: Element>(
     );
     let (mi, ni, ki) = run.dims;
     let kpi = kp as i32;
-    // 3. Residue panels of op(A) and op(B)ᵀ.
+    // 3. Residue panels of op(A) and op(B)ᵀ (op(B)'s kept where the panel before split it
+    // for as many moduli).
     let split = run.typed("ozaki_split")?;
-    for (op, e) in ops.iter().zip([ea, eb]) {
+    let b_split = kept.is_some_and(|k| k.split == count);
+    for (op, e) in ops.iter().zip([ea, eb]).take(if b_split { 1 } else { 2 }) {
         let cfg = split_config(kp, op.padded);
         let rp = op.padded as i32;
         let (sr, sk) = op.strides;
@@ -241,6 +263,9 @@ pub(crate) fn launch<T: Element>(
     // op(B)ᵀ, read only for k < K; the kernel loops over all rows (grid y) and quads of
     // columns (grid x) whatever the grid.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki reconstruction"))?;
+    if let Some(s) = shared {
+        s.keep(KeptB { key, split: count });
+    }
     Ok(Emulated {
         precision: Precision::Ozaki {
             moduli: count as u8,
@@ -299,16 +324,16 @@ fn scale<T: Element>(run: &Run<'_>, op: &Rows<'_, '_, T>, how: &Scaling) -> Resu
             .arg(&lde)
             .arg(&s)
             .arg(&l)
-            .arg(&op.panels)
+            .arg(&op.magnitudes)
             .arg(&kgi)
             .arg(&kgpi)
             .arg(&op.tile);
         // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
         // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
         // Kgp, int TM)`; X as for `ozaki_guard_scale_*` with sk = 1 (row r's K elements
-        // contiguous from X + r·sr); E, S and L as for that kernel; P is the start of the
-        // panel section (at least Rp·Kgp bytes, Kgp ≤ the product's Kp), written whole in
-        // the tiles of TM rows, as by `ozaki_magnitudes_*`; one block of
+        // contiguous from X + r·sr); E, S and L as for that kernel; P is the operand's
+        // magnitudes' section (at least Rp·Kgp bytes: op(B)'s MB, op(A)'s the start of its
+        // panel section), written whole in the tiles of TM rows, as by `ozaki_magnitudes_*`; one block of
         // `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
         // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised
         // for the entry (`OZAKI_GUARD_ROWS_SMEM`).

@@ -29,5 +29,5 @@ pub use guard::guard_counts;
 pub(crate) use launch::launch;
 pub use model::reference;
 pub use passes::GuardReport;
-pub(crate) use passes::OzError;
+pub(crate) use passes::{OzError, SharedB};
 pub use scaling::auto_moduli;

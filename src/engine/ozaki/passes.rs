@@ -100,57 +100,126 @@ impl Gemm {
     }
 }
 
-/// Sections of the workspace, by index into [`workspace`]'s offsets.
-pub(super) const EA: usize = 0;
-pub(super) const EB: usize = 1;
-pub(super) const PA: usize = 2;
-pub(super) const PB: usize = 3;
-pub(super) const R: usize = 4;
-pub(super) const SA: usize = 5;
-pub(super) const SB: usize = 6;
-pub(super) const LA: usize = 7;
-pub(super) const LB: usize = 8;
-pub(super) const NEED: usize = 9;
-pub(super) const FLAGS: usize = 10;
-pub(super) const KEYS: usize = 11;
+/// Sections of the workspace, by index into [`workspace`]'s offsets. op(B)'s come first, at
+/// offsets that do not depend on m, so that the row panels of one product find op(B)'s
+/// scaling, magnitudes and residues where the panel before left them (see [`SharedB`]).
+pub(super) const EB: usize = 0;
+pub(super) const SB: usize = 1;
+pub(super) const LB: usize = 2;
+pub(super) const MB: usize = 3;
+pub(super) const PB: usize = 4;
+pub(super) const EA: usize = 5;
+pub(super) const PA: usize = 6;
+pub(super) const R: usize = 7;
+pub(super) const SA: usize = 8;
+pub(super) const LA: usize = 9;
+pub(super) const NEED: usize = 10;
+pub(super) const FLAGS: usize = 11;
+pub(super) const KEYS: usize = 12;
+/// How many sections a workspace has.
+pub(super) const SECTIONS: usize = 13;
 
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
-/// sections' offsets: [EA, EB, PA, PB, R] and, when `guarded`, the guard's [SA, SB, LA, LB,
-/// NEED, FLAGS, KEYS] (the magnitude shifts, the scaled 1-norms, one int per strip of a GEMM
-/// tile, the early refusal's int and the sure test's, and the sure test's keys, 8 bytes a row
-/// of X and of Y).
+/// sections' offsets: the row shifts (EB, EA), the residue panels (PB, PA) and the residue
+/// products (R); and, when `guarded`, the magnitude shifts (SB, SA), the scaled 1-norms (LB,
+/// LA), op(B)'s magnitudes (MB, `kgp` bytes a row: op(A)'s share PA), one int per strip of a
+/// GEMM tile (NEED), the early refusal's int and the sure test's (FLAGS), and the sure test's
+/// keys, 8 bytes a row of X and of Y (KEYS).
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
     guarded: bool,
+    kgp: usize,
     (m, k, n): (usize, usize, usize),
     gemm: Gemm,
-) -> (usize, [usize; 12]) {
+) -> (usize, [usize; SECTIONS]) {
     let ((tm, tn), (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
     let g = guarded as usize;
     let sizes = [
-        4 * mp * shifts,
         4 * np * shifts,
-        count * mp * kp,
+        4 * np * g,
+        8 * np * g,
+        np * kgp * g,
         count * np * kp,
+        4 * mp * shifts,
+        count * mp * kp,
         count.max(4 * g) * m * n,
         4 * mp * g,
-        4 * np * g,
         8 * mp * g,
-        8 * np * g,
         4 * (mp / tm) * (np / tn) * super::verdict::JUDGE_STRIPS * g,
         8 * g,
         8 * (mp + np) * g,
     ];
-    let mut at = [0; 12];
+    let mut at = [0; SECTIONS];
     let mut total = 0;
     for (o, s) in at.iter_mut().zip(sizes) {
         *o = total;
         total += s.next_multiple_of(ALIGN);
     }
     (total, at)
+}
+
+/// The row panels of one product, which share op(B): what a panel's Ozaki launch left of
+/// op(B) in the workspace (its scaling, the guard's magnitudes, and its residues for one
+/// count), for the next panel to use instead of doing it again. Lives for one product (op(B)
+/// does not change within it); a launch takes what is kept and gives it back only when it
+/// ran to the end, and a product's native kernels, which may use the workspace too, drop it.
+pub(crate) struct SharedB {
+    /// The whole product's rows, and its panels' (the last may be shorter): its panels
+    /// emulate where it would.
+    pub(crate) rows: usize,
+    pub(crate) panel_rows: usize,
+    kept: Option<KeptB>,
+}
+
+impl SharedB {
+    /// For the panels of `panel_rows` rows of a product of `rows` rows.
+    pub(crate) fn new(rows: usize, panel_rows: usize) -> SharedB {
+        SharedB {
+            rows,
+            panel_rows,
+            kept: None,
+        }
+    }
+
+    /// Forgets what was kept: the workspace is about to be used otherwise.
+    pub(crate) fn forget(&mut self) {
+        self.kept = None;
+    }
+
+    /// What was kept for a product on `key`, taken (a launch that fails leaves nothing).
+    pub(super) fn take(&mut self, key: &KeyB) -> Option<KeptB> {
+        self.kept.take().filter(|k| k.key == *key)
+    }
+
+    pub(super) fn keep(&mut self, kept: KeptB) {
+        self.kept = Some(kept);
+    }
+}
+
+/// Everything op(B)'s sections depend on: the workspace's address, op(B) (address, strides,
+/// rows and k), the padded rows and tile of its panels, the counts weighed and whether
+/// guarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeyB {
+    pub(super) base: u64,
+    pub(super) y: u64,
+    pub(super) strides: (i64, i64),
+    pub(super) dims: (usize, usize),
+    pub(super) padded: usize,
+    pub(super) tile: usize,
+    pub(super) counts: (usize, usize),
+    pub(super) guarded: bool,
+}
+
+/// op(B)'s sections as a launch left them: scaled (with the guard's magnitudes when
+/// guarded), and split into residues for `split` moduli.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeptB {
+    pub(super) key: KeyB,
+    pub(super) split: usize,
 }
 
 /// One operand of a product as the passes read it: op(A) (m × k) or op(B)ᵀ (n × k), as rows,
@@ -164,13 +233,18 @@ pub(super) struct Rows<'v, 'a, T> {
     pub(super) x: &'v CudaView<'a, T>,
     /// The strides of its rows and of k (element (r, k) at `x[r·sr + k·sk]`).
     pub(super) strides: (i64, i64),
-    /// Its shifts (E), panels (P), and the guard's sigmas (S) and scaled norms (L).
+    /// Its shifts (E), residue panels (P), and the guard's sigmas (S), scaled norms (L) and
+    /// magnitudes' panel (op(A)'s in its residues' section, which its split overwrites).
     pub(super) shifts: u64,
     pub(super) panels: u64,
     pub(super) sigmas: u64,
     pub(super) norms: u64,
+    pub(super) magnitudes: u64,
     /// Whether the guard's one-pass scaling also wrote its magnitudes.
     pub(super) one_pass: bool,
+    /// Whether its scaling (and the guard's magnitudes) are in the workspace already, left
+    /// by the panel before ([`SharedB`]).
+    pub(super) kept: bool,
 }
 
 /// What every pass of one product reads: its stream, its kernels' entries, the GEMM and its
@@ -188,7 +262,7 @@ pub(super) struct Run<'r> {
     /// `(M, N, K)`.
     pub(super) dims: (i32, i32, i32),
     /// The address of each section of the workspace (by [`EA`] … [`KEYS`]).
-    pub(super) sec: [u64; 12],
+    pub(super) sec: [u64; SECTIONS],
 }
 
 impl Run<'_> {

@@ -15,7 +15,7 @@ use crate::engine::table::{
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
     enqueue_gemm, fail, read_back, split_config, Gemm, GemmTail, GuardReport, OzError, Rows, Run,
-    EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, PA, PB, R, SA, SB,
+    EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
 };
 use super::scheme::{norm_bound, scaling_bits};
 
@@ -181,7 +181,7 @@ pub(super) fn verdict<T: Element>(
     // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
     // operands the one-pass scaling did not take.
     let magnitudes = run.typed("ozaki_magnitudes")?;
-    for op in ops.iter().filter(|op| !op.one_pass) {
+    for op in ops.iter().filter(|op| !op.one_pass && !op.kept) {
         let cfg = split_config(kgp, op.padded);
         let rp = op.padded as i32;
         let (sr, sk) = op.strides;
@@ -193,7 +193,7 @@ pub(super) fn verdict<T: Element>(
             .arg(&sr)
             .arg(&sk)
             .arg(&op.sigmas)
-            .arg(&op.panels)
+            .arg(&op.magnitudes)
             .arg(&rp)
             .arg(&kgpi)
             .arg(&op.tile)
@@ -201,9 +201,9 @@ pub(super) fn verdict<T: Element>(
         // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
         // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
         // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
-        // stream wrote, read for k < K = kg ≤ the operand's k; P is the start of the
-        // workspace's panel section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp, of at
-        // least count·Rp·Kp), written whole, in the tiles of the GEMM's rows TM (as for
+        // stream wrote, read for k < K = kg ≤ the operand's k; P is the operand's
+        // magnitudes' section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp: op(B)'s MB,
+        // op(A)'s the start of its panel section), written whole, in the tiles of the GEMM's rows TM (as for
         // `ozaki_split_*`); `refused` the int the early refusal wrote; grid and block as
         // for the split with Kp = kgp (the kernel's layout: one block per 64 k and 32
         // rows).
@@ -246,7 +246,14 @@ pub(super) fn verdict<T: Element>(
             Gemm::Mma => entries.1,
         })?;
         let dims = (mi, ni, mp, np, kgpi, 1);
-        enqueue_gemm(stream, &f, run.gemm, dims, (sec[PA], sec[PB]), tail)
+        enqueue_gemm(
+            stream,
+            &f,
+            run.gemm,
+            dims,
+            (a.magnitudes, b.magnitudes),
+            tail,
+        )
     };
     magnitudes_product(
         (OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA),
