@@ -660,14 +660,14 @@ mod tests {
     }
 
     #[test]
-    fn emulated_products_run_in_panels_of_at_least_1024_rows() {
-        // f32 4096³ from host arrays, on a Hopper: panels of 1024 and 2048 rows, all
-        // emulated (the native default of four panels is one of them).
+    fn emulated_products_run_in_tall_panels_and_keep_the_native_default_to_compare() {
+        // f32 4096³ from host arrays, on a Hopper: panels of 2048 rows, the whole product, then
+        // the native default of four panels.
         let p = product((4096, 4096, 4096), 192 << 20);
-        assert_eq!(panel_counts(&p, None, Some(90)), vec![4, 2]);
-        // 8192³: panels of 1024 and 2048 rows, and the native default.
+        assert_eq!(panel_counts(&p, None, Some(90)), vec![2, 1, 4]);
+        // 8192³: panels of 2048 and 4096 rows (eight would be too short to emulate).
         let c = panel_counts(&product((8192, 8192, 8192), 768 << 20), None, Some(90));
-        assert_eq!(c[..2], [8, 4]);
+        assert_eq!(c[..2], [4, 2]);
         assert!(c[..2]
             .iter()
             .all(|&p| rows_for(8192, p) * 16384 <= MAX_EMULATED_PANEL_FLOATS));
