@@ -220,8 +220,14 @@ fn panels_share_op_b<A: Element>(sm: i32) {
         let mut ran = Vec::new();
         for (i, block) in blocks.iter().enumerate() {
             let alone = block
-                .gpu_dot_with(b, &opts(None))
+                .gpu_dot_with(b, &opts(Some(rows)))
                 .unwrap_or_else(|e| panic!("{what}: panel {i} alone: {e}"));
+            // One panel: in panels of its own, each would weigh its count on its own rows.
+            assert!(
+                matches!(alone.route, Route::Gpu { panels: 1, .. }),
+                "{what}: panel {i} alone: {}",
+                alone.route
+            );
             let got = p.c.slice(ndarray::s![i * rows..(i + 1) * rows, ..]);
             let differ = got
                 .iter()
