@@ -90,6 +90,7 @@ pub(crate) fn launch<T: Element>(
     let (a_buf, b_buf) = args.bufs();
     let key = KeyB {
         base,
+        bytes: work.bytes(),
         y: b_buf.device_ptr(stream).0,
         strides: b_strides,
         dims: (n, k),

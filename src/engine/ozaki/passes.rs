@@ -199,12 +199,13 @@ impl SharedB {
     }
 }
 
-/// Everything op(B)'s sections depend on: the workspace's address, op(B) (address, strides,
-/// rows and k), the padded rows and tile of its panels, the counts weighed and whether
-/// guarded.
+/// Everything op(B)'s sections depend on: the workspace (its address and size: a workspace
+/// grown since is another, even at the same address), op(B) (address, strides, rows and k),
+/// the padded rows and tile of its panels, the counts weighed and whether guarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct KeyB {
     pub(super) base: u64,
+    pub(super) bytes: usize,
     pub(super) y: u64,
     pub(super) strides: (i64, i64),
     pub(super) dims: (usize, usize),
