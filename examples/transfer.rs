@@ -118,28 +118,9 @@ fn pack_bandwidth(ctx: &Arc<CudaContext>) -> Vec<Value> {
 fn fresh_fill(len: usize, threads: usize, huge: bool) -> f64 {
     let src = vec![1.0f32; len];
     time(10, || {
-        let bytes = len * 4;
-        // SAFETY: an anonymous private mapping of `bytes` bytes, checked for failure, used only
-        // here and unmapped below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
-        if huge {
-            // SAFETY: advice on the mapping made above; failure only means no huge pages.
-            unsafe { libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE) };
-        }
-        // The mapping holds `len` floats.
-        parallel_copy(&src, ptr.cast::<f32>(), threads);
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(ptr, bytes) };
+        let fresh = Mapping::new(len, huge, false);
+        // The mapping holds `len` floats; dropping it unmaps it.
+        parallel_copy(&src, fresh.ptr, threads);
     })
 }
 
