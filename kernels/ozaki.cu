@@ -144,16 +144,16 @@ namespace oz {
 constexpr int MAX_MODULI = 18, PAIRS = MAX_MODULI / 2, LIMBS = 5;
 constexpr int BK = 128;  // the panels' K tile: int8 elements = bytes
 constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
+constexpr double ROUND = 0x1.8p52;     // adding it rounds |z| < 2^51 to an integer (see panels)
 
-// The moduli and the constants of the reconstruction, made by the host (src/engine/ozaki.rs,
-// whose #[repr(C)] twin must match this layout: 720 bytes).
+// The moduli and the constants of the split and the reconstruction, made by the host
+// (src/engine/ozaki/scheme.rs, whose #[repr(C)] twin must match this layout: 792 bytes).
 struct Consts {
     int count;   // moduli in use, 2 .. MAX_MODULI
     int unused;
     unsigned moduli[MAX_MODULI];               // pairwise coprime, 173 .. 256
-    unsigned p21[MAX_MODULI];                  // 2^21 mod m
-    unsigned p42[MAX_MODULI];                  // 2^42 mod m
-    unsigned off[MAX_MODULI];                  // the multiple of m in (2^27, 2^27 + m]
+    double p32[MAX_MODULI];                    // 2^32 mod m
+    double recip[MAX_MODULI];                  // 1 / m, rounded
     unsigned long long magic[MAX_MODULI];      // ceil(2^40 / m)
     // The moduli in pairs (m_2p, m_2p+1) (the last alone, with e = 0 and m_2p+1 = 1, when
     // count is odd): T = r_2p * e[p][0] + r_2p+1 * e[p][1] < 2^25 is congruent to the pair's
@@ -164,7 +164,7 @@ struct Consts {
     unsigned nm[LIMBS];  // 2^(32 n) - M in n limbs, n = 2 up to 8 moduli, 4 up to 16, else 5
     double inv_m;                              // 1 / M, rounded
 };
-static_assert(sizeof(Consts) == 720, "the host's layout");
+static_assert(sizeof(Consts) == 792, "the host's layout");
 
 // THE GUARD (the default precision's; src/engine/ozaki/guard.rs states and models it). With x =
 // a_i * 2^s and y = b_j * 2^t rounded to integers (errors at most 1/2, zero where the element
@@ -488,37 +488,33 @@ OZ_DEV uint2 pack8(const unsigned (&b)[8]) {
 }
 
 // The residues' writer: layer l's 8 bytes of rint(x * 2^s) for every modulus l (row -1: past
-// R, zeros).
+// R, zeros), in double arithmetic (see panels below).
 struct SplitResidues {
     const int* __restrict__ E;
     const Consts& c;
     OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer) const {
         const int s = row >= 0 ? E[row] : 0;
-        unsigned c0[8], c1[8];
-        int c2[8];
+        double a[8], bm[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(v8[e], s));
-            c0[e] = (unsigned)v & 0x1fffffu;
-            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
-            c2[e] = (int)(v >> 42);
+            const double x = s == FLAG ? 0.0 : scale_t(v8[e], s);
+            a[e] = fma(x, 0x1p-32, ROUND) - ROUND;
+            bm[e] = fma(-a[e], 0x1p32, x) + ROUND;
         }
         // Layer l's bytes, l = 0, 1, ...
 #pragma unroll
         for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
             if (l < c.count) {
-                const unsigned m = c.moduli[l], half = (m - 1) / 2;
-                const unsigned lo = (unsigned)c.magic[l];
-                const unsigned p21 = c.p21[l], p42 = c.p42[l], off = c.off[l];
-                unsigned b[8];
+                const unsigned m = c.moduli[l];
+                const double p32 = c.p32[l], recip = c.recip[l];
+                unsigned r[8];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const unsigned y = (unsigned)c2[e] * p42 + c1[e] * p21 + c0[e] + off;
-                    const unsigned x = y + half;
-                    const unsigned q = (x + __umulhi(x, lo)) >> 8;
-                    b[e] = y - q * m;
+                    const double tm = fma(a[e], p32, bm[e]);
+                    const unsigned q = (unsigned)__double2loint(fma(tm - ROUND, recip, ROUND));
+                    r[e] = (unsigned)__double2loint(tm) - q * m;
                 }
-                *reinterpret_cast<uint2*>(p) = pack8(b);
+                *reinterpret_cast<uint2*>(p) = pack8(r);
             }
         }
     }
@@ -553,12 +549,20 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
 // both the read (along whichever stride is 1) and the write (along k) are coalesced; each
 // thread then makes the residues of 8 consecutive k of one row, one 8-byte store a modulus.
 //
-// The residue of v = rint(x * 2^s) (|v| <= 2^61, two's complement) modulo m from three
-// chunks v = c2 * 2^42 + c1 * 2^21 + c0 (c0, c1 in [0, 2^21), c2 signed, |c2| <= 2^19):
-// y = c2 * (2^42 mod m) + c1 * (2^21 mod m) + c0 + off, with off the multiple of m just above
-// 2^27, lies in (0, 2^30) and is congruent to v; one umod of y + (m - 1) / 2 then gives the
-// balanced residue as y - q * m, whose low byte is stored (for m = 256 a residue of 128 is
-// stored as -128, the same residue).
+// The residue of v = rint(x * 2^s) (|x * 2^s| <= 2^61) modulo m, in doubles, with
+// ROUND = 1.5 * 2^52 (z + ROUND, for |z| < 2^51, is rint(z) + ROUND exactly, and its low
+// word holds rint(z) in two's complement):
+//   a = rint(x 2^s / 2^32), |a| <= 2^29, and b = rint(x 2^s - a 2^32), |b| <= 2^31, so that
+//   v = a 2^32 + b (the subtraction is exact, and rint(b) is even with v, a 2^32 being even);
+//   t + ROUND = a (2^32 mod m) + (b + ROUND), exact (|t| < 2^38), with t congruent to v;
+//   q = rint(t (1/m)): 1/m rounded is off by 2^-53 relatively, so the product is within
+//   2^-22 of t/m, which for odd m lies at least 1/(2m) > 2^-9 from a half-integer: q is the
+//   integer nearest t/m and t - q m the balanced residue, in [-(m-1)/2, (m-1)/2]; for m = 256
+//   (1/m exact) it is in [-128, 128], the same byte either way.
+// The byte is then the low byte of (t mod 2^32) - (q mod 2^32) m, both words the low words of
+// roundings, congruent to t - q m modulo 2^32. Per modulus that is three double operations
+// and one multiply-add of words, where 32-bit chunks and a multiply-high took about eight
+// integer ones.
 template <typename T, typename W>
 OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
                    signed char* __restrict__ P, int Rp, int Kp, int TM, const W& w) {

@@ -111,8 +111,8 @@ fn the_moduli_are_pairwise_coprime_and_the_constants_consistent() {
         // umod's magic number is exact over its whole range, in the kernel's form
         // (x + umulhi(x, magic - 2^32)) >> 8, whose sum stays below 2^32.
         assert_eq!(c.magic[l] >> 32, 1, "magic in [2^32, 2^33)");
-        assert_eq!(c.off[l] % m, 0);
-        assert!(c.off[l] > 1 << 27 && c.off[l] <= (1 << 27) + m);
+        assert_eq!(c.p32[l], ((1u64 << 32) % m as u64) as f64);
+        assert_eq!(c.recip[l], 1.0 / m as f64);
         let lo = c.magic[l] as u32 as u64;
         for x in (0..(1u32 << 31) + 1024)
             .step_by(9973)
@@ -126,48 +126,69 @@ fn the_moduli_are_pairwise_coprime_and_the_constants_consistent() {
     }
 }
 
-/// The residue panels' byte for the scaled integer `v` and modulus `l`, step for step as
-/// kernels/ozaki.cu's `oz::split` (32-bit wrapping arithmetic).
-fn split_model(v: i64, c: &Consts, l: usize) -> i8 {
-    let (c0, c1, c2) = (
-        v as u32 & 0x1f_ffff,
-        (v >> 21) as u32 & 0x1f_ffff,
-        (v >> 42) as i32,
-    );
-    let (m, half, lo) = (c.moduli[l], (c.moduli[l] - 1) / 2, c.magic[l] as u32);
-    let y = (c2 as u32)
-        .wrapping_mul(c.p42[l])
-        .wrapping_add(c1 * c.p21[l])
-        .wrapping_add(c0)
-        .wrapping_add(c.off[l]);
-    assert!(y < 1 << 30, "y = {y} for v = {v}, m = {m}");
-    let x = y + half;
-    let q = (x + ((x as u64 * lo as u64) >> 32) as u32) >> 8;
-    y.wrapping_sub(q.wrapping_mul(m)) as u8 as i8
+/// The split's rounding constant, 1.5 · 2^52 (kernels/ozaki.cu's `oz::ROUND`).
+const ROUND: f64 = 6_755_399_441_055_744.0;
+
+/// The low 32 bits of a double's pattern (CUDA's `__double2loint`).
+fn low_word(x: f64) -> u32 {
+    x.to_bits() as u32
+}
+
+/// The residue panels' byte for the scaled element `x` (`x · 2^s`, |x| ≤ 2^61) and modulus
+/// `l`, step for step as kernels/ozaki.cu's `oz::SplitResidues` (fused multiply-adds, 32-bit
+/// wrapping arithmetic).
+fn split_model(x: f64, c: &Consts, l: usize) -> i8 {
+    let a = x.mul_add(2f64.powi(-32), ROUND) - ROUND;
+    let bm = (-a).mul_add(2f64.powi(32), x) + ROUND;
+    let tm = a.mul_add(c.p32[l], bm);
+    let q = low_word((tm - ROUND).mul_add(c.recip[l], ROUND));
+    low_word(tm).wrapping_sub(q.wrapping_mul(c.moduli[l])) as u8 as i8
 }
 
 #[test]
 fn split_residues_are_balanced_and_congruent_over_the_whole_range() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let c = Consts::new(MAX_MODULI);
+    let p61 = 2f64.powi(61);
     let edges = [
-        0i64,
-        1,
-        -1,
-        1 << 61,
-        -(1 << 61),
-        (1 << 42) - 1,
-        -(1 << 42),
-        127,
-        -128,
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        1.0,
+        -1.0,
+        p61,
+        -p61,
+        2f64.powi(42) - 1.0,
+        -(2f64.powi(42)),
+        2f64.powi(31) + 0.5,
+        2f64.powi(31) - 0.5,
+        -(2f64.powi(31)) - 0.5,
+        2f64.powi(32) + 2f64.powi(31),
+        -(2f64.powi(32) + 2f64.powi(31)),
+        4_294_967_295.5,
+        2f64.powi(52) + 1.0,
+        2f64.powi(53) - 1.0,
+        127.0,
+        -128.0,
+        1e-300,
     ];
-    for i in 0..20_000 {
-        let v = match i {
+    for i in 0..40_000 {
+        let x = match i {
             i if i < edges.len() => edges[i],
-            // Every magnitude up to 2^61.
+            // Every magnitude up to 2^61, with fractions, halves among them.
             _ => {
-                let bits = (rng.next() % 62) as u32;
-                let mag = (rng.next() >> (64 - bits.max(1))) as i64;
+                let bits = (rng.next() % 62) as i32;
+                let frac = match rng.next() % 3 {
+                    0 => 0.5,
+                    1 => 0.0,
+                    _ => rng.unit().abs(),
+                };
+                let mag = ((rng.next() >> 11) as f64 * 2f64.powi(bits - 53)).floor() + frac;
+                let mag = mag.min(p61);
                 if rng.next() & 1 == 1 {
                     -mag
                 } else {
@@ -175,12 +196,18 @@ fn split_residues_are_balanced_and_congruent_over_the_whole_range() {
                 }
             }
         };
+        // The integer the panels hold: rint(x), ties to even, exactly (|x| ≤ 2^61).
+        let v = x.round_ties_even() as i64;
         for (l, &m) in MODULI.iter().enumerate() {
-            let b = split_model(v, &c, l) as i64;
+            let b = split_model(x, &c, l) as i64;
             if m != 256 {
-                assert!(2 * b.abs() < m as i64, "{v} mod {m}: {b} not balanced");
+                assert!(2 * b.abs() < m as i64, "{x} mod {m}: {b} not balanced");
             }
-            assert_eq!((v - b).rem_euclid(m as i64), 0, "{v} mod {m}: {b}");
+            assert_eq!(
+                (v - b).rem_euclid(m as i64),
+                0,
+                "{x} (rint {v}) mod {m}: {b}"
+            );
         }
     }
 }
