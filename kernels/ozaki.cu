@@ -51,7 +51,9 @@
 //      int Rp, int Kp, int TM, Consts c): block (32, 8), grid (Kp/64, any y <= Rp/32: the
 //      kernel loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
 //      multiple of TM, TM of 32: 192 for X and 256 for Y for ozaki_gemm, 128 for both for
-//      ozaki_gemm_mma; Kp of 128), in the GEMM's tiles (see PANELS).
+//      ozaki_gemm_mma; Kp of 128), in the GEMM's tiles (see PANELS). The residues come from
+//      double arithmetic; ozaki_split_int_{d,s}, with the same arguments and the same bytes,
+//      make them in 32-bit integers, for devices whose FP64 is slow.
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, unsigned char* R, Consts c, int pair_m): PA, PB the panels of step 2 for X
 //      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a positive multiple of 128, 16-byte
@@ -147,11 +149,14 @@ constexpr int FLAG = -2147483647 - 1;  // a row holding Inf or NaN
 constexpr double ROUND = 0x1.8p52;     // adding it rounds |z| < 2^51 to an integer (see panels)
 
 // The moduli and the constants of the split and the reconstruction, made by the host
-// (src/engine/ozaki/scheme.rs, whose #[repr(C)] twin must match this layout: 792 bytes).
+// (src/engine/ozaki/scheme.rs, whose #[repr(C)] twin must match this layout: 1008 bytes).
 struct Consts {
     int count;   // moduli in use, 2 .. MAX_MODULI
     int unused;
     unsigned moduli[MAX_MODULI];               // pairwise coprime, 173 .. 256
+    unsigned p21[MAX_MODULI];                  // 2^21 mod m
+    unsigned p42[MAX_MODULI];                  // 2^42 mod m
+    unsigned off[MAX_MODULI];                  // the multiple of m in (2^27, 2^27 + m]
     double p32[MAX_MODULI];                    // 2^32 mod m
     double recip[MAX_MODULI];                  // 1 / m, rounded
     unsigned long long magic[MAX_MODULI];      // ceil(2^40 / m)
@@ -164,7 +169,7 @@ struct Consts {
     unsigned nm[LIMBS];  // 2^(32 n) - M in n limbs, n = 2 up to 8 moduli, 4 up to 16, else 5
     double inv_m;                              // 1 / M, rounded
 };
-static_assert(sizeof(Consts) == 792, "the host's layout");
+static_assert(sizeof(Consts) == 1008, "the host's layout");
 
 // THE GUARD (the default precision's; src/engine/ozaki/guard.rs states and models it). With x =
 // a_i * 2^s and y = b_j * 2^t rounded to integers (errors at most 1/2, zero where the element
@@ -487,8 +492,9 @@ OZ_DEV uint2 pack8(const unsigned (&b)[8]) {
     return make_uint2(w0, w1);
 }
 
-// The residues' writer: layer l's 8 bytes of rint(x * 2^s) for every modulus l (row -1: past
-// R, zeros), in double arithmetic (see panels below).
+// The residues' writers: layer l's 8 bytes of rint(x * 2^s) for every modulus l (row -1: past
+// R, zeros), in double arithmetic (see panels below), for devices whose FP64 runs at half
+// the FP32 rate ...
 struct SplitResidues {
     const int* __restrict__ E;
     const Consts& c;
@@ -515,6 +521,41 @@ struct SplitResidues {
                     r[e] = (unsigned)__double2loint(tm) - q * m;
                 }
                 *reinterpret_cast<uint2*>(p) = pack8(r);
+            }
+        }
+    }
+};
+// ... and in 32-bit integer arithmetic, for the others (see panels below).
+struct SplitResiduesInt {
+    const int* __restrict__ E;
+    const Consts& c;
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer) const {
+        const int s = row >= 0 ? E[row] : 0;
+        unsigned c0[8], c1[8];
+        int c2[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(v8[e], s));
+            c0[e] = (unsigned)v & 0x1fffffu;
+            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
+            c2[e] = (int)(v >> 42);
+        }
+        // Layer l's bytes, l = 0, 1, ...
+#pragma unroll
+        for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
+            if (l < c.count) {
+                const unsigned m = c.moduli[l], half = (m - 1) / 2;
+                const unsigned lo = (unsigned)c.magic[l];
+                const unsigned p21 = c.p21[l], p42 = c.p42[l], off = c.off[l];
+                unsigned b[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const unsigned y = (unsigned)c2[e] * p42 + c1[e] * p21 + c0[e] + off;
+                    const unsigned x = y + half;
+                    const unsigned q = (x + __umulhi(x, lo)) >> 8;
+                    b[e] = y - q * m;
+                }
+                *reinterpret_cast<uint2*>(p) = pack8(b);
             }
         }
     }
@@ -560,9 +601,15 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
 //   integer nearest t/m and t - q m the balanced residue, in [-(m-1)/2, (m-1)/2]; for m = 256
 //   (1/m exact) it is in [-128, 128], the same byte either way.
 // The byte is then the low byte of (t mod 2^32) - (q mod 2^32) m, both words the low words of
-// roundings, congruent to t - q m modulo 2^32. Per modulus that is three double operations
-// and one multiply-add of words, where 32-bit chunks and a multiply-high took about eight
-// integer ones.
+// roundings, congruent to t - q m modulo 2^32: per modulus three double operations and one
+// multiply-add of words.
+//
+// In integers (SplitResiduesInt, about eight operations a modulus), from three chunks
+// v = c2 * 2^42 + c1 * 2^21 + c0 (c0, c1 in [0, 2^21), c2 signed, |c2| <= 2^19):
+// y = c2 * (2^42 mod m) + c1 * (2^21 mod m) + c0 + off, with off the multiple of m just above
+// 2^27, lies in (0, 2^30) and is congruent to v; one umod of y + (m - 1) / 2 then gives the
+// balanced residue as y - q * m, whose low byte is stored (for m = 256 a residue of 128 is
+// stored as -128, the same residue).
 template <typename T, typename W>
 OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
                    signed char* __restrict__ P, int Rp, int Kp, int TM, const W& w) {
@@ -1623,6 +1670,16 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, int TM, oz::Consts c) {
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResidues{E, c});
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_split_int_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E,
+                      signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResiduesInt{E, c});
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_split_int_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E,
+                      signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResiduesInt{E, c});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S, signed char* P,

@@ -101,7 +101,9 @@ fn f64_products_equal_the_exact_model_bit_for_bit() {
 }
 
 /// On a device that pretends to be an sm_80 (no warpgroup instructions), the mma.sync INT8
-/// GEMM runs the products: bit for bit the model's, as the warpgroup GEMM's are. (Other tests
+/// GEMM runs the products, from residues the split makes in integers (`ozaki_split_int_*`, as
+/// on devices with slow FP64) rather than in doubles: bit for bit the model's, as the
+/// warpgroup GEMM's are. (Other tests
 /// of this binary that run meanwhile may run it too; both GEMMs are exact, so their answers
 /// are the same bits.)
 #[test]

@@ -359,6 +359,9 @@ pub(crate) struct Gpu {
     /// Whether the device has unified addressing: kernels then reach page-locked host memory
     /// at its host address.
     unified_addressing: bool,
+    /// Whether the device runs FP64 at half FP32's rate or better (the data-centre parts; the
+    /// others run it at 1/32 or 1/64).
+    fast_fp64: bool,
 }
 
 /// The largest reusable device buffer and page-locked staging ring a device has made (bytes):
@@ -409,8 +412,14 @@ impl Gpu {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
             )
             .is_ok_and(|v| v == 1);
+        let fast_fp64 = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO,
+            )
+            .is_ok_and(|ratio| (1..=2).contains(&ratio));
         Ok(Gpu {
             unified_addressing,
+            fast_fp64,
             modules: Modules::new(ctx.clone(), info.compute_capability),
             ctx,
             generation,
@@ -425,6 +434,14 @@ impl Gpu {
     /// otherwise (`__testing::pretend_compute_capability`).
     pub(crate) fn kernel_sm(&self) -> u32 {
         crate::device::overrides::pretended_sm().map_or(self.sm(), |sm| sm.min(self.sm()))
+    }
+
+    /// Whether the Ozaki split makes its residues in double arithmetic (three FP64 operations
+    /// a residue, against about eight integer ones): on devices of sm_90 on, as kernels are
+    /// chosen, whose FP64 runs at half FP32's rate or better. Elsewhere (so also where a test
+    /// pretends an older device) it uses 32-bit integers.
+    pub(crate) fn fast_fp64_split(&self) -> bool {
+        self.fast_fp64 && self.kernel_sm() >= 90
     }
 
     /// Whether kernels may write page-locked host memory at its host address (unified

@@ -183,7 +183,11 @@ pub(crate) fn launch<T: Element>(
     let kpi = kp as i32;
     // 3. Residue panels of op(A) and op(B)ᵀ (op(B)'s kept where the panel before split it
     // for as many moduli).
-    let split = run.typed("ozaki_split")?;
+    let split = run.typed(if gpu.fast_fp64_split() {
+        "ozaki_split"
+    } else {
+        "ozaki_split_int"
+    })?;
     let b_split = kept.is_some_and(|k| k.split == count);
     for (op, e) in ops.iter().zip([ea, eb]).take(if b_split { 1 } else { 2 }) {
         let cfg = split_config(kp, op.padded);
@@ -202,8 +206,8 @@ pub(crate) fn launch<T: Element>(
             .arg(&kpi)
             .arg(&op.tile)
             .arg(&consts);
-        // SAFETY: arguments match `ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk,
-        // const int* E, signed char* P, int Rp, int Kp, int TM, Consts c)`; X as for the
+        // SAFETY: arguments match `ozaki_split[_int]_{d,s}(int R, int K, const T* X, i64 sr,
+        // i64 sk, const int* E, signed char* P, int Rp, int Kp, int TM, Consts c)`; X as for the
         // scaling, whose E (R ints, of the chosen layer) a launch before it on this stream
         // wrote; P is the workspace's section of count·Rp·Kp bytes, written whole (Rp a
         // multiple of the GEMM's tile rows TM: 192 or 256, or 128 for the mma.sync GEMM, all

@@ -34,13 +34,16 @@ pub(super) fn d_limbs(count: usize) -> usize {
 /// The moduli's pairs in the reconstruction.
 pub(super) const PAIRS: usize = MAX_MODULI / 2;
 
-/// The kernels' `oz::Consts`, by value (792 bytes, `#[repr(C)]` as in kernels/ozaki.cu).
+/// The kernels' `oz::Consts`, by value (1008 bytes, `#[repr(C)]` as in kernels/ozaki.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Consts {
     pub(super) count: i32,
     pub(super) unused: i32,
     pub(super) moduli: [u32; MAX_MODULI],
+    pub(super) p21: [u32; MAX_MODULI],
+    pub(super) p42: [u32; MAX_MODULI],
+    pub(super) off: [u32; MAX_MODULI],
     pub(super) p32: [f64; MAX_MODULI],
     pub(super) recip: [f64; MAX_MODULI],
     pub(super) magic: [u64; MAX_MODULI],
@@ -50,10 +53,10 @@ pub(crate) struct Consts {
     pub(super) inv_m: f64,
 }
 
-const _: () = assert!(std::mem::size_of::<Consts>() == 792);
+const _: () = assert!(std::mem::size_of::<Consts>() == 1008);
 
 // SAFETY: `Consts` is `#[repr(C)]` plain data (integers and a double, no pointers), laid out
-// exactly as the kernels' `oz::Consts` (792 bytes, asserted on both sides), so the driver may
+// exactly as the kernels' `oz::Consts` (1008 bytes, asserted on both sides), so the driver may
 // copy its bytes into the kernel's parameter space.
 unsafe impl cudarc::driver::DeviceRepr for Consts {}
 
@@ -122,6 +125,9 @@ impl Consts {
             count: count as i32,
             unused: 0,
             moduli: [0; MAX_MODULI],
+            p21: [0; MAX_MODULI],
+            p42: [0; MAX_MODULI],
+            off: [0; MAX_MODULI],
             p32: [0.0; MAX_MODULI],
             recip: [0.0; MAX_MODULI],
             magic: [0; MAX_MODULI],
@@ -143,6 +149,9 @@ impl Consts {
         c.inv_m = 1.0 / big_f64(&big_m);
         for (l, &m) in MODULI[..count].iter().enumerate() {
             c.moduli[l] = m;
+            c.p21[l] = ((1u64 << 21) % m as u64) as u32;
+            c.p42[l] = ((1u64 << 42) % m as u64) as u32;
+            c.off[l] = ((1u32 << 27) / m + 1) * m;
             c.p32[l] = ((1u64 << 32) % m as u64) as f64;
             c.recip[l] = 1.0 / m as f64;
             c.magic[l] = (1u64 << 40).div_ceil(m as u64);

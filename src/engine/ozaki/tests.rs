@@ -111,6 +111,8 @@ fn the_moduli_are_pairwise_coprime_and_the_constants_consistent() {
         // umod's magic number is exact over its whole range, in the kernel's form
         // (x + umulhi(x, magic - 2^32)) >> 8, whose sum stays below 2^32.
         assert_eq!(c.magic[l] >> 32, 1, "magic in [2^32, 2^33)");
+        assert_eq!(c.off[l] % m, 0);
+        assert!(c.off[l] > 1 << 27 && c.off[l] <= (1 << 27) + m);
         assert_eq!(c.p32[l], ((1u64 << 32) % m as u64) as f64);
         assert_eq!(c.recip[l], 1.0 / m as f64);
         let lo = c.magic[l] as u32 as u64;
@@ -143,6 +145,25 @@ fn split_model(x: f64, c: &Consts, l: usize) -> i8 {
     let tm = a.mul_add(c.p32[l], bm);
     let q = low_word((tm - ROUND).mul_add(c.recip[l], ROUND));
     low_word(tm).wrapping_sub(q.wrapping_mul(c.moduli[l])) as u8 as i8
+}
+
+/// … and as `oz::SplitResiduesInt`, from `v = rint(x)` (32-bit wrapping arithmetic).
+fn split_model_int(v: i64, c: &Consts, l: usize) -> i8 {
+    let (c0, c1, c2) = (
+        v as u32 & 0x1f_ffff,
+        (v >> 21) as u32 & 0x1f_ffff,
+        (v >> 42) as i32,
+    );
+    let (m, half, lo) = (c.moduli[l], (c.moduli[l] - 1) / 2, c.magic[l] as u32);
+    let y = (c2 as u32)
+        .wrapping_mul(c.p42[l])
+        .wrapping_add(c1 * c.p21[l])
+        .wrapping_add(c0)
+        .wrapping_add(c.off[l]);
+    assert!(y < 1 << 30, "y = {y} for v = {v}, m = {m}");
+    let x = y + half;
+    let q = (x + ((x as u64 * lo as u64) >> 32) as u32) >> 8;
+    y.wrapping_sub(q.wrapping_mul(m)) as u8 as i8
 }
 
 #[test]
@@ -199,7 +220,10 @@ fn split_residues_are_balanced_and_congruent_over_the_whole_range() {
         // The integer the panels hold: rint(x), ties to even, exactly (|x| ≤ 2^61).
         let v = x.round_ties_even() as i64;
         for (l, &m) in MODULI.iter().enumerate() {
-            let b = split_model(x, &c, l) as i64;
+            // Both kernels' arithmetic stores the same byte.
+            let b = split_model(x, &c, l);
+            assert_eq!(split_model_int(v, &c, l), b, "{x} mod {m}: integer split");
+            let b = b as i64;
             if m != 256 {
                 assert!(2 * b.abs() < m as i64, "{x} mod {m}: {b} not balanced");
             }

@@ -129,7 +129,7 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 20] = [
+const OZAKI_ENTRIES: [&str; 22] = [
     "ozaki_guard_judge",
     "ozaki_guard_keys",
     "ozaki_guard_refuse_d",
@@ -144,6 +144,8 @@ const OZAKI_ENTRIES: [&str; 20] = [
     "ozaki_magnitudes_s",
     "ozaki_split_d",
     "ozaki_split_s",
+    "ozaki_split_int_d",
+    "ozaki_split_int_s",
     "ozaki_rebuild8_d",
     "ozaki_rebuild8_s",
     "ozaki_rebuild16_d",
