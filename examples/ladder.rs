@@ -4,7 +4,8 @@
 //! to about twice f64 precision for f64 products).
 //!
 //!     cargo run --release --features cublas --example ladder -- \
-//!         [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH]
+//!         [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both]
+//!         [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
 //!         [--paired-k S]
 //!
@@ -602,9 +603,23 @@ fn precision_report(suite: &[(usize, usize, usize)], find: &Find<'_, '_>) {
     }
 }
 
+/// `MxKxN` (m rows, k, n columns) as a shape.
+fn parse_shape(text: &str) -> (usize, usize, usize) {
+    let sides: Vec<usize> = text
+        .trim()
+        .split('x')
+        .map(|x| x.parse().expect("--shapes: sides like 16384x1024x4096"))
+        .collect();
+    match sides[..] {
+        [m, k, n] => (m, k, n),
+        _ => panic!("--shapes: {text} is not MxKxN"),
+    }
+}
+
 fn main() {
     let (mut json_path, mut plot_path, mut quick) = (None, None, false);
-    let (mut sizes, mut auto_only): (Option<Vec<usize>>, bool) = (None, false);
+    let mut sizes: Option<Vec<(usize, usize, usize)>> = None;
+    let mut auto_only = false;
     let mut rounds = 0;
     let mut dtypes = vec![Dtype::F32, Dtype::F64];
     let mut args = std::env::args().skip(1);
@@ -637,9 +652,16 @@ fn main() {
                 let list = args.next().expect("--sizes takes a list like 4096,8192");
                 sizes = Some(
                     list.split(',')
-                        .map(|x| x.trim().parse().expect("--sizes: whole numbers"))
+                        .map(|x| {
+                            let x = x.trim().parse().expect("--sizes: whole numbers");
+                            (x, x, x)
+                        })
                         .collect(),
                 );
+            }
+            "--shapes" => {
+                let list = args.next().expect("--shapes takes a list like 16384x1024x4096");
+                sizes = Some(list.split(',').map(parse_shape).collect());
             }
             "--dtype" => {
                 dtypes = match args.next().expect("--dtype takes f32, f64 or both").as_str() {
@@ -650,7 +672,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size]"
             ),
         }
     }
@@ -666,7 +688,7 @@ fn main() {
         println!("built without --features cublas: no cuBLAS reference column");
     }
     let suite: Vec<_> = if let Some(sizes) = &sizes {
-        sizes.iter().map(|&x| (x, x, x)).collect()
+        sizes.clone()
     } else if quick {
         vec![(1024, 1024, 1024), (4096, 4096, 4096)]
     } else {

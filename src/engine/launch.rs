@@ -13,7 +13,7 @@ use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
 use crate::engine::family::Family;
-use crate::engine::ozaki::{GuardReport, OzError, SharedB};
+use crate::engine::ozaki::{cost, GuardReport, OzError, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -128,18 +128,27 @@ pub(crate) fn launch_plan<T: Element>(
         .map(|precision| Launched { precision, guard })
 }
 
-/// Where the default precision emulates: the shapes on which guarded Ozaki products ran
-/// faster than the native kernels on the devices measured (BENCHMARKS.md), on devices with
-/// INT8 tensor cores (compute capability 8.0 on). The guard's own cost (about one more INT8
-/// GEMM and two passes over the operands) is counted in.
+/// Where the default precision emulates, on devices with INT8 tensor cores (compute
+/// capability 8.0 on). On a Hopper (9.0 on), where the model of [`cost`] finds the guarded
+/// product (its guard counted in) [`cost::MARGIN`] times faster than the native one. On the
+/// others, which run the mma.sync INT8 GEMM and have no fitted model, from sides and volumes
+/// measured on an H100 before the model ([`EMULATE_F32`], [`EMULATE_F64`]).
 pub(crate) fn emulation_pays(dtype: Dtype, sm: u32, (m, k, n): (usize, usize, usize)) -> bool {
+    if sm < 80 {
+        return false;
+    }
+    if crate::device::overrides::emulating_every_size() {
+        return true;
+    }
+    if sm >= 90 {
+        return cost::emulation_pays_on_hopper(dtype, (m, k, n));
+    }
     // The smallest side of a product the emulation wins on, and its smallest volume.
     let (side, volume) = match dtype {
-        Dtype::F64 => (EMULATE_F64.0, EMULATE_F64.1),
-        Dtype::F32 => (EMULATE_F32.0, EMULATE_F32.1),
+        Dtype::F64 => EMULATE_F64,
+        Dtype::F32 => EMULATE_F32,
     };
-    let big = m.min(n).min(k) >= side && (m as f64) * (k as f64) * (n as f64) >= volume;
-    sm >= 80 && (big || crate::device::overrides::emulating_every_size())
+    m.min(n).min(k) >= side && (m as f64) * (k as f64) * (n as f64) >= volume
 }
 
 /// Rows a panel needs for its product's emulation to pay as the whole product's does, op(B)'s

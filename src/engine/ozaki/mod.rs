@@ -12,9 +12,11 @@
 //! (the count of moduli and each row's shift), [`guard`] (whether an element is within
 //! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
 //! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`] (one
-//! product's passes in order) and [`model`] (the exact CPU model the tests compare the
-//! kernels with).
+//! product's passes in order), [`model`] (the exact CPU model the tests compare the
+//! kernels with) and [`cost`] (where the default precision's guarded product pays on a
+//! Hopper).
 
+pub(crate) mod cost;
 pub(crate) mod guard;
 pub(crate) mod launch;
 pub(crate) mod model;
