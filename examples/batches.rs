@@ -149,6 +149,9 @@ fn main() {
     if !quick {
         cases.push(case("f32", 8, 2048, 2048, 2048, false));
         cases.push(case("f64", 8, 1024, 1024, 1024, false));
+        // Items large enough that the default precision emulates each.
+        cases.push(case("f32", 4, 4096, 1024, 4096, false));
+        cases.push(case("f64", 2, 4096, 4096, 4096, false));
     }
     let torch = if no_torch { None } else { torch_times(&cases) };
     println!("\n| dtype | batch | m | k | n | B | gpu_dot ms | torch ms | gpu_dot / torch | 2-D loop ms | ndarray ms | route |");

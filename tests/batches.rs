@@ -270,3 +270,68 @@ both_types!(
     #[ignore = "needs a CUDA GPU"]
     gpu_dot_takes_large_batches_to_the_gpu
 );
+
+/// The default precision emulates a batch whose items pay to emulate (2048³ `f32` items on a
+/// Hopper), each item guarded on its own: uniform items are emulated within their bound, and
+/// an item whose scales pair along k (which the guard refuses) runs natively beside them. What
+/// the route reports is the first item's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_default_emulates_batches_of_large_items() {
+    use gpu_dot::accuracy::{componentwise, Family, Reference};
+    use gpu_dot::Precision;
+    let sm = match gpu_dot::device_status() {
+        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
+        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+    };
+    let (m, k, n) = (2048, 2048, 2048);
+    let seed = common::fresh_seed();
+    for order in [
+        [Family::Uniform, Family::PairedK(20), Family::Uniform],
+        [Family::PairedK(20), Family::Uniform, Family::Uniform],
+    ] {
+        let items: Vec<(Array2<f32>, Array2<f32>)> = order
+            .iter()
+            .enumerate()
+            .map(|(z, f)| f.operands::<f32>((m, k, n), seed + z as u64))
+            .collect();
+        let a = Array3::from_shape_fn((3, m, k), |(z, i, q)| items[z].0[[i, q]]);
+        let b = Array3::from_shape_fn((3, k, n), |(z, q, j)| items[z].1[[q, j]]);
+        let opts = |p| DotOptions::builtin().backend(Backend::Gpu).precision(p);
+        let default = a.gpu_dot_with(&b, &opts(Precision::Auto)).unwrap();
+        let native = a.gpu_dot_with(&b, &opts(Precision::Native)).unwrap();
+        let route = default.route.to_string();
+        let what = format!("{}, {route}", order[0].name());
+        // The first item's verdict: emulated where uniform, else native with the guard's
+        // finding (only Hopper's model emulates items of 2048³).
+        match (sm >= 90, order[0]) {
+            (true, Family::Uniform) => assert!(route.contains("ozaki-8, guarded"), "{what}"),
+            (true, _) => assert!(route.contains("the guard found"), "{what}"),
+            (false, _) => assert!(!route.contains("ozaki"), "{what}"),
+        }
+        assert!(
+            !native.route.to_string().contains("ozaki"),
+            "{}",
+            native.route
+        );
+        // Each item on rows at both ends, componentwise against a reference of about twice
+        // f64's precision: within native's bound (and within 7 where the item was uniform,
+        // which the guard passes on a Hopper).
+        for (z, family) in order.iter().enumerate() {
+            for rows in [0..8, m - 8..m] {
+                let az = a.slice(s![z, rows.clone(), ..]);
+                let reference = Reference::new(az, b.index_axis(Axis(0), z));
+                let got = componentwise(default.c.slice(s![z, rows.clone(), ..]), &reference);
+                let nat = componentwise(native.c.slice(s![z, rows.clone(), ..]), &reference);
+                let item = format!("{what}: item {z} ({}), rows {rows:?}", family.name());
+                assert!(
+                    got.worst <= (2.0 * nat.worst).max(8.0),
+                    "{item}: {got:?} against native {nat:?}"
+                );
+                if sm >= 90 && *family == Family::Uniform {
+                    assert!(got.worst <= 7.0, "{item}: {got:?}");
+                }
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
-use crate::engine::launch::{launch_plan, launch_simple};
+use crate::engine::launch::{emulation_pays, launch_plan, launch_simple, Launched};
 use crate::engine::plan::Plan;
 use crate::engine::table::{SimpleRow, TileConfig, TileRow};
 use crate::error::GpuDotError;
@@ -42,7 +42,10 @@ impl<'a, T> DeviceOperand<'a, T> {
 /// op(B_z)` on `stream`. The register-blocked kernels (`Auto`, `Reg64`, `Reg128`) run the
 /// whole batch in one launch (one grid layer per item, in chunks of 65 535 items) with the
 /// tile configuration `config`, and the plan is returned; the one-output-per-thread kernels
-/// run one launch per item.
+/// run one launch per item. Ozaki products, and those of the default precision whose items
+/// pay to emulate ([`emulation_pays`]), run item by item, each guarded on its own where the
+/// default precision asked: what ran is the first item's (as a product in row panels
+/// reports its first panel's).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_batched<T: Element>(
     gpu: &Gpu,
@@ -56,10 +59,14 @@ pub(crate) fn launch_batched<T: Element>(
     ldc: usize,
     batch: Batch,
     precision: Precision,
-) -> Result<(Option<Plan>, Precision), GpuDotError> {
+) -> Result<(Option<Plan>, Launched), GpuDotError> {
     assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
+    let native = Launched {
+        precision: Precision::Native,
+        guard: None,
+    };
     if batch.items == 0 {
-        return Ok((None, Precision::Native));
+        return Ok((None, native));
     }
     // Every item lies inside the buffers: the last one starts furthest in.
     let last = batch.items - 1;
@@ -84,27 +91,35 @@ pub(crate) fn launch_batched<T: Element>(
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?;
             launch_simple(gpu, stream, kernel, args, &mut c)?;
         }
-        return Ok((None, Precision::Native));
+        return Ok((None, native));
     }
     let dtype = T::DTYPE;
     // Matrix-matrix items from sm_80 on only: a single product with one row or column runs
     // the native GEMV, and an item of a batch gives the same bits; elsewhere the whole batch
     // runs natively in one launch.
     let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() >= 80;
-    if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
+    let by_item = ozaki_here
+        && match precision.for_dtype(dtype) {
+            Precision::Ozaki { .. } => true,
+            Precision::Auto => emulation_pays(dtype, gpu.kernel_sm(), (m, k, n)),
+            _ => false,
+        };
+    if by_item {
         // One product after another, sharing one workspace; an item the Ozaki kernels cannot
-        // run (and so every item: they share shape and device) runs natively.
+        // run (and so every item: they share shape and device), or whose guard refuses it,
+        // runs natively.
         let mut ws = None;
-        let mut ran = None;
+        let mut first = None;
         for z in 0..batch.items {
             let (a, b) = item(z);
             let mut c = c.slice_mut(z * batch.c..);
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
             let plan = Plan::Tile { config, splits: 1 };
-            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws, None)?.precision);
+            let ran = launch_plan(gpu, stream, plan, args, &mut c, &mut ws, None)?;
+            first.get_or_insert(ran);
         }
-        let ran = ran.expect("at least one item");
-        return Ok((Some(Plan::Tile { config, splits: 1 }), ran));
+        let first = first.expect("at least one item");
+        return Ok((Some(Plan::Tile { config, splits: 1 }), first));
     }
     let row = TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm());
     let elems = 16 / std::mem::size_of::<T>();
@@ -142,5 +157,9 @@ pub(crate) fn launch_batched<T: Element>(
             .map_err(GpuDotError::at("launching a batched GEMM kernel"))?;
         z0 += items;
     }
-    Ok((Some(Plan::Tile { config, splits: 1 }), row.precision))
+    let ran = Launched {
+        precision: row.precision,
+        guard: None,
+    };
+    Ok((Some(Plan::Tile { config, splits: 1 }), ran))
 }

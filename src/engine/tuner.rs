@@ -682,10 +682,12 @@ mod tests {
             "4096³ f64 emulates whole"
         );
         f64.dims = (4096, 4095, 4096);
+        assert_eq!(panel_counts(&f64, None, Some(90))[0], 1, "as 4096³");
+        f64.dims = (4096, 2048, 4096);
         assert_eq!(
             panel_counts(&f64, None, Some(90)),
             panel_counts(&f64, None, None),
-            "a side below 4096: f64 does not emulate"
+            "k = 2048 at 4096²: f64 does not emulate (engine::ozaki::cost)"
         );
         // No INT8 tensor cores, or a precision that never emulates: the native counts.
         assert_eq!(

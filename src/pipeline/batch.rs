@@ -144,7 +144,7 @@ fn run<T: Element>(
     let (a_addr, b_addr, c_addr) = (addr(&ws, 'a'), addr(&ws, 'b'), addr(&ws, 'c'));
     transfer::<T>(gpu, &mut ws, Some((a.host(a_trans), a_addr)), None)?;
     transfer::<T>(gpu, &mut ws, Some((b.host(b_trans), b_addr)), None)?;
-    let (plan, precision) = {
+    let (plan, ran) = {
         let Workspace { dev, .. } = &mut ws;
         let da = DeviceOperand {
             buf: dev.a[0].as_ref().expect("provided").view::<T>(a.view.len()),
@@ -185,8 +185,8 @@ fn run<T: Element>(
         ran: Some(Ran {
             kernel: opts.kernel,
             plan,
-            precision,
-            guard: None,
+            precision: ran.precision,
+            guard: ran.guard,
         }),
         panels: 1,
         a_layout: classify(&a.view).0,
