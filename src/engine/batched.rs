@@ -7,8 +7,8 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
-use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
-use crate::engine::launch::{emulation_pays, launch_plan, launch_simple, Launched};
+use crate::engine::args::{grid_x, DevBuf, DeviceOperand, GemmArgs};
+use crate::engine::launch::{launch_plan, launch_simple, Launched};
 use crate::engine::plan::Plan;
 use crate::engine::table::{SimpleRow, TileConfig, TileRow};
 use crate::error::GpuDotError;
@@ -42,10 +42,10 @@ impl<'a, T> DeviceOperand<'a, T> {
 /// op(B_z)` on `stream`. The register-blocked kernels (`Auto`, `Reg64`, `Reg128`) run the
 /// whole batch in one launch (one grid layer per item, in chunks of 65 535 items) with the
 /// tile configuration `config`, and the plan is returned; the one-output-per-thread kernels
-/// run one launch per item. Ozaki products, and those of the default precision whose items
-/// pay to emulate ([`emulation_pays`]), run item by item, each guarded on its own where the
-/// default precision asked: what ran is the first item's (as a product in row panels
-/// reports its first panel's).
+/// run one launch per item. Ozaki products run item by item in the workspace `scratch`: what
+/// ran is the first item's. (Batches of large items go item by item through the 2-D
+/// pipeline instead, where the default precision emulates each item that pays:
+/// `batch::batch_dot`.)
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_batched<T: Element>(
     gpu: &Gpu,
@@ -59,6 +59,7 @@ pub(crate) fn launch_batched<T: Element>(
     ldc: usize,
     batch: Batch,
     precision: Precision,
+    scratch: &mut Option<DevBuf>,
 ) -> Result<(Option<Plan>, Launched), GpuDotError> {
     assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
     let native = Launched {
@@ -98,24 +99,17 @@ pub(crate) fn launch_batched<T: Element>(
     // the native GEMV, and an item of a batch gives the same bits; elsewhere the whole batch
     // runs natively in one launch.
     let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() >= 80;
-    let by_item = ozaki_here
-        && match precision.for_dtype(dtype) {
-            Precision::Ozaki { .. } => true,
-            Precision::Auto => emulation_pays(dtype, gpu.kernel_sm(), (m, k, n)),
-            _ => false,
-        };
-    if by_item {
-        // One product after another, sharing one workspace; an item the Ozaki kernels cannot
-        // run (and so every item: they share shape and device), or whose guard refuses it,
-        // runs natively.
-        let mut ws = None;
+    if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
+        // One product after another, sharing the workspace `scratch`; an item the Ozaki
+        // kernels cannot run (and so every item: they share shape and device) runs
+        // natively.
         let mut first = None;
         for z in 0..batch.items {
             let (a, b) = item(z);
             let mut c = c.slice_mut(z * batch.c..);
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
             let plan = Plan::Tile { config, splits: 1 };
-            let ran = launch_plan(gpu, stream, plan, args, &mut c, &mut ws, None)?;
+            let ran = launch_plan(gpu, stream, plan, args, &mut c, scratch, None)?;
             first.get_or_insert(ran);
         }
         let first = first.expect("at least one item");

@@ -177,6 +177,7 @@ fn run<T: Element>(
                 c: m * n,
             },
             opts.precision,
+            &mut dev.scratch,
         )?
     };
     transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
