@@ -186,37 +186,6 @@ fn decide<T: Element>(
                 };
                 pipeline::gemm(&gpu, opts, g)
             }
-            // Large items one by one through the 2-D pipeline, each into its slice of the
-            // result: their copies overlap their products, and the default precision
-            // emulates each that pays (ITEM_BY_ITEM_BYTES).
-            (Rhs::Each(bv), _) if item_bytes::<T>((m, k, n)) >= ITEM_BY_ITEM_BYTES => {
-                let slice = c.as_slice_mut().expect("a fresh stack is contiguous");
-                let mut done = Ok(None);
-                for (z, cz) in slice.chunks_exact_mut(m * n).enumerate() {
-                    let cz = ArrayViewMut2::from_shape((m, n), cz).expect("m·n elements");
-                    let (sa, sb) = (
-                        Src::Host(a.index_axis(Axis(0), z)),
-                        Src::Host(bv.index_axis(Axis(0), z)),
-                    );
-                    let g = Gemm {
-                        alpha: T::one(),
-                        a: &sa,
-                        b: &sb,
-                        beta: T::zero(),
-                        c: &mut Dst::Fresh(cz),
-                    };
-                    match pipeline::gemm(&gpu, opts, g) {
-                        // What ran is the first item's.
-                        Ok(item) if z == 0 => done = Ok(Some(item)),
-                        Ok(_) => {}
-                        Err(failure) => {
-                            done = Err(failure);
-                            break;
-                        }
-                    }
-                }
-                done.map(|first| first.expect("at least one item"))
-            }
             _ => {
                 let (mut copy_a, mut copy_b) = (None, None);
                 let a_op = operand(a.view(), &mut copy_a);
@@ -246,19 +215,6 @@ fn decide<T: Element>(
         }
         Err(e) => Err(e),
     }
-}
-
-/// Items of at least this many bytes (an item's A, B and C together) run one by one through
-/// the 2-D pipeline rather than in one batched launch. On an H100 host (2026-11-26,
-/// `examples/batches`, the loop of 2-D products against the batch) the loop took 0.70–0.90×
-/// the batch's time from 24 MB items (1024³ `f64`, 2048³ `f32`, 4096 × 1024 · 1024 × 4096
-/// `f32`, 4096³ `f64`), 0.96–0.99× at 12 MB (1024³ `f32`), and 1.27–1.35× at 6 MB (512³
-/// `f64`).
-const ITEM_BY_ITEM_BYTES: usize = 16 << 20;
-
-/// The bytes of one item of a batch: its A, B and C.
-fn item_bytes<T: Element>((m, k, n): (usize, usize, usize)) -> usize {
-    (m * k + k * n + m * n).saturating_mul(std::mem::size_of::<T>())
 }
 
 /// A new standard-layout `batch × m × n` host stack, not initialised (see [`fresh`](crate::host::fresh::fresh)).

@@ -7,8 +7,8 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
-use crate::engine::args::{grid_x, DevBuf, DeviceOperand, GemmArgs};
-use crate::engine::launch::{launch_plan, launch_simple, Launched};
+use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
+use crate::engine::launch::{launch_plan, launch_simple};
 use crate::engine::plan::Plan;
 use crate::engine::table::{SimpleRow, TileConfig, TileRow};
 use crate::error::GpuDotError;
@@ -42,10 +42,7 @@ impl<'a, T> DeviceOperand<'a, T> {
 /// op(B_z)` on `stream`. The register-blocked kernels (`Auto`, `Reg64`, `Reg128`) run the
 /// whole batch in one launch (one grid layer per item, in chunks of 65 535 items) with the
 /// tile configuration `config`, and the plan is returned; the one-output-per-thread kernels
-/// run one launch per item. Ozaki products run item by item in the workspace `scratch`: what
-/// ran is the first item's. (Batches of large items go item by item through the 2-D
-/// pipeline instead, where the default precision emulates each item that pays:
-/// `batch::batch_dot`.)
+/// run one launch per item.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_batched<T: Element>(
     gpu: &Gpu,
@@ -59,15 +56,10 @@ pub(crate) fn launch_batched<T: Element>(
     ldc: usize,
     batch: Batch,
     precision: Precision,
-    scratch: &mut Option<DevBuf>,
-) -> Result<(Option<Plan>, Launched), GpuDotError> {
+) -> Result<(Option<Plan>, Precision), GpuDotError> {
     assert!(m > 0 && k > 0 && n > 0, "empty products never launch");
-    let native = Launched {
-        precision: Precision::Native,
-        guard: None,
-    };
     if batch.items == 0 {
-        return Ok((None, native));
+        return Ok((None, Precision::Native));
     }
     // Every item lies inside the buffers: the last one starts furthest in.
     let last = batch.items - 1;
@@ -92,7 +84,7 @@ pub(crate) fn launch_batched<T: Element>(
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?;
             launch_simple(gpu, stream, kernel, args, &mut c)?;
         }
-        return Ok((None, native));
+        return Ok((None, Precision::Native));
     }
     let dtype = T::DTYPE;
     // Matrix-matrix items from sm_80 on only: a single product with one row or column runs
@@ -100,20 +92,19 @@ pub(crate) fn launch_batched<T: Element>(
     // runs natively in one launch.
     let ozaki_here = m > 1 && n > 1 && gpu.kernel_sm() >= 80;
     if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
-        // One product after another, sharing the workspace `scratch`; an item the Ozaki
-        // kernels cannot run (and so every item: they share shape and device) runs
-        // natively.
-        let mut first = None;
+        // One product after another, sharing one workspace; an item the Ozaki kernels cannot
+        // run (and so every item: they share shape and device) runs natively.
+        let mut ws = None;
+        let mut ran = None;
         for z in 0..batch.items {
             let (a, b) = item(z);
             let mut c = c.slice_mut(z * batch.c..);
             let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?.with_precision(precision);
             let plan = Plan::Tile { config, splits: 1 };
-            let ran = launch_plan(gpu, stream, plan, args, &mut c, scratch, None)?;
-            first.get_or_insert(ran);
+            ran = Some(launch_plan(gpu, stream, plan, args, &mut c, &mut ws, None)?.precision);
         }
-        let first = first.expect("at least one item");
-        return Ok((Some(Plan::Tile { config, splits: 1 }), first));
+        let ran = ran.expect("at least one item");
+        return Ok((Some(Plan::Tile { config, splits: 1 }), ran));
     }
     let row = TileRow::of(dtype, precision.for_dtype(dtype), config, gpu.kernel_sm());
     let elems = 16 / std::mem::size_of::<T>();
@@ -151,9 +142,5 @@ pub(crate) fn launch_batched<T: Element>(
             .map_err(GpuDotError::at("launching a batched GEMM kernel"))?;
         z0 += items;
     }
-    let ran = Launched {
-        precision: row.precision,
-        guard: None,
-    };
-    Ok((Some(Plan::Tile { config, splits: 1 }), ran))
+    Ok((Some(Plan::Tile { config, splits: 1 }), row.precision))
 }

@@ -144,7 +144,7 @@ fn run<T: Element>(
     let (a_addr, b_addr, c_addr) = (addr(&ws, 'a'), addr(&ws, 'b'), addr(&ws, 'c'));
     transfer::<T>(gpu, &mut ws, Some((a.host(a_trans), a_addr)), None)?;
     transfer::<T>(gpu, &mut ws, Some((b.host(b_trans), b_addr)), None)?;
-    let (plan, ran) = {
+    let (plan, precision) = {
         let Workspace { dev, .. } = &mut ws;
         let da = DeviceOperand {
             buf: dev.a[0].as_ref().expect("provided").view::<T>(a.view.len()),
@@ -177,7 +177,6 @@ fn run<T: Element>(
                 c: m * n,
             },
             opts.precision,
-            &mut dev.scratch,
         )?
     };
     transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
@@ -186,8 +185,8 @@ fn run<T: Element>(
         ran: Some(Ran {
             kernel: opts.kernel,
             plan,
-            precision: ran.precision,
-            guard: ran.guard,
+            precision,
+            guard: None,
         }),
         panels: 1,
         a_layout: classify(&a.view).0,
