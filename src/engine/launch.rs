@@ -166,16 +166,17 @@ pub(crate) fn min_emulated_panel_rows(dtype: Dtype) -> usize {
 }
 
 /// [`emulation_pays`] for a product of `m` rows run in panels of `rows` rows sharing op(B):
-/// where the panels have [`min_emulated_panel_rows`] and the whole product's emulation pays,
-/// or a panel's alone does.
+/// where the panels have [`min_emulated_panel_rows`] (any, when the tests weigh emulation at
+/// every size) and the whole product's emulation pays, or a panel's alone does.
 pub(crate) fn emulation_pays_in_panels(
     dtype: Dtype,
     sm: u32,
     (m, k, n): (usize, usize, usize),
     rows: usize,
 ) -> bool {
-    rows >= min_emulated_panel_rows(dtype).min(m)
-        && (emulation_pays(dtype, sm, (m, k, n)) || emulation_pays(dtype, sm, (rows, k, n)))
+    let tall = rows >= min_emulated_panel_rows(dtype).min(m)
+        || crate::device::overrides::emulating_every_size();
+    tall && (emulation_pays(dtype, sm, (m, k, n)) || emulation_pays(dtype, sm, (rows, k, n)))
 }
 
 /// Whether the Ozaki kernels are loaded, loading them now where that needs no NVRTC (the
