@@ -129,10 +129,11 @@ pub(crate) fn launch_plan<T: Element>(
 }
 
 /// Where the default precision emulates, on devices with INT8 tensor cores (compute
-/// capability 8.0 on). On a Hopper (9.0 on), where the model of [`cost`] finds the guarded
-/// product (its guard counted in) [`cost::MARGIN`] times faster than the native one. On the
-/// others, which run the mma.sync INT8 GEMM and have no fitted model, from sides and volumes
-/// measured on an H100 before the model ([`EMULATE_F32`], [`EMULATE_F64`]).
+/// capability 8.0 on). On a Hopper (9.0, which runs the warpgroup INT8 GEMM the model was
+/// fitted to), where the model of [`cost`] finds the guarded product (its guard counted in)
+/// [`cost::MARGIN`] times faster than the native one. On the others, which run the mma.sync
+/// INT8 GEMM and have no fitted model, from sides and volumes measured on an H100 before the
+/// model ([`EMULATE_F32`], [`EMULATE_F64`]).
 pub(crate) fn emulation_pays(dtype: Dtype, sm: u32, (m, k, n): (usize, usize, usize)) -> bool {
     if sm < 80 {
         return false;
@@ -140,7 +141,7 @@ pub(crate) fn emulation_pays(dtype: Dtype, sm: u32, (m, k, n): (usize, usize, us
     if crate::device::overrides::emulating_every_size() {
         return true;
     }
-    if sm >= 90 {
+    if sm == 90 {
         return cost::emulation_pays_on_hopper(dtype, (m, k, n));
     }
     // The smallest side of a product the emulation wins on, and its smallest volume.
@@ -625,4 +626,25 @@ fn launch_direct<T: Element>(
 /// The layout suffix of the table's entry names for `(op(A) transposed, op(B) transposed)`.
 pub(crate) fn table_ll(trans: (bool, bool)) -> &'static str {
     crate::engine::table::layout_suffix(trans.0, trans.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model decides on a Hopper only; the devices that run the mma.sync INT8 GEMM keep
+    /// the rule of sides and volumes, and devices without INT8 tensor cores never emulate.
+    #[test]
+    fn the_model_decides_on_hoppers_only() {
+        let thin = (16384, 1024, 4096);
+        assert!(emulation_pays(Dtype::F32, 90, thin));
+        for sm in [80, 89, 100, 120] {
+            assert!(!emulation_pays(Dtype::F32, sm, thin), "sm {sm}");
+            assert!(
+                emulation_pays(Dtype::F32, sm, (4096, 4096, 4096)),
+                "sm {sm}"
+            );
+        }
+        assert!(!emulation_pays(Dtype::F32, 75, (8192, 8192, 8192)));
+    }
 }
