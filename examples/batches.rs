@@ -149,7 +149,8 @@ fn main() {
     if !quick {
         cases.push(case("f32", 8, 2048, 2048, 2048, false));
         cases.push(case("f64", 8, 1024, 1024, 1024, false));
-        // Items large enough that the default precision emulates each.
+        // Items of shapes that the default precision emulates as single products (a batch
+        // of them still runs in one native launch).
         cases.push(case("f32", 4, 4096, 1024, 4096, false));
         cases.push(case("f64", 2, 4096, 4096, 4096, false));
     }
