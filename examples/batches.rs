@@ -3,7 +3,11 @@
 //! off; `torch.matmul` for a shared right operand), run through `python3` in the same call,
 //! against ndarray on the CPU, and against a loop of 2-D `gpu_dot` calls over the items.
 //!
-//!     cargo run --release --example batches -- [--quick] [--no-torch] [--json PATH]
+//!     cargo run --release --example batches -- [--quick] [--no-torch] [--gpu-only]
+//!         [--cases f32:BxMxKxN[:shared],...] [--json PATH]
+//!
+//! `--cases` measures the batches it names instead of the usual ones; `--gpu-only` measures
+//! `gpu_dot` alone (no loop of 2-D products, no ndarray).
 
 mod common;
 
@@ -64,7 +68,29 @@ fn stack<A: Element>(batch: usize, rows: usize, cols: usize, seed: u64) -> Array
     Array3::from_shape_fn((batch, rows, cols), |(z, i, j)| flat[[z * rows + i, j]])
 }
 
-fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool) -> Value {
+/// The cases `--cases` names: `f32:BxMxKxN` or `f64:BxMxKxN:shared`, comma-separated.
+fn parse_cases(spec: &str) -> Vec<Case> {
+    spec.split(',')
+        .map(|c| {
+            let parts: Vec<&str> = c.split(':').collect();
+            let dims: Vec<usize> = parts[1]
+                .split('x')
+                .map(|d| d.parse().expect("a dimension"))
+                .collect();
+            assert!(dims.len() == 4, "a case is dtype:BxMxKxN[:shared]");
+            Case {
+                dtype: if parts[0] == "f64" { "f64" } else { "f32" },
+                batch: dims[0],
+                m: dims[1],
+                k: dims[2],
+                n: dims[3],
+                shared: parts.get(2) == Some(&"shared"),
+            }
+        })
+        .collect()
+}
+
+fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool, loop_too: bool) -> Value {
     let Case {
         batch,
         m,
@@ -87,16 +113,18 @@ fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool) -> Value {
     let route = run(&gpu).route;
     let gpu_ms = median_ms(600.0, || drop(run(&gpu)));
     // One 2-D gpu_dot per item (the way to batch without a batched form).
-    let loop_ms = median_ms(600.0, || {
-        for z in 0..batch {
-            let az = a.index_axis(Axis(0), z);
-            let bz = if shared {
-                b2.view()
-            } else {
-                b3.index_axis(Axis(0), z)
-            };
-            drop(az.gpu_dot_with(&bz, &gpu).expect("item"));
-        }
+    let loop_ms = loop_too.then(|| {
+        median_ms(600.0, || {
+            for z in 0..batch {
+                let az = a.index_axis(Axis(0), z);
+                let bz = if shared {
+                    b2.view()
+                } else {
+                    b3.index_axis(Axis(0), z)
+                };
+                drop(az.gpu_dot_with(&bz, &gpu).expect("item"));
+            }
+        })
     });
     let cpu_ms = cpu_too.then(|| {
         median_ms(600.0, || {
@@ -115,7 +143,13 @@ fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool) -> Value {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let no_torch = args.iter().any(|a| a == "--no-torch");
+    let gpu_only = args.iter().any(|a| a == "--gpu-only");
+    let no_torch = gpu_only || args.iter().any(|a| a == "--no-torch");
+    let named = args
+        .iter()
+        .position(|a| a == "--cases")
+        .and_then(|i| args.get(i + 1))
+        .map(|spec| parse_cases(spec));
     let json_path = args
         .iter()
         .position(|a| a == "--json")
@@ -146,7 +180,9 @@ fn main() {
         case("f64", 64, 128, 64, 128, false),
         case("f64", 16, 512, 512, 512, false),
     ];
-    if !quick {
+    if let Some(named) = named {
+        cases = named;
+    } else if !quick {
         cases.push(case("f32", 8, 2048, 2048, 2048, false));
         cases.push(case("f64", 8, 1024, 1024, 1024, false));
         // Items of shapes that the default precision emulates as single products (a batch
@@ -159,16 +195,16 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut records = Vec::new();
     for (i, &c) in cases.iter().enumerate() {
-        let cpu_too = c.batch * c.m * c.k * c.n <= 1 << 31;
+        let cpu_too = !gpu_only && c.batch * c.m * c.k * c.n <= 1 << 31;
         let mut r = match c.dtype {
-            "f32" => measure::<f32>(c, 10 + i as u64, cpu_too),
-            _ => measure::<f64>(c, 10 + i as u64, cpu_too),
+            "f32" => measure::<f32>(c, 10 + i as u64, cpu_too, !gpu_only),
+            _ => measure::<f64>(c, 10 + i as u64, cpu_too, !gpu_only),
         };
         let torch_ms = torch.as_ref().map(|t| t[i]);
         r["torch_ms"] = json!(torch_ms);
         let g = r["gpu_dot_ms"].as_f64().unwrap();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {g:.3} | {} | {} | {:.3} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {g:.3} | {} | {} | {} | {} | {} |",
             c.dtype,
             c.batch,
             c.m,
@@ -177,7 +213,9 @@ fn main() {
             if c.shared { "shared" } else { "per item" },
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
             torch_ms.map_or("-".into(), |t| format!("{:.2}", g / t)),
-            r["item_loop_ms"].as_f64().unwrap(),
+            r["item_loop_ms"]
+                .as_f64()
+                .map_or("-".into(), |t| format!("{t:.3}")),
             r["ndarray_ms"]
                 .as_f64()
                 .map_or("-".into(), |t| format!("{t:.3}")),

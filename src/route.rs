@@ -46,7 +46,9 @@ pub enum Route {
         a_layout: Layout,
         /// How the right operand was read.
         b_layout: Layout,
-        /// Row panels the product ran in (more than one: copies overlapped the kernels).
+        /// Row panels the product ran in, or for a batch the parts (row panels of its items
+        /// stacked, or groups of its items) it ran in; more than one: copies overlapped the
+        /// kernels.
         panels: usize,
         /// Products in the batch (1 for a single product).
         batch: usize,
@@ -164,9 +166,10 @@ impl fmt::Display for Route {
                     None => write!(f, "kernel {kernel}")?,
                 }
                 write!(f, " (operands read as {a_layout:?} and {b_layout:?} order")?;
-                match panels {
-                    1 => write!(f, ")"),
-                    p => write!(f, "; {p} row panels)"),
+                match (panels, batch) {
+                    (1, _) => write!(f, ")"),
+                    (p, 1) => write!(f, "; {p} row panels)"),
+                    (p, _) => write!(f, "; in {p} parts)"),
                 }
             }
             Route::Cpu(CpuReason::Requested) => write!(f, "CPU, as requested"),

@@ -11,7 +11,7 @@ use common::{
     KERNELS,
 };
 use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError, Kernel, Route};
-use ndarray::{s, Array2, Array3, ArrayBase, ArrayView3, Axis, Data, Ix3};
+use ndarray::{s, Array2, Array3, ArrayBase, ArrayView3, Axis, Data, Ix3, ShapeBuilder};
 
 /// A random `batch × rows × cols` stack.
 fn stack<T: TestElem>(batch: usize, rows: usize, cols: usize) -> Array3<T> {
@@ -228,10 +228,11 @@ both_types!(
     every_kernel_multiplies_batches_of_every_layout
 );
 
-/// More items than one launch's grid holds along z (65 535): the batch runs in chunks.
+/// More items than one launch's grid holds along z (65 535): the batch runs in chunks. (Its
+/// items are small enough, 9 MiB in all for f64, that it runs as one group.)
 fn a_batch_longer_than_the_grid_runs_in_chunks<T: TestElem>() {
     let batch = 70_001;
-    let (a, b) = (stack::<T>(batch, 3, 5), stack::<T>(batch, 5, 2));
+    let (a, b) = (stack::<T>(batch, 3, 2), stack::<T>(batch, 2, 2));
     let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     for z in [0, 1, 65_534, 65_535, 65_536, batch - 1] {
@@ -269,4 +270,78 @@ fn gpu_dot_takes_large_batches_to_the_gpu<T: TestElem>() {
 both_types!(
     #[ignore = "needs a CUDA GPU"]
     gpu_dot_takes_large_batches_to_the_gpu
+);
+
+/// A batch of several MiB runs in groups of items, each group's copies overlapping another's
+/// kernels, when each operand's items lie one after another in its packed copy (C order,
+/// items transposed, a copied F-order stack, a shared B); a stack whose items interleave
+/// (the rows of one F-order matrix) runs whole. Every item agrees with the reference either
+/// way (the output is poisoned first).
+fn large_batches_run_in_groups_of_items<T: TestElem>() {
+    let (batch, m, k, n) = (48, 250, 64, 190);
+    let (sa, sb) = (
+        Stacks::<T>::new((batch, m, k)),
+        Stacks::<T>::new((batch, k, n)),
+    );
+    let shared = random::<T>(k, n);
+    // Items stacked down the rows of one F-order matrix: element (z, i, j) at
+    // (z·m + i) + j·batch·m of a k × batch·m C-order array.
+    let storage =
+        sa.c.to_shape((batch * m, k))
+            .unwrap()
+            .t()
+            .as_standard_layout()
+            .into_owned();
+    let interleaved = ArrayView3::from_shape(
+        (batch, m, k).strides((m, 1, batch * m)),
+        storage.as_slice().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(interleaved, sa.c);
+    let parts = |route: &Route| match route {
+        Route::Gpu {
+            panels, batch: b, ..
+        } => {
+            assert_eq!(*b, batch);
+            *panels
+        }
+        other => panic!("{other}"),
+    };
+    let opts = gpu_options(Kernel::Auto);
+    let layouts = [
+        ("C order", sa.c.view()),
+        (
+            "items transposed",
+            sa.items_t.view().permuted_axes([0, 2, 1]),
+        ),
+        ("F order", sa.f.view()),
+    ];
+    for (la, a) in layouts {
+        let p = a.gpu_dot_with(&sb.c, &opts).expect(la);
+        assert!(parts(&p.route) > 1, "{la}: {}", p.route);
+        check_items(&p.c, &a, Some(&sb.c.view()), None, la);
+        // A C-order stack times a shared B is one 2-D product, in its own row panels.
+        let p = a.gpu_dot_with(&shared, &opts).expect(la);
+        if la != "C order" {
+            assert!(parts(&p.route) > 1, "{la} · shared: {}", p.route);
+        }
+        check_items(&p.c, &a, None, Some(&shared), &format!("{la} · shared"));
+    }
+    let b_t = sb.items_t.view().permuted_axes([0, 2, 1]);
+    let p = sa.c.gpu_dot_with(&b_t, &opts).unwrap();
+    assert!(parts(&p.route) > 1, "· items transposed: {}", p.route);
+    check_items(&p.c, &sa.c.view(), Some(&b_t), None, "· items transposed");
+    let p = interleaved.gpu_dot_with(&sb.c, &opts).unwrap();
+    assert_eq!(parts(&p.route), 1, "interleaved: {}", p.route);
+    check_items(
+        &p.c,
+        &interleaved.view(),
+        Some(&sb.c.view()),
+        None,
+        "interleaved",
+    );
+}
+both_types!(
+    #[ignore = "needs a CUDA GPU"]
+    large_batches_run_in_groups_of_items
 );

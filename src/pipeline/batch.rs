@@ -1,9 +1,14 @@
-//! Batched products on the device: every item's A and B uploaded at once (each operand packed
-//! as one matrix), one launch for the whole batch, and one download of every result.
+//! Batched products on the device. A small batch uploads every item's A and B at once (each
+//! operand packed as one matrix), runs one launch for the whole batch, and downloads every
+//! result at once. A large one runs its items in groups, each group's copies overlapping
+//! another group's kernels (a [`Schedule::batch`] run by the conductor).
 
 use ndarray::ArrayView2;
 
+use super::conduct::{self, Endpoints, Run, Trace};
 use super::ends::{Done, Failure};
+use super::link::{CudaLink, Streams};
+use super::schedule::{BatchB, Schedule, What};
 use super::transfer::transfer;
 use super::workspace::{self, Needs, Workspace};
 use crate::device::context::Gpu;
@@ -59,6 +64,14 @@ impl<T: Element> BatchOperand<'_, T> {
         (trans, stride, ld)
     }
 
+    /// Whether each item's packed copy is one range of the operand's packed copy (items in
+    /// the order of their index, none interleaved with another), so that a group of items
+    /// moves as one transfer. A shared operand moves whole.
+    fn items_contiguous(&self) -> bool {
+        let (_, stride, _) = self.packing();
+        self.stack == Stack::Shared || stride == self.item.0 * self.item.1
+    }
+
     /// The packed copy's host matrix.
     fn host(&self, trans: bool) -> HostMat {
         let m = HostMat::of_view(&self.view);
@@ -85,9 +98,16 @@ pub(crate) fn batched<T: Element>(
     b: &BatchOperand<'_, T>,
     c: HostMat,
 ) -> Result<Done, Failure> {
+    let dims = (batch, m, k, n);
+    let groups = groups(gpu, dims, T::DTYPE.size(), a, b);
     let mut first = true;
     loop {
-        match run(gpu, opts, config, (batch, m, k, n), a, b, c) {
+        let attempt = if groups.len() > 1 {
+            run_grouped(gpu, opts, dims, a, b, c, &groups)
+        } else {
+            run(gpu, opts, config, dims, a, b, c)
+        };
+        match attempt {
             Ok(done) => return Ok(done),
             Err(GpuDotError::OutOfMemory { .. }) if first && workspace::idle_count(gpu) > 0 => {
                 workspace::trim_device(gpu);
@@ -194,6 +214,234 @@ fn run<T: Element>(
     })
 }
 
+/// Bytes a batch moves (its A, B and C) from which it runs in groups of items.
+const GROUPED_BYTES: usize = 8 << 20;
+/// Bytes a group moves at least.
+const GROUP_BYTES: usize = 4 << 20;
+/// Groups a batch runs in at most.
+const MAX_GROUPS: usize = 8;
+
+/// The item ranges a batch runs in, in order: the whole batch, or (when it moves at least
+/// [`GROUPED_BYTES`] and each group's items are one range of every operand's packed copy)
+/// up to [`MAX_GROUPS`] groups of at least [`GROUP_BYTES`] each, every group with tiles for
+/// at least one wave of the device's multiprocessors. Groups differ by at most one item.
+fn groups<T: Element>(
+    gpu: &Gpu,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    width: usize,
+    a: &BatchOperand<'_, T>,
+    b: &BatchOperand<'_, T>,
+) -> Vec<(usize, usize)> {
+    let shared = if b.stack == Stack::Shared { k * n } else { 0 };
+    let per_item = (m * k + if shared == 0 { k * n } else { 0 } + m * n) * width;
+    let (tm, tn) = TileConfig::Small.tile(T::DTYPE);
+    let tiles = m.div_ceil(tm) * n.div_ceil(tn);
+    let wave = (gpu.info.multiprocessors.max(1) as usize).div_ceil(tiles);
+    split_items(
+        batch,
+        per_item,
+        shared * width,
+        wave,
+        a.items_contiguous() && b.items_contiguous(),
+    )
+}
+
+/// [`groups`] from a batch's count of items, the bytes each item moves and those a shared B
+/// moves, the items a group needs to fill the device once, and whether the operands' items
+/// can move in groups.
+fn split_items(
+    batch: usize,
+    per_item: usize,
+    shared: usize,
+    wave: usize,
+    contiguous: bool,
+) -> Vec<(usize, usize)> {
+    let total = batch.saturating_mul(per_item).saturating_add(shared);
+    let count = if contiguous && total >= GROUPED_BYTES {
+        (total / GROUP_BYTES)
+            .min(MAX_GROUPS)
+            .min(batch / wave.max(1))
+            .max(1)
+    } else {
+        1
+    };
+    (0..count)
+        .map(|g| (g * batch / count, (g + 1) * batch / count))
+        .collect()
+}
+
+/// [`run`] in groups of items (`groups`, in order, covering the batch): group `g`'s A (and
+/// B, when each item has its own) goes up while the groups before it multiply, and its
+/// results come down while the groups after it do. Every operand and the result have one
+/// device buffer, each group's part at its own place in it. `c` must be fresh (never
+/// written): its pages are touched ahead of the results.
+fn run_grouped<T: Element>(
+    gpu: &Gpu,
+    opts: &DotOptions,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    a: &BatchOperand<'_, T>,
+    b: &BatchOperand<'_, T>,
+    c: HostMat,
+    groups: &[(usize, usize)],
+) -> Result<Done, GpuDotError> {
+    let c_len = batch * m * n;
+    assert_eq!(c.dim(), (batch * m, n), "output shape");
+    let width = T::DTYPE.size();
+    let (a_trans, a_stride, lda) = a.packing();
+    let (b_trans, b_stride, ldb) = b.packing();
+    let b_moves = if b.stack == Stack::Shared {
+        BatchB::Shared(b.view.len())
+    } else {
+        BatchB::Each(k * n)
+    };
+    let sched = Schedule::batch(groups, m * k, b_moves, m * n);
+    let mut ws = workspace::take(gpu)?;
+    ws.provide(
+        gpu,
+        &Needs {
+            width,
+            a: a.view.len(),
+            a_slots: 1,
+            b: b.view.len(),
+            c: c_len,
+            c_slots: 1,
+            up_ring: sched.up.ring_len(),
+            down_ring: sched.down.ring_len(),
+            ..Needs::default()
+        },
+    )?;
+    let Workspace {
+        lanes,
+        dev,
+        staging,
+    } = &mut ws;
+    let compute = lanes.compute.clone();
+    let addr = |buf: &Option<args::DevBuf>| buf.as_ref().expect("provided above").addr(&compute);
+    let (a_addr, b_addr, c_addr) = (addr(&dev.a[0]), addr(&dev.b), addr(&dev.c[0]));
+    // The packed host matrices, each item `q` of their rows from the last one's.
+    let (ha, hb) = (a.host(a_trans), b.host(b_trans));
+    let (qa, qb) = (a_stride / ha.dim().1.max(1), b_stride / hb.dim().1.max(1));
+    let at = |base: u64, elements: usize| base + (elements * width) as u64;
+    let mut ends = Endpoints {
+        up_host: Vec::with_capacity(sched.up.transfers.len()),
+        up_dev: Vec::with_capacity(sched.up.transfers.len()),
+        down_host: Vec::with_capacity(groups.len()),
+        down_dev: Vec::with_capacity(groups.len()),
+        fresh: Some(c),
+        width,
+    };
+    for t in &sched.up.transfers {
+        let (host, dst) = match t.what {
+            What::B => (hb, b_addr),
+            What::A(g) => {
+                let (z0, z1) = groups[g];
+                (ha.rows(z0 * qa, z1 * qa), at(a_addr, z0 * a_stride))
+            }
+            What::BItems(g) => {
+                let (z0, z1) = groups[g];
+                (hb.rows(z0 * qb, z1 * qb), at(b_addr, z0 * b_stride))
+            }
+            What::CIn(_) | What::COut(_) | What::Whole => unreachable!("not an input of a batch"),
+        };
+        assert_eq!(host.len(), t.len, "a transfer's host matrix has its length");
+        ends.up_host.push(host);
+        ends.up_dev.push(dst);
+    }
+    for &(z0, z1) in groups {
+        ends.down_host.push(c.rows(z0 * m, z1 * m));
+        ends.down_dev.push(at(c_addr, z0 * m * n));
+    }
+    let streams = Streams {
+        up: lanes.up.clone(),
+        compute: compute.clone(),
+        down: lanes.down.clone(),
+    };
+    let events = lanes.events(gpu, CudaLink::events_needed(&sched, true))?;
+    let run = Run {
+        link: CudaLink::new(streams, events, &sched),
+        up_ring: staging.up.as_ref().map(|r| r.ring(width)),
+        down_ring: staging.down.as_ref().map(|r| r.ring(width)),
+        // Every group has its own part of each device buffer: none waits for another's.
+        a_slots: groups.len(),
+        c_slots: groups.len(),
+        mapped_result: false,
+        bytes_per_helper: conduct::BYTES_PER_HELPER,
+        work_waits: false,
+    };
+    let mut ran = None;
+    let mut group_work = |g: usize| -> Result<(), GpuDotError> {
+        let (z0, z1) = groups[g];
+        let items = z1 - z0;
+        let da = DeviceOperand {
+            buf: dev.a[0]
+                .as_ref()
+                .expect("provided")
+                .view::<T>(a.view.len())
+                .slice(z0 * a_stride..),
+            trans: a_trans,
+            ld: lda,
+        };
+        let db = DeviceOperand {
+            buf: dev
+                .b
+                .as_ref()
+                .expect("provided")
+                .view::<T>(b.view.len())
+                .slice(z0 * b_stride..),
+            trans: b_trans,
+            ld: ldb,
+        };
+        let mut dc_all = dev.c[0].as_mut().expect("provided").view_mut::<T>(c_len);
+        if g == 0 && opts.poison_output {
+            args::poison(&compute, &mut dc_all)?;
+        }
+        let mut dc = dc_all.slice_mut(z0 * m * n..z1 * m * n);
+        let config = batch_config(gpu, opts.kernel, T::DTYPE, (items, m, n));
+        let launched = batched::launch_batched(
+            gpu,
+            &compute,
+            opts.kernel,
+            config,
+            (m, k, n),
+            &da,
+            &db,
+            &mut dc,
+            n,
+            Batch {
+                items,
+                a: a_stride,
+                b: b_stride,
+                c: m * n,
+            },
+            opts.precision,
+        )?;
+        ran.get_or_insert(launched);
+        Ok(())
+    };
+    conduct::conduct(
+        &sched,
+        &ends,
+        &run,
+        &mut group_work,
+        &mut false,
+        &mut Trace::default(),
+    )?;
+    drop(run);
+    workspace::give_back(gpu, ws);
+    let (plan, precision) = ran.expect("a batch has a group");
+    Ok(Done {
+        ran: Some(Ran {
+            kernel: opts.kernel,
+            plan,
+            precision,
+            guard: None,
+        }),
+        panels: groups.len(),
+        a_layout: classify(&a.view).0,
+        b_layout: classify(&b.view).0,
+    })
+}
+
 /// The tile configuration for a batch under `kernel`: the one a register-blocked kernel
 /// names, else (`Auto`) the big tile when the batch makes enough big tiles to fill the device
 /// twice over.
@@ -215,5 +463,45 @@ pub(crate) fn batch_config(
                 TileConfig::Small
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_of_a_few_mib_run_whole() {
+        // 7 MiB in all, or items that interleave: one group.
+        assert_eq!(split_items(7, 1 << 20, 0, 1, true), [(0, 7)]);
+        assert_eq!(split_items(64, 1 << 20, 0, 1, false), [(0, 64)]);
+    }
+
+    #[test]
+    fn large_batches_run_in_groups_of_a_few_mib() {
+        // 8 MiB: two groups of 4; 3 MiB items, 30 MiB: seven groups of at least 4 MiB.
+        assert_eq!(split_items(8, 1 << 20, 0, 1, true), [(0, 4), (4, 8)]);
+        let g = split_items(10, 3 << 20, 0, 1, true);
+        assert_eq!(g.len(), 7);
+        // At most eight groups, in order, covering the batch, differing by one item at most.
+        let g = split_items(1001, 1 << 20, 0, 1, true);
+        assert_eq!(g.len(), MAX_GROUPS);
+        assert_eq!((g[0].0, g[7].1), (0, 1001));
+        for w in g.windows(2) {
+            assert_eq!(w[0].1, w[1].0);
+        }
+        let sizes: Vec<usize> = g.iter().map(|(z0, z1)| z1 - z0).collect();
+        assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
+        // A shared B counts toward the batch's bytes once.
+        assert_eq!(split_items(2, 1 << 20, 6 << 20, 1, true).len(), 2);
+    }
+
+    #[test]
+    fn every_group_fills_the_device_once() {
+        // Items of one tile each on 132 multiprocessors: groups of at least 132 items.
+        let g = split_items(300, 64 << 10, 0, 132, true);
+        assert_eq!(g.len(), 2);
+        assert!(g.iter().all(|(z0, z1)| z1 - z0 >= 132));
+        assert_eq!(split_items(131, 1 << 20, 0, 132, true), [(0, 131)]);
     }
 }

@@ -474,7 +474,9 @@ fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -
                 let (r0, r1) = sched.panels[i];
                 (c().rows(r0, r1), dev.c[i % slots])
             }
-            What::COut(_) | What::Whole => unreachable!("not an input of a product"),
+            What::COut(_) | What::BItems(_) | What::Whole => {
+                unreachable!("not an input of a 2-D product")
+            }
         };
         assert_eq!(host.len(), t.len, "a transfer's host matrix has its length");
         assert_ne!(addr, 0, "a transfer's device buffer is provided");

@@ -112,6 +112,8 @@ pub(crate) enum What {
     CIn(usize),
     /// Panel `i` of the result, down.
     COut(usize),
+    /// The items of B of a batch's group `i`, up (a batch with a B per item).
+    BItems(usize),
     /// A whole matrix (an upload or a download of a device matrix).
     Whole,
 }
@@ -276,10 +278,19 @@ pub(crate) fn product_schedule(
     s
 }
 
+/// A batch's B as its schedule moves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchB {
+    /// One B per item, of this many elements, uploaded with its item's group.
+    Each(usize),
+    /// One B for every item, of this many elements, uploaded first.
+    Shared(usize),
+}
+
 /// A product's schedule: panels, and the transfers of both directions.
 #[derive(Debug)]
 pub(crate) struct Schedule {
-    /// Row ranges of A and C, one per panel.
+    /// Row ranges of A and C, one per panel (for a batch: item ranges).
     pub(crate) panels: Vec<(usize, usize)>,
     pub(crate) up: Direction,
     pub(crate) down: Direction,
@@ -345,6 +356,58 @@ impl Schedule {
                 });
             }
         }
+        Schedule::of_panels(panels, up, down, &inputs_through, limits)
+    }
+
+    /// The schedule of a batch of products whose items are uploaded and downloaded in groups
+    /// (the panels: item ranges `z0..z1`), so that one group's copies overlap another's
+    /// kernels. Each item of A takes `a_item` elements up and each of C `c_item` down; B takes
+    /// `b_item` per item, or with [`BatchB::Shared`] one transfer of all of it before the
+    /// first group.
+    pub(crate) fn batch(
+        groups: &[(usize, usize)],
+        a_item: usize,
+        b: BatchB,
+        c_item: usize,
+    ) -> Schedule {
+        let limits = &Limits::DEFAULT;
+        let mut up = Vec::new();
+        // Every transfer has elements: items, and their dimensions, are at least 1.
+        if let BatchB::Shared(len) = b {
+            up.push(Transfer { what: What::B, len });
+        }
+        let mut down = Vec::new();
+        let mut inputs_through = Vec::new();
+        for (i, &(z0, z1)) in groups.iter().enumerate() {
+            let items = z1 - z0;
+            up.push(Transfer {
+                what: What::A(i),
+                len: items * a_item,
+            });
+            if let BatchB::Each(b_item) = b {
+                up.push(Transfer {
+                    what: What::BItems(i),
+                    len: items * b_item,
+                });
+            }
+            inputs_through.push(up.len());
+            down.push(Transfer {
+                what: What::COut(i),
+                len: items * c_item,
+            });
+        }
+        Schedule::of_panels(groups.to_vec(), up, down, &inputs_through, limits)
+    }
+
+    /// A schedule from its panels and transfers: `inputs_through[i]` up transfers are panel
+    /// `i`'s inputs and those of the panels before it.
+    fn of_panels(
+        panels: Vec<(usize, usize)>,
+        up: Vec<Transfer>,
+        down: Vec<Transfer>,
+        inputs_through: &[usize],
+        limits: &Limits,
+    ) -> Schedule {
         let up = Direction::new(up, Growth::Rising, limits);
         let down = Direction::new(down, Growth::Falling, limits);
         let panel_inputs = inputs_through
@@ -594,5 +657,46 @@ mod tests {
         let s = Schedule::download(77);
         check_cover(&s.down);
         assert_eq!(s.down.parcels.len(), 1);
+    }
+
+    #[test]
+    fn a_batch_moves_each_group_before_its_kernels() {
+        let groups = [(0, 3), (3, 5), (5, 8)];
+        // B per item: each group's A, then its B, then its kernels; its results alone down.
+        let s = Schedule::batch(&groups, 6, BatchB::Each(10), 4);
+        let whats: Vec<What> = s.up.transfers.iter().map(|t| t.what).collect();
+        assert_eq!(
+            whats,
+            [
+                What::A(0),
+                What::BItems(0),
+                What::A(1),
+                What::BItems(1),
+                What::A(2),
+                What::BItems(2)
+            ]
+        );
+        assert_eq!(s.panels, groups);
+        for (g, &(z0, z1)) in groups.iter().enumerate() {
+            assert_eq!(s.up.transfers[2 * g].len, (z1 - z0) * 6);
+            assert_eq!(s.up.transfers[2 * g + 1].len, (z1 - z0) * 10);
+            let last = s.up.parcels[s.panel_inputs[g] - 1].transfer;
+            assert_eq!(s.up.transfers[last].what, What::BItems(g));
+            assert_eq!(s.down.transfers[g].len, (z1 - z0) * 4);
+            for d in s.panel_outputs[g].clone() {
+                assert_eq!(s.down.parcels[d].transfer, g);
+            }
+        }
+        check_cover(&s.up);
+        check_cover(&s.down);
+        // A shared B goes up once, first.
+        let s = Schedule::batch(&groups, 6, BatchB::Shared(10), 4);
+        let whats: Vec<What> = s.up.transfers.iter().map(|t| t.what).collect();
+        assert_eq!(whats, [What::B, What::A(0), What::A(1), What::A(2)]);
+        assert_eq!(s.up.transfers[0].len, 10);
+        assert_eq!(
+            s.up.transfers[s.up.parcels[s.panel_inputs[0] - 1].transfer].what,
+            What::A(0)
+        );
     }
 }
