@@ -214,17 +214,24 @@ fn run<T: Element>(
     })
 }
 
+/// Device slots of a batch that runs in groups: the groups each slot holds in turn.
+const SLOTS: usize = 2;
 /// Bytes a batch moves (its A, B and C) from which it runs in groups of items.
 const GROUPED_BYTES: usize = 8 << 20;
 /// Bytes a group moves at least.
 const GROUP_BYTES: usize = 4 << 20;
-/// Groups a batch runs in at most.
+/// Groups a batch runs in at most, unless its groups would move more than
+/// [`MAX_GROUP_BYTES`] each.
 const MAX_GROUPS: usize = 8;
+/// Bytes a group moves at most: the device holds two groups at a time, so a batch of any size
+/// runs in a bounded amount of device memory.
+const MAX_GROUP_BYTES: usize = 256 << 20;
 
 /// The item ranges a batch runs in, in order: the whole batch, or (when it moves at least
 /// [`GROUPED_BYTES`] and each group's items are one range of every operand's packed copy)
 /// up to [`MAX_GROUPS`] groups of at least [`GROUP_BYTES`] each, every group with tiles for
-/// at least one wave of the device's multiprocessors. Groups differ by at most one item.
+/// at least one wave of the device's multiprocessors; and as many more as keep each group
+/// within [`MAX_GROUP_BYTES`]. Groups differ by at most one item.
 fn groups<T: Element>(
     gpu: &Gpu,
     (batch, m, k, n): (usize, usize, usize, usize),
@@ -256,12 +263,14 @@ fn split_items(
     wave: usize,
     contiguous: bool,
 ) -> Vec<(usize, usize)> {
-    let total = batch.saturating_mul(per_item).saturating_add(shared);
+    let items = batch.saturating_mul(per_item);
+    let total = items.saturating_add(shared);
     let count = if contiguous && total >= GROUPED_BYTES {
         (total / GROUP_BYTES)
             .min(MAX_GROUPS)
             .min(batch / wave.max(1))
-            .max(1)
+            .max(items.div_ceil(MAX_GROUP_BYTES))
+            .clamp(1, batch.max(1))
     } else {
         1
     };
@@ -272,9 +281,11 @@ fn split_items(
 
 /// [`run`] in groups of items (`groups`, in order, covering the batch): group `g`'s A (and
 /// B, when each item has its own) goes up while the groups before it multiply, and its
-/// results come down while the groups after it do. Every operand and the result have one
-/// device buffer, each group's part at its own place in it. `c` must be fresh (never
-/// written): its pages are touched ahead of the results.
+/// results come down while the groups after it do. The device holds two groups at a time:
+/// group `g` uses slot `g % 2` of A's, B's and C's buffers (a shared B is uploaded whole,
+/// once), and waits for group `g − 2`'s kernels before its uploads and for its results'
+/// download before its kernels. `c` must be fresh (never written): its pages are touched
+/// ahead of the results.
 fn run_grouped<T: Element>(
     gpu: &Gpu,
     opts: &DotOptions,
@@ -284,7 +295,6 @@ fn run_grouped<T: Element>(
     c: HostMat,
     groups: &[(usize, usize)],
 ) -> Result<Done, GpuDotError> {
-    let c_len = batch * m * n;
     assert_eq!(c.dim(), (batch * m, n), "output shape");
     let width = T::DTYPE.size();
     let (a_trans, a_stride, lda) = a.packing();
@@ -295,15 +305,24 @@ fn run_grouped<T: Element>(
         BatchB::Each(k * n)
     };
     let sched = Schedule::batch(groups, m * k, b_moves, m * n);
+    // Two slots, each of the largest group's items (the items of a group lie one after
+    // another, `stride` apart: their own length, as their packing is contiguous).
+    let slots = groups.len().min(SLOTS);
+    let most = groups.iter().map(|(z0, z1)| z1 - z0).max().unwrap_or(0);
+    let slot_len = |stride: usize| most * stride;
+    let b_len = match b_moves {
+        BatchB::Shared(len) => len,
+        BatchB::Each(_) => slots * slot_len(b_stride),
+    };
     let mut ws = workspace::take(gpu)?;
     ws.provide(
         gpu,
         &Needs {
             width,
-            a: a.view.len(),
+            a: slots * slot_len(a_stride),
             a_slots: 1,
-            b: b.view.len(),
-            c: c_len,
+            b: b_len,
+            c: slots * slot_len(m * n),
             c_slots: 1,
             up_ring: sched.up.ring_len(),
             down_ring: sched.down.ring_len(),
@@ -321,6 +340,8 @@ fn run_grouped<T: Element>(
     // The packed host matrices, each item `q` of their rows from the last one's.
     let (ha, hb) = (a.host(a_trans), b.host(b_trans));
     let (qa, qb) = (a_stride / ha.dim().1.max(1), b_stride / hb.dim().1.max(1));
+    // Group `g`'s place in a buffer of slots `len` elements long, as an address or an offset.
+    let slot_at = |g: usize, len: usize| (g % slots) * len;
     let at = |base: u64, elements: usize| base + (elements * width) as u64;
     let mut ends = Endpoints {
         up_host: Vec::with_capacity(sched.up.transfers.len()),
@@ -335,11 +356,13 @@ fn run_grouped<T: Element>(
             What::B => (hb, b_addr),
             What::A(g) => {
                 let (z0, z1) = groups[g];
-                (ha.rows(z0 * qa, z1 * qa), at(a_addr, z0 * a_stride))
+                let dst = at(a_addr, slot_at(g, slot_len(a_stride)));
+                (ha.rows(z0 * qa, z1 * qa), dst)
             }
             What::BItems(g) => {
                 let (z0, z1) = groups[g];
-                (hb.rows(z0 * qb, z1 * qb), at(b_addr, z0 * b_stride))
+                let dst = at(b_addr, slot_at(g, slot_len(b_stride)));
+                (hb.rows(z0 * qb, z1 * qb), dst)
             }
             What::CIn(_) | What::COut(_) | What::Whole => unreachable!("not an input of a batch"),
         };
@@ -347,9 +370,9 @@ fn run_grouped<T: Element>(
         ends.up_host.push(host);
         ends.up_dev.push(dst);
     }
-    for &(z0, z1) in groups {
+    for (g, &(z0, z1)) in groups.iter().enumerate() {
         ends.down_host.push(c.rows(z0 * m, z1 * m));
-        ends.down_dev.push(at(c_addr, z0 * m * n));
+        ends.down_dev.push(at(c_addr, slot_at(g, slot_len(m * n))));
     }
     let streams = Streams {
         up: lanes.up.clone(),
@@ -361,9 +384,10 @@ fn run_grouped<T: Element>(
         link: CudaLink::new(streams, events, &sched),
         up_ring: staging.up.as_ref().map(|r| r.ring(width)),
         down_ring: staging.down.as_ref().map(|r| r.ring(width)),
-        // Every group has its own part of each device buffer: none waits for another's.
-        a_slots: groups.len(),
-        c_slots: groups.len(),
+        // The uploads of A's and B's items, and the kernels writing C, wait for the group
+        // that used the slot before.
+        a_slots: slots,
+        c_slots: slots,
         mapped_result: false,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
         work_waits: false,
@@ -376,26 +400,35 @@ fn run_grouped<T: Element>(
             buf: dev.a[0]
                 .as_ref()
                 .expect("provided")
-                .view::<T>(a.view.len())
-                .slice(z0 * a_stride..),
+                .view::<T>(slots * slot_len(a_stride))
+                .slice(slot_at(g, slot_len(a_stride))..),
             trans: a_trans,
             ld: lda,
+        };
+        let b_at = match b_moves {
+            BatchB::Shared(_) => 0,
+            BatchB::Each(_) => slot_at(g, slot_len(b_stride)),
         };
         let db = DeviceOperand {
             buf: dev
                 .b
                 .as_ref()
                 .expect("provided")
-                .view::<T>(b.view.len())
-                .slice(z0 * b_stride..),
+                .view::<T>(b_len)
+                .slice(b_at..),
             trans: b_trans,
             ld: ldb,
         };
-        let mut dc_all = dev.c[0].as_mut().expect("provided").view_mut::<T>(c_len);
-        if g == 0 && opts.poison_output {
-            args::poison(&compute, &mut dc_all)?;
+        let c_len = slot_len(m * n);
+        let mut dc_slots = dev.c[0]
+            .as_mut()
+            .expect("provided")
+            .view_mut::<T>(slots * c_len);
+        let at = slot_at(g, c_len);
+        let mut dc = dc_slots.slice_mut(at..at + items * m * n);
+        if opts.poison_output {
+            args::poison(&compute, &mut dc)?;
         }
-        let mut dc = dc_all.slice_mut(z0 * m * n..z1 * m * n);
         let config = batch_config(gpu, opts.kernel, T::DTYPE, (items, m, n));
         let launched = batched::launch_batched(
             gpu,
@@ -494,6 +527,20 @@ mod tests {
         assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
         // A shared B counts toward the batch's bytes once.
         assert_eq!(split_items(2, 1 << 20, 6 << 20, 1, true).len(), 2);
+    }
+
+    #[test]
+    fn groups_of_a_huge_batch_stay_within_their_bytes() {
+        // 10 000 MiB of items: 40 groups of 250 MiB, whatever a wave asks; at most one item
+        // per group when the items themselves are larger.
+        let g = split_items(1000, 10 << 20, 0, 132, true);
+        assert_eq!(g.len(), 40);
+        assert!(g
+            .iter()
+            .all(|(z0, z1)| (z1 - z0) * (10 << 20) <= MAX_GROUP_BYTES));
+        assert_eq!(split_items(3, 1 << 30, 0, 1, true).len(), 3);
+        // 1000 MiB: eight groups.
+        assert_eq!(split_items(100, 10 << 20, 0, 1, true).len(), MAX_GROUPS);
     }
 
     #[test]

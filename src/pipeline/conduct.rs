@@ -393,7 +393,8 @@ pub(crate) struct Run<'r, L: Link> {
     pub(crate) link: L,
     pub(crate) up_ring: Option<Ring<'r>>,
     pub(crate) down_ring: Option<Ring<'r>>,
-    /// Slots of the device buffers for A and C panels (a panel `i` uses slot `i % slots`).
+    /// Slots of the device buffers for A and C panels (a panel `i` uses slot `i % slots`; a
+    /// batch's groups of items of B use A's).
     pub(crate) a_slots: usize,
     pub(crate) c_slots: usize,
     /// The panel's kernels write the result straight into the down ring (page-locked memory
@@ -505,9 +506,10 @@ impl<L: Link> Conductor<'_, '_, L> {
             while issued_up < up.parcels.len() && board.up_parcel_packed(issued_up) {
                 let parcel = &up.parcels[issued_up];
                 if parcel.start == 0 && separate {
-                    // A panel's device slot is reused: wait for the panel that used it last.
+                    // A panel's device slot is reused: wait for the panel that used it last
+                    // (a batch's group of items of B shares its slot index with A's).
                     match up.transfers[parcel.transfer].what {
-                        What::A(i) if i >= self.run.a_slots => {
+                        What::A(i) | What::BItems(i) if i >= self.run.a_slots => {
                             if enqueued <= i - self.run.a_slots {
                                 break;
                             }
