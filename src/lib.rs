@@ -23,9 +23,11 @@
 //! A 3-D array is a stack of matrices: `q.gpu_dot(&k)` multiplies a `batch × m × k` stack by a
 //! `batch × k × n` stack item by item (as `torch.bmm`), and by a 2-D `k × n` matrix each item
 //! by the same matrix. Any layout per operand; the `Array3` result is in C order on every
-//! route. On the GPU each operand is uploaded once and one launch computes every item; on the
-//! CPU each item is ndarray's `general_mat_mul`. Stacks of different lengths panic (typed
-//! [`GpuDotError::BatchMismatch`] in the `try_` forms).
+//! route. On the GPU each operand is uploaded once and one launch computes every item; a stack
+//! that moves 8 MiB or more, whose items lie one after another in memory, runs in groups of
+//! items instead, each group's copies overlapping another group's launch, with two groups on
+//! the device at a time. On the CPU each item is ndarray's `general_mat_mul`. Stacks of
+//! different lengths panic (typed [`GpuDotError::BatchMismatch`] in the `try_` forms).
 //!
 //! ```
 //! use gpu_dot::GpuDot;
