@@ -31,16 +31,19 @@ mod batch;
 mod conduct;
 pub(crate) mod ends;
 mod gemm;
+mod grouped;
 mod link;
 mod schedule;
 #[cfg(test)]
 mod sim;
+mod stacks;
 mod transfer;
 mod workspace;
 
-pub(crate) use batch::{batch_config, batched, BatchOperand, Stack};
+pub(crate) use batch::batched;
 pub(crate) use ends::{DevMat, Done, Dst, Failure, Src, TRACE};
 pub(crate) use gemm::{gemm, Gemm};
+pub(crate) use stacks::{batch_config, BatchOperand, Stack};
 pub(crate) use transfer::{
     download_fresh, download_into, duplicate, upload, upload_into, upload_to, zeros,
 };
