@@ -5,7 +5,7 @@
 
 use super::ends::{Done, Failure};
 use super::grouped;
-use super::stacks::BatchOperand;
+use super::stacks::{batch_done, BatchOperand};
 use super::transfer::transfer;
 use super::workspace::{self, Needs, Workspace};
 use crate::device::context::Gpu;
@@ -13,10 +13,8 @@ use crate::element::Element;
 use crate::engine::args::{self, DeviceOperand};
 use crate::engine::batched::{self, Batch};
 use crate::engine::table::TileConfig;
-use crate::engine::tuner::Ran;
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
-use crate::layout::classify;
 use crate::options::DotOptions;
 
 /// Computes `C_z = A_z · B_z` for `batch` items of `m × k` by `k × n` into `c`, a row-major
@@ -137,15 +135,5 @@ fn run<T: Element>(
     };
     transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
     workspace::give_back(gpu, ws);
-    Ok(Done {
-        ran: Some(Ran {
-            kernel: opts.kernel,
-            plan,
-            precision,
-            guard: None,
-        }),
-        panels: 1,
-        a_layout: classify(&a.view).0,
-        b_layout: classify(&b.view).0,
-    })
+    Ok(batch_done(opts.kernel, (plan, precision), 1, a, b))
 }

@@ -11,7 +11,7 @@ use super::conduct::{self, Endpoints, Run, Trace};
 use super::ends::Done;
 use super::link::{CudaLink, Streams};
 use super::schedule::{BatchB, Schedule, What};
-use super::stacks::{batch_config, BatchOperand, Stack};
+use super::stacks::{batch_config, batch_done, BatchOperand, Stack};
 use super::workspace::{self, Needs, Workspace};
 use crate::device::context::Gpu;
 use crate::element::Element;
@@ -19,10 +19,8 @@ use crate::engine::args::{self, DevBuf, DeviceOperand};
 use crate::engine::batched::{self, Batch};
 use crate::engine::plan::Plan;
 use crate::engine::table::TileConfig;
-use crate::engine::tuner::Ran;
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
-use crate::layout::classify;
 use crate::options::{DotOptions, Precision};
 
 /// Device slots of a batch that runs in groups: the groups each slot holds in turn.
@@ -247,18 +245,8 @@ pub(super) fn run<T: Element>(
     )?;
     drop(run);
     workspace::give_back(gpu, ws);
-    let (plan, precision) = ran.expect("a batch has a group");
-    Ok(Done {
-        ran: Some(Ran {
-            kernel: opts.kernel,
-            plan,
-            precision,
-            guard: None,
-        }),
-        panels: groups.len(),
-        a_layout: classify(&a.view).0,
-        b_layout: classify(&b.view).0,
-    })
+    let ran = ran.expect("a batch has a group");
+    Ok(batch_done(opts.kernel, ran, groups.len(), a, b))
 }
 
 /// Step 2: every transfer of `sched` bound to its host matrix and to its group's slot of the
@@ -314,6 +302,21 @@ fn endpoints<T: Element>(
     ends
 }
 
+/// An operand's buffer of `len` elements seen from element `at` (a group's place), packed as
+/// `(trans, _, ld)` says.
+fn slot_operand<T: Element>(
+    buf: &Option<DevBuf>,
+    len: usize,
+    at: usize,
+    (trans, _, ld): (bool, usize, usize),
+) -> DeviceOperand<'_, T> {
+    DeviceOperand {
+        buf: buf.as_ref().expect("provided").view::<T>(len).slice(at..),
+        trans,
+        ld,
+    }
+}
+
 /// Group `g`'s launch of `items` items on `stream`, its operands and results in its slots of
 /// the buffers `(a, b, c)` (its results poisoned first where the options ask): what
 /// [`batched::launch_batched`] returns.
@@ -329,25 +332,9 @@ fn enqueue_group<T: Element>(
     g: usize,
     items: usize,
 ) -> Result<(Option<Plan>, Precision), GpuDotError> {
-    let ((a_trans, a_stride, lda), (b_trans, b_stride, ldb)) = (packing.a, packing.b);
-    let da = DeviceOperand {
-        buf: a
-            .as_ref()
-            .expect("provided")
-            .view::<T>(slots.total(a_stride))
-            .slice(slots.at(g, a_stride)..),
-        trans: a_trans,
-        ld: lda,
-    };
-    let db = DeviceOperand {
-        buf: b
-            .as_ref()
-            .expect("provided")
-            .view::<T>(packing.b_len(slots))
-            .slice(packing.b_at(slots, g)..),
-        trans: b_trans,
-        ld: ldb,
-    };
+    let (a_stride, b_stride) = (packing.a.1, packing.b.1);
+    let da = slot_operand::<T>(a, slots.total(a_stride), slots.at(g, a_stride), packing.a);
+    let db = slot_operand::<T>(b, packing.b_len(slots), packing.b_at(slots, g), packing.b);
     let mut dc_slots = c
         .as_mut()
         .expect("provided")

@@ -5,10 +5,14 @@ use ndarray::ArrayView2;
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
+use crate::engine::plan::Plan;
 use crate::engine::table::TileConfig;
+use crate::engine::tuner::Ran;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
-use crate::options::Kernel;
+use crate::options::{Kernel, Precision};
+
+use super::ends::Done;
 
 /// One operand of a batch, all of its items as one host matrix: the items lie at a fixed
 /// distance from each other in the matrix's packed copy, so one upload moves them all.
@@ -68,6 +72,28 @@ impl<T: Element> BatchOperand<'_, T> {
         } else {
             m
         }
+    }
+}
+
+/// What a batch that ran on the device reports: the kernel the options asked for, the plan
+/// and precision its (first) launch ran, the parts it ran in, and how its operands were read.
+pub(crate) fn batch_done<T: Element>(
+    kernel: Kernel,
+    (plan, precision): (Option<Plan>, Precision),
+    parts: usize,
+    a: &BatchOperand<'_, T>,
+    b: &BatchOperand<'_, T>,
+) -> Done {
+    Done {
+        ran: Some(Ran {
+            kernel,
+            plan,
+            precision,
+            guard: None,
+        }),
+        panels: parts,
+        a_layout: classify(&a.view).0,
+        b_layout: classify(&b.view).0,
     }
 }
 
