@@ -492,44 +492,46 @@ OZ_DEV uint2 pack8(const unsigned (&b)[8]) {
     return make_uint2(w0, w1);
 }
 
-// The residues' writers: layer l's 8 bytes of rint(x * 2^s) for every modulus l (row -1: past
-// R, zeros), in double arithmetic (see panels below), for devices whose FP64 runs at half
-// the FP32 rate ...
+// The residues of eight elements: layer l's 8 bytes of rint(x * 2^s) for every modulus l,
+// in double arithmetic (see panels below), for devices whose FP64 runs at half the FP32
+// rate (s = 0 and zeros for rows past R) ...
+OZ_DEV void residues8(int s, const double* v8, signed char* p, i64 layer, const Consts& c) {
+    double a[8], bm[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const double x = s == FLAG ? 0.0 : scale_t(v8[e], s);
+        a[e] = fma(x, 0x1p-32, ROUND) - ROUND;
+        bm[e] = fma(-a[e], 0x1p32, x) + ROUND;
+    }
+    // Layer l's bytes, l = 0, 1, ...
+#pragma unroll
+    for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
+        if (l < c.count) {
+            const unsigned m = c.moduli[l];
+            const double p32 = c.p32[l], recip = c.recip[l];
+            unsigned r[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const double tm = fma(a[e], p32, bm[e]);
+                const unsigned q = (unsigned)__double2loint(fma(tm - ROUND, recip, ROUND));
+                r[e] = (unsigned)__double2loint(tm) - q * m;
+            }
+            *reinterpret_cast<uint2*>(p) = pack8(r);
+        }
+    }
+}
 struct SplitResidues {
     const int* __restrict__ E;
     const Consts& c;
-    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer) const {
-        const int s = row >= 0 ? E[row] : 0;
-        double a[8], bm[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const double x = s == FLAG ? 0.0 : scale_t(v8[e], s);
-            a[e] = fma(x, 0x1p-32, ROUND) - ROUND;
-            bm[e] = fma(-a[e], 0x1p32, x) + ROUND;
-        }
-        // Layer l's bytes, l = 0, 1, ...
-#pragma unroll
-        for (int l = 0; l < MAX_MODULI; ++l, p += layer) {
-            if (l < c.count) {
-                const unsigned m = c.moduli[l];
-                const double p32 = c.p32[l], recip = c.recip[l];
-                unsigned r[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    const double tm = fma(a[e], p32, bm[e]);
-                    const unsigned q = (unsigned)__double2loint(fma(tm - ROUND, recip, ROUND));
-                    r[e] = (unsigned)__double2loint(tm) - q * m;
-                }
-                *reinterpret_cast<uint2*>(p) = pack8(r);
-            }
-        }
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer, int, int) const {
+        residues8(row >= 0 ? E[row] : 0, v8, p, layer, c);
     }
 };
 // ... and in 32-bit integer arithmetic, for the others (see panels below).
 struct SplitResiduesInt {
     const int* __restrict__ E;
     const Consts& c;
-    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer) const {
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer, int, int) const {
         const int s = row >= 0 ? E[row] : 0;
         unsigned c0[8], c1[8];
         int c2[8];
@@ -568,7 +570,7 @@ OZ_DEV unsigned magnitude(double x, int sigma) {
 // The guard's writer: one layer of magnitudes.
 struct SplitMagnitudes {
     const int* __restrict__ S;
-    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64) const {
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64, int, int) const {
         const int sg = row >= 0 ? S[row] : FLAG;
         unsigned b[8];
 #pragma unroll
@@ -584,6 +586,52 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
     const int tr = row / TM;
     return P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
            ((((kk & 127) >> 4) ^ (row & 7)) << 4) + (kk & 15);
+}
+
+// The guard's magnitudes (the first Kg elements of k, in a panel Kgp wide: zero from Kg on)
+// and the first candidate count's residues (shifts E), from one read of the operand: for
+// operands whose rows do not run along k's contiguous index (ozaki_magnitudes_split_*), so
+// that a product the guard runs at that count needs no split after it.
+struct SplitEarly {
+    const int* __restrict__ S;
+    signed char* __restrict__ PM;
+    int Kg, Kgp, TM;
+    const int* __restrict__ E;
+    const Consts& c;
+    OZ_DEV void operator()(int row, const double* v8, signed char* p, i64 layer, int prow,
+                           int kk) const {
+        if (kk < Kgp) {
+            const int sg = row >= 0 ? S[row] : FLAG;
+            unsigned b[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) b[e] = kk + e < Kg ? magnitude(v8[e], sg) : 0u;
+            *reinterpret_cast<uint2*>(panel_at(PM, prow, kk, Kgp, TM)) = pack8(b);
+        }
+        residues8(row >= 0 ? E[row] : 0, v8, p, layer, c);
+    }
+};
+
+// Eight consecutive elements of a row in shared memory from k, as doubles (zero from K on):
+// 16-byte loads where all eight lie below K (the row 16-byte aligned, k a multiple of 8).
+template <typename T>
+OZ_DEV void load8(const T* row, int k, int K, double (&v)[8]) {
+    if (k + 8 <= K) {
+        if constexpr (sizeof(T) == 4) {
+            const float4 a = *reinterpret_cast<const float4*>(row + k);
+            const float4 b = *reinterpret_cast<const float4*>(row + k + 4);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+            v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                const double2 a = *reinterpret_cast<const double2*>(row + k + e);
+                v[e] = a.x, v[e + 1] = a.y;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = k + e < K ? (double)row[k + e] : 0.0;
+    }
 }
 
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 64 shared tile so that
@@ -634,7 +682,8 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
         }
         __syncthreads();
         const int row = r0 + r;
-        w(row < R ? row : -1, &tile[r][q8], panel_at(P, row, k0 + q8, Kp, TM), layer);
+        w(row < R ? row : -1, &tile[r][q8], panel_at(P, row, k0 + q8, Kp, TM), layer, row,
+          k0 + q8);
         __syncthreads();
     }
 }
@@ -652,15 +701,16 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
 constexpr int ROWS_NT = 256;
 template <typename T>
 OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const GuardOut& out,
-                       signed char* __restrict__ P, int Kg, int Kgp, int TM) {
+                       signed char* __restrict__ P, int Kg, int Kgp, int TM,
+                       signed char* __restrict__ RP, int Rp, int Kp, const Consts& c) {
     constexpr int WARPS = ROWS_NT / 32;
     extern __shared__ __align__(16) unsigned char rows_smem[];
     T* row = reinterpret_cast<T*>(rows_smem);
     unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
     __shared__ double part_a[WARPS], part_b[WARPS];
-    __shared__ int part_bad[WARPS], row_sigma;
+    __shared__ int part_bad[WARPS], row_sigma, row_shift;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int sg = FLAG;
+    int sg = FLAG, sh = 0;
     if (r < R) {
         const T* x = X + (i64)r * sr;
         const unsigned base = gd::smem_u32(row);
@@ -743,10 +793,14 @@ OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const Guar
                 z.l1 += part_b[w];
             }
             out.by_lanes(r, z, lane);
-            if (lane == 0) row_sigma = sigma_of(z);
+            if (lane == 0) {
+                row_sigma = sigma_of(z);
+                row_shift = z.shift(out.g.bits[0], out.g.bound[0]);
+            }
         }
         __syncthreads();
         sg = row_sigma;
+        sh = row_shift;
     }
     // The magnitudes into shared memory a byte a thread (conflict-free reads of the row), then
     // to the panel 8 bytes a thread.
@@ -756,6 +810,17 @@ OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const Guar
     for (int c = tid; c < Kgp / 8; c += ROWS_NT)
         *reinterpret_cast<uint2*>(panel_at(P, r, 8 * c, Kgp, TM)) =
             *reinterpret_cast<const uint2*>(mag + 8 * c);
+    // Where RP is given, the first candidate count's residues as ozaki_split_* makes them
+    // (the panel's whole Kp: zero from K on, and for rows r >= R), 8 k a thread, so that a
+    // product the guard runs at that count needs no split of this operand after it.
+    if (RP != nullptr) {
+        const i64 layer = (i64)Rp * Kp;
+        for (int c8 = tid; c8 < Kp / 8; c8 += ROWS_NT) {
+            double v[8];
+            load8(row, 8 * c8, r < R ? K : 0, v);
+            residues8(sh, v, panel_at(RP, r, 8 * c8, Kp, TM), layer, c);
+        }
+    }
 }
 
 // The modulus of layer z and its umod constant.
@@ -1695,13 +1760,29 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_d(int R, int K, const double* X, i64 sr, oz::GuardScale g, int* E, int ldE,
-                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM) {
-    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM);
+                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
+                       signed char* RP, int Rp, int Kp, oz::Consts c) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c);
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_s(int R, int K, const float* X, i64 sr, oz::GuardScale g, int* E, int ldE,
-                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM) {
-    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM);
+                       int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
+                       signed char* RP, int Rp, int Kp, oz::Consts c) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c);
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_magnitudes_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S,
+                             signed char* PM, int Kg, int Kgp, const int* E, signed char* P,
+                             int Rp, int Kp, int TM, const int* refused, oz::Consts c) {
+    if (*refused) return;
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitEarly{S, PM, Kg, Kgp, TM, E, c});
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_magnitudes_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S,
+                             signed char* PM, int Kg, int Kgp, const int* E, signed char* P,
+                             int Rp, int Kp, int TM, const int* refused, oz::Consts c) {
+    if (*refused) return;
+    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitEarly{S, PM, Kg, Kgp, TM, E, c});
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)

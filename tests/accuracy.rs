@@ -91,6 +91,10 @@ fn the_default_is_within_native_bound_on_every_family() {
     // the device's own, and on Hopper also the mma.sync one of earlier devices.
     guard_is_its_model::<f64>(sm);
     guard_is_its_model::<f32>(sm);
+    // The guard's passes split the operands for the first count as the split does after the
+    // verdict.
+    early_split_is_the_split::<f64>(sm);
+    early_split_is_the_split::<f32>(sm);
     if sm >= 90 {
         gpu_dot::__testing::pretend_compute_capability(Some(80));
         let mma = std::panic::catch_unwind(|| {
@@ -171,6 +175,85 @@ fn guard_is_its_model<A: Element>(sm: i32) {
                 }
             }
         }
+    }
+}
+
+/// Guarded products whose guard splits the operands for the first count on its way (one
+/// pass over op(A) with its rows along k, op(B) or op(A) otherwise with its magnitudes) are
+/// bit for bit those that split after the verdict: on every family of the suite (which
+/// chooses the first count, a later one, or refuses), with op(A) and op(B) in C and F order
+/// and as strided views, at k with a ragged last K tile and a guard's sample shorter than k.
+fn early_split_is_the_split<A: Element>(sm: i32) {
+    use ndarray::s;
+    let run = |a: ndarray::ArrayView2<'_, A>, b: ndarray::ArrayView2<'_, A>, early: bool| {
+        gpu_dot::__testing::split_early(early);
+        // Autotuning off: where the guard refuses, both runs take the same native kernel.
+        let p = a.gpu_dot_with(&b, &options(Precision::Auto).autotune(false));
+        gpu_dot::__testing::split_early(true);
+        p.unwrap_or_else(|e| panic!("default (early split {early}): {e}"))
+    };
+    let f_order = |x: &Array2<A>| x.t().as_standard_layout().into_owned().reversed_axes();
+    let mut emulated_first = 0;
+    for dims in [(200, 301, 330), (200, 1000, 330)] {
+        for family in Family::suite(A::DTYPE) {
+            let (a, b) = family.operands::<A>(dims, common::fresh_seed());
+            let (af, bf) = (f_order(&a), f_order(&b));
+            // Strided views: every other row and column of operands twice the size.
+            let (a2, b2) = (
+                Array2::from_shape_fn((2 * dims.0, 2 * dims.1), |(i, j)| a[(i / 2, j / 2)]),
+                Array2::from_shape_fn((2 * dims.1, 2 * dims.2), |(i, j)| b[(i / 2, j / 2)]),
+            );
+            let layouts = [
+                ("C · C", a.view(), b.view()),
+                ("F · F", af.view(), bf.view()),
+                ("C · F", a.view(), bf.view()),
+                (
+                    "strided",
+                    a2.slice(s![..;2, ..;2]),
+                    b2.slice(s![..;2, ..;2]),
+                ),
+            ];
+            for (layout, x, y) in layouts {
+                let (early, late) = (run(x, y, true), run(x, y, false));
+                let what = format!(
+                    "{} {} {dims:?} {layout}: {} against {}",
+                    A::DTYPE,
+                    family.name(),
+                    early.route,
+                    late.route
+                );
+                let (
+                    Route::Gpu {
+                        precision, guard, ..
+                    },
+                    Route::Gpu {
+                        precision: late_precision,
+                        guard: late_guard,
+                        ..
+                    },
+                ) = (&early.route, &late.route)
+                else {
+                    panic!("{what}: not on the GPU");
+                };
+                assert_eq!((precision, guard), (late_precision, late_guard), "{what}");
+                let differ = early
+                    .c
+                    .iter()
+                    .zip(late.c.iter())
+                    .position(|(e, l)| e.into_f64().to_bits() != l.into_f64().to_bits());
+                assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+                let first = gpu_dot::__testing::ozaki_auto_moduli(A::DTYPE, dims.1);
+                emulated_first += (*precision
+                    == Precision::Ozaki {
+                        moduli: first as u8,
+                    }) as usize;
+            }
+        }
+    }
+    // The uniform family runs at the first count in every layout on devices with INT8 tensor
+    // cores.
+    if sm >= 80 {
+        assert!(emulated_first >= 8, "{}: {emulated_first}", A::DTYPE);
     }
 }
 

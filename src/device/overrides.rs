@@ -99,3 +99,17 @@ static EMULATE_EVERY_SIZE: std::sync::atomic::AtomicBool =
 pub(crate) fn emulating_every_size() -> bool {
     EMULATE_EVERY_SIZE.load(std::sync::atomic::Ordering::SeqCst)
 }
+
+/// Whether a guarded Ozaki product's guard passes also split the operands for the first
+/// count (`true`, the default), or leave every split until after the verdict (`false`): the
+/// tests compare the two bit for bit.
+pub fn split_early(on: bool) {
+    NO_EARLY_SPLIT.store(!on, std::sync::atomic::Ordering::SeqCst);
+}
+
+static NO_EARLY_SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the guard's passes split early ([`split_early`]).
+pub(crate) fn early_split() -> bool {
+    !NO_EARLY_SPLIT.load(std::sync::atomic::Ordering::SeqCst)
+}

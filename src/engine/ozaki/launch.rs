@@ -16,7 +16,7 @@ use crate::options::{Precision, MAX_MODULI};
 use super::guard::guard_sample;
 use super::passes::{
     enqueue_gemm, fail, split_config, workspace, Gemm, GemmTail, GuardReport, KeptB, KeyB, OzError,
-    Rows, Run, SharedB, EA, EB, LA, LB, MB, PA, PB, R, SA, SB,
+    Rows, Run, SharedB, EA, EB, LA, LB, MA, MB, PA, PB, R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
@@ -36,7 +36,10 @@ pub(crate) struct Emulated {
 /// (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic count and up to three more, waits
 /// for its verdict, and runs on the fewest moduli that every element passes at; where some
 /// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
-/// native kernels then run the product). With `shared`, the row panel of a product whose
+/// native kernels then run the product). Where the split runs in double arithmetic, the
+/// guard's passes that read an operand for its magnitudes also split it for the automatic
+/// count, so that a product run at that count reads each operand once or twice, not three
+/// times. With `shared`, the row panel of a product whose
 /// panels share op(B): op(B)'s scaling and magnitudes, and its residues where the count is
 /// the same, are taken from the panel before instead of done again, and kept for the next.
 #[allow(clippy::too_many_arguments)]
@@ -100,6 +103,12 @@ pub(crate) fn launch<T: Element>(
         guarded,
     };
     let kept = shared.as_deref_mut().and_then(|s| s.take(&key));
+    // Guarded, the guard's passes that read an operand for its magnitudes also split it for
+    // the first count (in double arithmetic, where the split uses it): the count the guard
+    // chooses on most inputs, which then needs no split after the verdict.
+    let first_consts = Consts::cached(first);
+    let early = (guarded && gpu.fast_fp64_split() && crate::device::overrides::early_split())
+        .then_some(&first_consts);
     let run = Run {
         stream,
         entry: &entry,
@@ -129,8 +138,9 @@ pub(crate) fn launch<T: Element>(
             panels: sec[PA],
             sigmas: sec[SA],
             norms: sec[LA],
-            magnitudes: sec[PA],
+            magnitudes: sec[MA],
             one_pass: one_pass(a_strides),
+            early,
             kept: false,
         },
         Rows {
@@ -145,6 +155,7 @@ pub(crate) fn launch<T: Element>(
             norms: sec[LB],
             magnitudes: sec[MB],
             one_pass: one_pass(b_strides),
+            early: early.filter(|_| kept.is_none()),
             kept: kept.is_some(),
         },
     ];
@@ -163,7 +174,7 @@ pub(crate) fn launch<T: Element>(
         }
     };
     for op in ops.iter().filter(|op| !op.kept) {
-        scale(&run, op, &scaling)?;
+        scale(&run, op, &scaling, &first_consts)?;
     }
     // 2. The guard's verdict: the count every element passes at, or a refusal.
     let (chosen, report) = if guarded {
@@ -181,15 +192,23 @@ pub(crate) fn launch<T: Element>(
     );
     let (mi, ni, ki) = run.dims;
     let kpi = kp as i32;
-    // 3. Residue panels of op(A) and op(B)ᵀ (op(B)'s kept where the panel before split it
-    // for as many moduli).
+    // 3. Residue panels of op(A) and op(B)ᵀ, but for those the guard's passes split for the
+    // first count where it chose that count, and op(B)'s kept where the panel before split
+    // it for as many moduli.
     let split = run.typed(if gpu.fast_fp64_split() {
         "ozaki_split"
     } else {
         "ozaki_split_int"
     })?;
     let b_split = kept.is_some_and(|k| k.split == count);
-    for (op, e) in ops.iter().zip([ea, eb]).take(if b_split { 1 } else { 2 }) {
+    let split_early = |op: &Rows<'_, '_, T>| op.early.is_some() && chosen == 0;
+    let to_split = ops
+        .iter()
+        .zip([ea, eb])
+        .zip([false, b_split])
+        .filter(|((op, _), done)| !done && !split_early(op))
+        .map(|(op_e, _)| op_e);
+    for (op, e) in to_split {
         let cfg = split_config(kp, op.padded);
         let rp = op.padded as i32;
         let (sr, sk) = op.strides;
@@ -297,7 +316,12 @@ enum Scaling {
 /// Step 1 for one operand: its rows' shifts (`ozaki_scale_*`), or the guard's scaling
 /// (`ozaki_guard_scale_*`), or both the guard's scaling and its magnitudes in one pass
 /// (`ozaki_guard_rows_*`) where `op.one_pass`.
-fn scale<T: Element>(run: &Run<'_>, op: &Rows<'_, '_, T>, how: &Scaling) -> Result<(), OzError> {
+fn scale<T: Element>(
+    run: &Run<'_>,
+    op: &Rows<'_, '_, T>,
+    how: &Scaling,
+    first: &Consts,
+) -> Result<(), OzError> {
     let stream = run.stream;
     let (_, _, ki) = run.dims;
     let (rows, rows_p, x, (sr, sk)) = (op.rows, op.padded, op.x, op.strides);
@@ -318,6 +342,11 @@ fn scale<T: Element>(run: &Run<'_>, op: &Rows<'_, '_, T>, how: &Scaling) -> Resu
             shared_mem_bytes: *row_bytes as u32,
         };
         let (lde, kgi, kgpi) = (rows_p as i32, *kg as i32, kg.next_multiple_of(128) as i32);
+        let (residues, consts) = match op.early {
+            Some(c) => (op.panels, c),
+            None => (0u64, first),
+        };
+        let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
         let mut builder = stream.launch_builder(&rows_fn);
         builder
             .arg(&rows)
@@ -332,16 +361,24 @@ fn scale<T: Element>(run: &Run<'_>, op: &Rows<'_, '_, T>, how: &Scaling) -> Resu
             .arg(&op.magnitudes)
             .arg(&kgi)
             .arg(&kgpi)
-            .arg(&op.tile);
+            .arg(&op.tile)
+            .arg(&residues)
+            .arg(&rpi)
+            .arg(&kpi)
+            .arg(consts);
         // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
         // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
-        // Kgp, int TM)`; X as for `ozaki_guard_scale_*` with sk = 1 (row r's K elements
-        // contiguous from X + r·sr); E, S and L as for that kernel; P is the operand's
-        // magnitudes' section (at least Rp·Kgp bytes: op(B)'s MB, op(A)'s the start of its
-        // panel section), written whole in the tiles of TM rows, as by `ozaki_magnitudes_*`; one block of
+        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c)`; X as for
+        // `ozaki_guard_scale_*` with sk = 1 (row r's K elements contiguous from X + r·sr);
+        // E, S and L as for that kernel; P is the operand's magnitudes' section (Rp·Kgp
+        // bytes, MA or MB), written whole in the tiles of TM rows, as by
+        // `ozaki_magnitudes_*`; RP is null, or the operand's residue panels (c.count·Rp·Kp
+        // bytes, c the first candidate count's constants, Kp = K rounded up to 128), written
+        // whole as by `ozaki_split_*` with the first layer of E; one block of
         // `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
         // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised
-        // for the entry (`OZAKI_GUARD_ROWS_SMEM`).
+        // for the entry (`OZAKI_GUARD_ROWS_SMEM`); `Consts` matches the kernel's struct by
+        // value.
         unsafe { builder.launch(cfg) }
             .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
         return Ok(());

@@ -116,16 +116,18 @@ pub(super) const LA: usize = 9;
 pub(super) const NEED: usize = 10;
 pub(super) const FLAGS: usize = 11;
 pub(super) const KEYS: usize = 12;
+pub(super) const MA: usize = 13;
 /// How many sections a workspace has.
-pub(super) const SECTIONS: usize = 13;
+pub(super) const SECTIONS: usize = 14;
 
 /// Bytes of the workspace of an `m × k × n` product on up to `count` moduli by `gemm`, with
 /// `shifts` layers of row shifts (one, or one per candidate count for the guard), and the
 /// sections' offsets: the row shifts (EB, EA), the residue panels (PB, PA) and the residue
 /// products (R); and, when `guarded`, the magnitude shifts (SB, SA), the scaled 1-norms (LB,
-/// LA), op(B)'s magnitudes (MB, `kgp` bytes a row: op(A)'s share PA), one int per strip of a
-/// GEMM tile (NEED), the early refusal's int and the sure test's (FLAGS), and the sure test's
-/// keys, 8 bytes a row of X and of Y (KEYS).
+/// LA), the magnitudes (MB, MA, `kgp` bytes a row), one int per strip of a GEMM tile (NEED),
+/// the early refusal's int and the sure test's (FLAGS), and the sure test's keys, 8 bytes a
+/// row of X and of Y (KEYS). The magnitudes have sections of their own so that the guard's
+/// passes may split the operands into residues for the first count meanwhile.
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
@@ -151,6 +153,7 @@ pub(super) fn workspace(
         4 * (mp / tm) * (np / tn) * super::verdict::JUDGE_STRIPS * g,
         8 * g,
         8 * (mp + np) * g,
+        mp * kgp * g,
     ];
     let mut at = [0; SECTIONS];
     let mut total = 0;
@@ -235,7 +238,7 @@ pub(super) struct Rows<'v, 'a, T> {
     /// The strides of its rows and of k (element (r, k) at `x[r·sr + k·sk]`).
     pub(super) strides: (i64, i64),
     /// Its shifts (E), residue panels (P), and the guard's sigmas (S), scaled norms (L) and
-    /// magnitudes' panel (op(A)'s in its residues' section, which its split overwrites).
+    /// magnitudes' panel.
     pub(super) shifts: u64,
     pub(super) panels: u64,
     pub(super) sigmas: u64,
@@ -243,6 +246,9 @@ pub(super) struct Rows<'v, 'a, T> {
     pub(super) magnitudes: u64,
     /// Whether the guard's one-pass scaling also wrote its magnitudes.
     pub(super) one_pass: bool,
+    /// The constants of the first candidate count where the guard's pass that writes its
+    /// magnitudes also splits it into that count's residues (`None`: split after the verdict).
+    pub(super) early: Option<&'v Consts>,
     /// Whether its scaling (and the guard's magnitudes) are in the workspace already, left
     /// by the panel before ([`SharedB`]).
     pub(super) kept: bool,

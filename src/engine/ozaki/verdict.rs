@@ -179,35 +179,10 @@ pub(super) fn verdict<T: Element>(
     // int, zeroed above; blocks of 1024 threads, static shared memory only.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's early refusal"))?;
     // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
-    // operands the one-pass scaling did not take.
-    let magnitudes = run.typed("ozaki_magnitudes")?;
+    // operands the one-pass scaling did not take, with their residues for the first count
+    // where `early`.
     for op in ops.iter().filter(|op| !op.one_pass && !op.kept) {
-        let cfg = split_config(kgp, op.padded);
-        let rp = op.padded as i32;
-        let (sr, sk) = op.strides;
-        let mut builder = stream.launch_builder(&magnitudes);
-        builder
-            .arg(&op.rows)
-            .arg(&kgi)
-            .arg(op.x)
-            .arg(&sr)
-            .arg(&sk)
-            .arg(&op.sigmas)
-            .arg(&op.magnitudes)
-            .arg(&rp)
-            .arg(&kgpi)
-            .arg(&op.tile)
-            .arg(&refused);
-        // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
-        // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
-        // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
-        // stream wrote, read for k < K = kg ≤ the operand's k; P is the operand's
-        // magnitudes' section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp: op(B)'s MB,
-        // op(A)'s the start of its panel section), written whole, in the tiles of the GEMM's rows TM (as for
-        // `ozaki_split_*`); `refused` the int the early refusal wrote; grid and block as
-        // for the split with Kp = kgp (the kernel's layout: one block per 64 k and 32
-        // rows).
-        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
+        magnitudes(run, op, (kgi, kgpi), refused)?;
     }
     // The sure test: each row's key, then the magnitudes' product with each element tested
     // in the GEMM's epilogue against a sufficient condition of passing at the first count.
@@ -330,4 +305,81 @@ pub(super) fn verdict<T: Element>(
     }
     let chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
     Ok((chosen, report))
+}
+
+/// The guard's magnitudes of one operand (`ozaki_magnitudes_*`), or its magnitudes and its
+/// residues for the first count from one read of it (`ozaki_magnitudes_split_*`) where
+/// `op.early`; neither where the early refusal set `refused`.
+fn magnitudes<T: Element>(
+    run: &Run<'_>,
+    op: &Rows<'_, '_, T>,
+    (kgi, kgpi): (i32, i32),
+    refused: u64,
+) -> Result<(), OzError> {
+    let stream = run.stream;
+    let (_, _, ki) = run.dims;
+    let rp = op.padded as i32;
+    let (sr, sk) = op.strides;
+    let Some(consts) = op.early else {
+        let magnitudes = run.typed("ozaki_magnitudes")?;
+        let cfg = split_config(kgpi as usize, op.padded);
+        let mut builder = stream.launch_builder(&magnitudes);
+        builder
+            .arg(&op.rows)
+            .arg(&kgi)
+            .arg(op.x)
+            .arg(&sr)
+            .arg(&sk)
+            .arg(&op.sigmas)
+            .arg(&op.magnitudes)
+            .arg(&rp)
+            .arg(&kgpi)
+            .arg(&op.tile)
+            .arg(&refused);
+        // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
+        // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
+        // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
+        // stream wrote, read for k < K = kg ≤ the operand's k; P is the operand's
+        // magnitudes' section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp: MA or MB), written
+        // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); `refused` the
+        // int the early refusal wrote; grid and block as for the split with Kp = kgp (the
+        // kernel's layout: one block per 64 k and 32 rows).
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
+        return Ok(());
+    };
+    let both = run.typed("ozaki_magnitudes_split")?;
+    let kp = (ki as usize).next_multiple_of(128);
+    let kpi = kp as i32;
+    let cfg = split_config(kp, op.padded);
+    let mut builder = stream.launch_builder(&both);
+    builder
+        .arg(&op.rows)
+        .arg(&ki)
+        .arg(op.x)
+        .arg(&sr)
+        .arg(&sk)
+        .arg(&op.sigmas)
+        .arg(&op.magnitudes)
+        .arg(&kgi)
+        .arg(&kgpi)
+        .arg(&op.shifts)
+        .arg(&op.panels)
+        .arg(&rp)
+        .arg(&kpi)
+        .arg(&op.tile)
+        .arg(&refused)
+        .arg(consts);
+    // SAFETY: arguments match `ozaki_magnitudes_split_{d,s}(int R, int K, const T* X, i64 sr,
+    // i64 sk, const int* S, signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int
+    // Rp, int Kp, int TM, const int* refused, Consts c)`; X as for the scaling, whose S and E
+    // (R ints each; E's first layer, the first count's shifts) a launch before it on this
+    // stream wrote, read for k < K; PM is the operand's magnitudes' section (Rp·Kgp bytes,
+    // MA or MB), P its residue panels (c.count·Rp·Kp bytes, Kp = K rounded up to 128), both
+    // written whole in the tiles of the GEMM's rows TM; `refused` the int the early refusal
+    // wrote; grid and block as for the split (one block per 64 k and 32 rows); `Consts`
+    // matches the kernel's struct by value.
+    unsafe { builder.launch(cfg) }.map_err(fail(
+        "launching the Ozaki guard's magnitudes and first split",
+    ))?;
+    Ok(())
 }
