@@ -81,19 +81,33 @@
 //      int ldE, int* S, double* L): as ozaki_scale_*, writing E[c * ldE + r] for each
 //      candidate c < g.n, S[r] (sigma, or FLAG) and L[r] for r < R.
 // ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64 sr, GuardScale g, int* E, int ldE,
-//      int* S, double* L, signed char* P, int Kg, int Kgp, int TM): the two passes below at
-//      once, for rows along K's contiguous index (element (r, k) at X[r*sr + k]): one block
-//      of ROWS_NT = 256 threads per row of Rp (grid (Rp, 1, 1)), with round_up(K * sizeof(T), 16)
-//      + Kgp bytes of dynamic shared memory (the host raises the limit); writes what
-//      ozaki_guard_scale_* writes and the layer of magnitudes that ozaki_magnitudes_*
-//      writes, P in the GEMM's tiles of TM rows (Rp x Kgp bytes).
+//      int* S, double* L, signed char* P, int Kg, int Kgp, int TM, signed char* RP, int Rp,
+//      int Kp, Consts c, const int* refused): the two passes below at once, for rows along
+//      K's contiguous index (element (r, k) at X[r*sr + k]): one block of ROWS_NT = 256
+//      threads per row of Rp (grid (Rp, 1, 1)), with round_up(K * sizeof(T), 16) + Kgp bytes
+//      of dynamic shared memory (the host raises the limit); writes what ozaki_guard_scale_*
+//      writes and the layer of magnitudes that ozaki_magnitudes_* writes, P in the GEMM's
+//      tiles of TM rows (Rp x Kgp bytes); where RP is not null, also the residues that
+//      ozaki_split_* writes for c (the first candidate, E's first layer) into RP; nothing
+//      where refused is not null and *refused.
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
 //      signed char* P, int Rp, int Kp, int TM, const int* refused): as ozaki_split_*, one
 //      layer of magnitudes; nothing where *refused.
+// ozaki_magnitudes_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
+//      signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp, int Kp,
+//      int TM, const int* refused, Consts c): ozaki_magnitudes_* (K = Kg, into PM, Rp x Kgp)
+//      and ozaki_split_* (with E and c) from one read of X; grid as for the split; nothing
+//      where *refused.
 // ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr, i64 xsk, const T* Y,
 //      i64 ysr, i64 ysk, Guard g, int* refused): blocks of up to 1024 threads, each testing one
 //      element (see `refuse`); sets *refused to 1 where one fails at every candidate (the
 //      host zeroes it), after the scaling of both operands.
+// ozaki_guard_refuse_rows_{d,s}(int M, int N, int K, int Kg, const T* X, i64 xsr, i64 xsk,
+//      const T* Y, i64 ysr, i64 ysk, int x_rows, int y_rows, Guard g, GuardScale gs, int*
+//      refused): the same, before the one-pass scaling of X (x_rows) or Y (y_rows), whose
+//      rows it gathers itself (see `refuse_rows`); blocks of ROWS_NT threads with
+//      round_up(K * sizeof(T), 16) + Kgp bytes of dynamic shared memory (the host raises the
+//      limit), after the scaling of any operand not gathered.
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, int pair_m, int* S, const int* refused) and ozaki_guard_gemm_mma(int M, int N,
 //      const signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int* S, const
@@ -406,7 +420,14 @@ struct ShiftOut {
 // The guard's magnitude shift of a row: its largest magnitude times 2^sigma in [2^6, 2^7);
 // FLAG for a zero row or one holding Inf or NaN.
 OZ_DEV int sigma_of(const RowSize& z) { return z.bad || z.mx == 0.0 ? FLAG : 6 - ilogb(z.mx); }
-// ... or, for the guard, its shift for each candidate count, its sigma and |row|_1 * 2^sigma.
+// ... or, for the guard, its shift for each candidate count, its sigma and |row|_1 * 2^sigma,
+// rounded upwards (0 for a row without sigma).
+OZ_DEV double scaled_norm(const GuardSize& z, int sigma) {
+    if (sigma == FLAG) return 0.0;
+    // The sum's rounding (at most K * 2^-53 of it) and the terms lost below 2^-1074 of the
+    // anchor are within the margins.
+    return fma(scale_t(z.l1, z.anchor + sigma), 1.0 + 0x1p-30, 0x1p-30);
+}
 struct GuardOut {
     int* E;
     int ldE;
@@ -430,13 +451,7 @@ struct GuardOut {
     OZ_DEV void norms(int r, const GuardSize& z) const {
         const int sigma = sigma_of(z);
         S[r] = sigma;
-        if (sigma == FLAG) {
-            L[r] = 0.0;
-            return;
-        }
-        // The sum's rounding (at most K * 2^-53 of it) and the terms lost below 2^-1074 of
-        // the anchor are within the margins.
-        L[r] = fma(scale_t(z.l1, z.anchor + sigma), 1.0 + 0x1p-30, 0x1p-30);
+        L[r] = scaled_norm(z, sigma);
     }
 };
 
@@ -688,110 +703,134 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
     }
 }
 
-// The guard's scaling and magnitudes in one pass, for rows along K's contiguous index
-// (sk = 1): one block of ROWS_NT threads per row r of Rp. The row goes to shared memory by
-// cp.async (K elements of dynamic shared memory, then Kgp bytes of magnitudes), and its size
-// is gathered from there in two sweeps: its largest magnitude (and whether it holds Inf or
-// NaN), then, with the anchor that gives (RowSize's last: max(-1000, ilogb(mx))), its sum of
-// squares and 1-norm, each thread with two partial sums. That is RowSize's arithmetic but for
-// the order of its sums (and no rescaling on the way), without its per-element branches. One
-// warp writes the shifts, sigma and norm as ozaki_guard_scale_* does (a lane a count), and
-// the block the row's layer of magnitudes (Kgp bytes, zero from Kg on, and for padding rows
-// r >= R) as ozaki_magnitudes_* does.
 constexpr int ROWS_NT = 256;
+constexpr int ROWS_WARPS = ROWS_NT / 32;
+
+// Row x's K elements into shared memory at `row` by cp.async, waited for by the block.
+template <typename T>
+OZ_DEV void load_row(T* row, const T* __restrict__ x, int K) {
+    const int tid = threadIdx.x;
+    const unsigned base = gd::smem_u32(row);
+    constexpr int V = 16 / sizeof(T);
+    // 16-byte copies where the row is aligned to them, the rest one element at a time.
+    const int kv = (reinterpret_cast<unsigned long long>(x) & 15) == 0 ? K / V : 0;
+    for (int c = tid; c < kv; c += ROWS_NT) gd::cp_async<16>(base + 16 * c, x + V * c);
+    for (int k = kv * V + tid; k < K; k += ROWS_NT)
+        gd::cp_async<sizeof(T)>(base + (int)sizeof(T) * k, x + k);
+    gd::cp_commit();
+    gd::cp_wait<0>();
+    __syncthreads();
+}
+
+// The guard's size of a row of K elements in shared memory, gathered by a block of ROWS_NT
+// threads (every one of them calls it; see guard_rows for the order of the sums): valid in
+// warp 0, the same in each of its lanes.
+template <typename T>
+OZ_DEV GuardSize row_guard_size(const T* row, int K) {
+    constexpr int WARPS = ROWS_WARPS;
+    __shared__ double part_a[WARPS], part_b[WARPS];
+    __shared__ int part_bad[WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The largest magnitude, and Inf or NaN.
+    double m0 = 0.0, m1 = 0.0;
+    bool bad = false;
+    int k = tid;
+    for (; k + ROWS_NT < K; k += 2 * ROWS_NT) {
+        const double x0 = fabs((double)row[k]), x1 = fabs((double)row[k + ROWS_NT]);
+        bad |= !(x0 <= 0x1.fffffffffffffp1023) | !(x1 <= 0x1.fffffffffffffp1023);
+        m0 = fmax(m0, x0);
+        m1 = fmax(m1, x1);
+    }
+    if (k < K) {
+        const double x0 = fabs((double)row[k]);
+        bad |= !(x0 <= 0x1.fffffffffffffp1023);
+        m0 = fmax(m0, x0);
+    }
+    double mx = fmax(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    bad = __any_sync(0xffffffffu, bad);
+    if (lane == 0) {
+        part_a[warp] = mx;
+        part_bad[warp] = bad;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        mx = fmax(mx, part_a[w]);
+        bad |= part_bad[w] != 0;
+    }
+    // Its sum of squares and 1-norm at the anchor (a finite row's; a bad one is FLAG).
+    const int anchor = bad || mx < 0x1p-999 ? -1000 : ilogb(mx);
+    const double inv = bad ? 0.0 : scale_t(1.0, -anchor);
+    double s0 = 0.0, s1 = 0.0, l0 = 0.0, l1 = 0.0;
+    for (k = tid; k + ROWS_NT < K; k += 2 * ROWS_NT) {
+        const double y0 = fabs((double)row[k]) * inv, y1 = fabs((double)row[k + ROWS_NT]) * inv;
+        s0 = fma(y0, y0, s0);
+        s1 = fma(y1, y1, s1);
+        l0 += y0;
+        l1 += y1;
+    }
+    if (k < K) {
+        const double y0 = fabs((double)row[k]) * inv;
+        s0 = fma(y0, y0, s0);
+        l0 += y0;
+    }
+    double s = s0 + s1, l = l0 + l1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        l += __shfl_xor_sync(0xffffffffu, l, o);
+    }
+    __syncthreads();  // every thread has read part_a
+    if (lane == 0) {
+        part_a[warp] = s;
+        part_b[warp] = l;
+    }
+    __syncthreads();
+    GuardSize z;
+    z.mx = mx;
+    z.bad = bad;
+    z.anchor = anchor;
+    z.s = 0.0;
+    z.l1 = 0.0;
+    if (warp == 0) {
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            z.s += part_a[w];
+            z.l1 += part_b[w];
+        }
+    }
+    __syncthreads();  // every thread of warp 0 has read part_a and part_b
+    return z;
+}
+
+// The guard's scaling and magnitudes in one pass, for rows along K's contiguous index
+// (sk = 1): one block of ROWS_NT threads per row r of Rp, the row in dynamic shared memory
+// (K elements, then Kgp bytes of magnitudes). Its size is gathered from there in two sweeps
+// (row_guard_size): its largest magnitude (and whether it holds Inf or NaN), then, with the
+// anchor that gives (RowSize's last: max(-1000, ilogb(mx))), its sum of squares and 1-norm,
+// each thread with two partial sums. That is RowSize's arithmetic but for the order of its
+// sums (and no rescaling on the way), without its per-element branches. One warp writes the
+// shifts, sigma and norm as ozaki_guard_scale_* does (a lane a count), and the block the
+// row's layer of magnitudes (Kgp bytes, zero from Kg on, and for padding rows r >= R) as
+// ozaki_magnitudes_* does. Where `refused` is given and set, it leaves at once.
 template <typename T>
 OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const GuardOut& out,
                        signed char* __restrict__ P, int Kg, int Kgp, int TM,
-                       signed char* __restrict__ RP, int Rp, int Kp, const Consts& c) {
-    constexpr int WARPS = ROWS_NT / 32;
+                       signed char* __restrict__ RP, int Rp, int Kp, const Consts& c,
+                       const int* refused) {
+    if (refused != nullptr && *refused) return;
     extern __shared__ __align__(16) unsigned char rows_smem[];
     T* row = reinterpret_cast<T*>(rows_smem);
     unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
-    __shared__ double part_a[WARPS], part_b[WARPS];
-    __shared__ int part_bad[WARPS], row_sigma, row_shift;
+    __shared__ int row_sigma, row_shift;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int sg = FLAG, sh = 0;
     if (r < R) {
-        const T* x = X + (i64)r * sr;
-        const unsigned base = gd::smem_u32(row);
-        constexpr int V = 16 / sizeof(T);
-        // 16-byte copies where the row is aligned to them, the rest one element at a time.
-        const int kv = (reinterpret_cast<unsigned long long>(x) & 15) == 0 ? K / V : 0;
-        for (int c = tid; c < kv; c += ROWS_NT) gd::cp_async<16>(base + 16 * c, x + V * c);
-        for (int k = kv * V + tid; k < K; k += ROWS_NT)
-            gd::cp_async<sizeof(T)>(base + (int)sizeof(T) * k, x + k);
-        gd::cp_commit();
-        gd::cp_wait<0>();
-        __syncthreads();
-        // The largest magnitude, and Inf or NaN.
-        double m0 = 0.0, m1 = 0.0;
-        bool bad = false;
-        int k = tid;
-        for (; k + ROWS_NT < K; k += 2 * ROWS_NT) {
-            const double x0 = fabs((double)row[k]), x1 = fabs((double)row[k + ROWS_NT]);
-            bad |= !(x0 <= 0x1.fffffffffffffp1023) | !(x1 <= 0x1.fffffffffffffp1023);
-            m0 = fmax(m0, x0);
-            m1 = fmax(m1, x1);
-        }
-        if (k < K) {
-            const double x0 = fabs((double)row[k]);
-            bad |= !(x0 <= 0x1.fffffffffffffp1023);
-            m0 = fmax(m0, x0);
-        }
-        double mx = fmax(m0, m1);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        bad = __any_sync(0xffffffffu, bad);
-        if (lane == 0) {
-            part_a[warp] = mx;
-            part_bad[warp] = bad;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            mx = fmax(mx, part_a[w]);
-            bad |= part_bad[w] != 0;
-        }
-        // Its sum of squares and 1-norm at the anchor (a finite row's; a bad one is FLAG).
-        const int anchor = bad || mx < 0x1p-999 ? -1000 : ilogb(mx);
-        const double inv = bad ? 0.0 : scale_t(1.0, -anchor);
-        double s0 = 0.0, s1 = 0.0, l0 = 0.0, l1 = 0.0;
-        for (k = tid; k + ROWS_NT < K; k += 2 * ROWS_NT) {
-            const double y0 = fabs((double)row[k]) * inv, y1 = fabs((double)row[k + ROWS_NT]) * inv;
-            s0 = fma(y0, y0, s0);
-            s1 = fma(y1, y1, s1);
-            l0 += y0;
-            l1 += y1;
-        }
-        if (k < K) {
-            const double y0 = fabs((double)row[k]) * inv;
-            s0 = fma(y0, y0, s0);
-            l0 += y0;
-        }
-        double s = s0 + s1, l = l0 + l1;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-            l += __shfl_xor_sync(0xffffffffu, l, o);
-        }
-        __syncthreads();  // every thread has read part_a
-        if (lane == 0) {
-            part_a[warp] = s;
-            part_b[warp] = l;
-        }
-        __syncthreads();
+        load_row(row, X + (i64)r * sr, K);
+        const GuardSize z = row_guard_size(row, K);
         if (warp == 0) {
-            GuardSize z;
-            z.mx = mx;
-            z.bad = bad;
-            z.anchor = anchor;
-            z.s = 0.0;
-            z.l1 = 0.0;
-#pragma unroll
-            for (int w = 0; w < WARPS; ++w) {
-                z.s += part_a[w];
-                z.l1 += part_b[w];
-            }
             out.by_lanes(r, z, lane);
             if (lane == 0) {
                 row_sigma = sigma_of(z);
@@ -1550,6 +1589,94 @@ OZ_DEV void refuse(int M, int N, int Kg, const T* __restrict__ X, i64 xsr, i64 x
     }
 }
 
+// The early refusal, run before the one-pass scalings (guard_rows) of the operands whose
+// rows run along k and which those passes also split (`x_rows`, `y_rows`; they then leave at
+// once where it refused): as `refuse`, but for such an operand each block gathers its row's
+// guard data itself (row_guard_size, as guard_rows does: the same shifts, sigma and norm),
+// from the first of up to REFUSE_TRIES rows at or after b * M / gridDim.x (or N) with a
+// sigma (no element where those have none); the other operand's rows as its scaling left
+// them. One block of ROWS_NT threads each, with K elements (rounded up to 16 bytes) and then
+// Kg bytes of Y's magnitudes in dynamic shared memory.
+constexpr int REFUSE_TRIES = 4;
+template <typename T>
+OZ_DEV bool refusal_side(int n, int K, const T* __restrict__ X, i64 xsr, bool gather,
+                         const int* S, const double* L, const int* E, int ld, const GuardScale& gs,
+                         T* row, Side& out, int& pick) {
+    constexpr int NONE = 0x7fffffff;
+    const int tid = threadIdx.x;
+    const int at = (int)((long long)blockIdx.x * n / gridDim.x);
+    if (gather) {
+        for (int t = 0; t < REFUSE_TRIES && at + t < n; ++t) {
+            load_row(row, X + (i64)(at + t) * xsr, K);
+            const GuardSize z = row_guard_size(row, K);
+            if (tid == 0) {
+                Side a;
+                a.sigma = sigma_of(z);
+                a.l1 = scaled_norm(z, a.sigma);
+#pragma unroll
+                for (int c = 0; c < MAX_CANDIDATES; ++c)
+                    a.p[c] = c < gs.n ? exp2i(a.sigma - z.shift(gs.bits[c], gs.bound[c])) : 0.0;
+                out = a;
+                pick = at + t;
+            }
+            __syncthreads();
+            if (out.sigma != FLAG) return true;
+            __syncthreads();  // every thread has read out.sigma
+        }
+        return false;
+    }
+    if (tid == 0) pick = NONE;
+    __syncthreads();
+    for (int i0 = at; i0 < n; i0 += ROWS_NT) {
+        const int i = i0 + tid;
+        const bool has = i < n && S[i] != FLAG;
+        if (has) atomicMin(&pick, i);
+        if (__syncthreads_or(has)) break;
+    }
+    if (pick == NONE) return false;
+    if (tid == 0) out = Side(S, L, E, ld, pick, gs.n);
+    __syncthreads();
+    return true;
+}
+template <typename T>
+OZ_DEV void refuse_rows(int M, int N, int K, int Kg, const T* __restrict__ X, i64 xsr, i64 xsk,
+                        const T* __restrict__ Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
+                        const Guard& g, const GuardScale& gs, int* refused) {
+    extern __shared__ __align__(16) unsigned char rows_smem[];
+    T* row = reinterpret_cast<T*>(rows_smem);
+    unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
+    __shared__ int pick;
+    __shared__ Side side_a, side_b;
+    __shared__ long long part[ROWS_WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Y's row and its magnitudes (from the row in shared memory where gathered), then X's.
+    if (!refusal_side(N, K, Y, ysr, y_rows, g.sb, g.lb, g.eb, g.lde_b, gs, row, side_b, pick))
+        return;
+    const int sb = side_b.sigma;
+    const T* y = Y + (i64)pick * ysr;
+    for (int k = tid; k < Kg; k += ROWS_NT)
+        mag[k] = (unsigned char)magnitude(y_rows ? (double)row[k] : (double)y[(i64)k * ysk], sb);
+    __syncthreads();
+    if (!refusal_side(M, K, X, xsr, x_rows, g.sa, g.la, g.ea, g.lde_a, gs, row, side_a, pick))
+        return;
+    const Side a = side_a, b = side_b;
+    const T* x = X + (i64)pick * xsr;
+    long long sum = 0;
+#pragma unroll 4
+    for (int k = tid; k < Kg; k += ROWS_NT)
+        sum += (long long)magnitude(x_rows ? (double)row[k] : (double)x[(i64)k * xsk], a.sigma) *
+               mag[k];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) part[warp] = sum;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < ROWS_WARPS; ++w) sum += part[w];
+        // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
+        if (first_pass(g, (int)sum, a, b) == g.n) *refused = 1;
+    }
+}
+
 // C'_ij * 2^-shift rounded once to T, from S = sum_p T_p * W_p in L partial 64-bit limbs:
 // L = 3 up to 8 moduli (S < 9 * 2^25 * M < 2^96), 5 up to 16 (< 2^160), 6 beyond.
 template <typename T, int L>
@@ -1761,14 +1888,16 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_d(int R, int K, const double* X, i64 sr, oz::GuardScale g, int* E, int ldE,
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
-                       signed char* RP, int Rp, int Kp, oz::Consts c) {
-    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c);
+                       signed char* RP, int Rp, int Kp, oz::Consts c, const int* refused) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
+                   refused);
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_s(int R, int K, const float* X, i64 sr, oz::GuardScale g, int* E, int ldE,
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
-                       signed char* RP, int Rp, int Kp, oz::Consts c) {
-    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c);
+                       signed char* RP, int Rp, int Kp, oz::Consts c, const int* refused) {
+    oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
+                   refused);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S,
@@ -1838,6 +1967,18 @@ extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_refuse_d(int M, int N, int Kg, const double* X, i64 xsr, i64 xsk, const double* Y,
                          i64 ysr, i64 ysk, oz::Guard g, int* refused) {
     oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
+}
+extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
+    ozaki_guard_refuse_rows_d(int M, int N, int K, int Kg, const double* X, i64 xsr, i64 xsk,
+                              const double* Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
+                              oz::Guard g, oz::GuardScale gs, int* refused) {
+    oz::refuse_rows(M, N, K, Kg, X, xsr, xsk, Y, ysr, ysk, x_rows, y_rows, g, gs, refused);
+}
+extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
+    ozaki_guard_refuse_rows_s(int M, int N, int K, int Kg, const float* X, i64 xsr, i64 xsk,
+                              const float* Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
+                              oz::Guard g, oz::GuardScale gs, int* refused) {
+    oz::refuse_rows(M, N, K, Kg, X, xsr, xsk, Y, ysr, ysk, x_rows, y_rows, g, gs, refused);
 }
 extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_refuse_s(int M, int N, int Kg, const float* X, i64 xsr, i64 xsk, const float* Y,

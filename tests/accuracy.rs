@@ -12,7 +12,7 @@
 mod common;
 
 use gpu_dot::accuracy::{componentwise, emulated, Family, Reference, SuiteCase, SUITE_KS};
-use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, Precision, Route};
+use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, GuardReport, Precision, Route};
 use ndarray::Array2;
 
 fn options(precision: Precision) -> DotOptions {
@@ -235,7 +235,15 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
                 else {
                     panic!("{what}: not on the GPU");
                 };
-                assert_eq!((precision, guard), (late_precision, late_guard), "{what}");
+                // The same count, or both refused (the early refusal may test other elements
+                // where the guard's passes split early, and so count the failed tiles
+                // otherwise).
+                let refused = |g: &Option<GuardReport>| g.map(|g| g.failed > 0);
+                assert_eq!(
+                    (precision, refused(guard)),
+                    (late_precision, refused(late_guard)),
+                    "{what}"
+                );
                 let differ = early
                     .c
                     .iter()

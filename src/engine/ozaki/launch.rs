@@ -16,11 +16,13 @@ use crate::options::{Precision, MAX_MODULI};
 use super::guard::guard_sample;
 use super::passes::{
     enqueue_gemm, fail, split_config, workspace, Gemm, GemmTail, GuardReport, KeptB, KeyB, OzError,
-    Rows, Run, SharedB, EA, EB, LA, LB, MA, MB, PA, PB, R, SA, SB,
+    Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA, MB, PA, PB, R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
-use super::verdict::{verdict, GuardScale, GUARD_ROWS_THREADS, MAX_CANDIDATES};
+use super::verdict::{
+    clear_flags, refuse_first, verdict, GuardScale, GUARD_ROWS_THREADS, MAX_CANDIDATES,
+};
 
 /// How an Ozaki launch ended.
 pub(crate) struct Emulated {
@@ -173,12 +175,35 @@ pub(crate) fn launch<T: Element>(
             bound: norm_bound(first, k),
         }
     };
-    for op in ops.iter().filter(|op| !op.kept) {
-        scale(&run, op, &scaling, &first_consts)?;
-    }
+    // Where a one pass also splits its operand, the early refusal runs before it (after the
+    // other operand's scaling), and it leaves at once where the refusal refused: hostile
+    // inputs pay for no split.
+    let gathered = ops.each_ref().map(|op| op.one_pass && op.early.is_some());
+    let refused_first = match &scaling {
+        Scaling::Guard {
+            weighed, row_bytes, ..
+        } if gathered.contains(&true) => {
+            clear_flags(&run)?;
+            for (op, _) in ops.iter().zip(gathered).filter(|(op, g)| !op.kept && !g) {
+                scale(&run, op, &scaling, &first_consts, None)?;
+            }
+            let sizes = (candidates.len(), kg);
+            refuse_first(&run, &ops, sizes, weighed, gathered, *row_bytes)?;
+            for (op, _) in ops.iter().zip(gathered).filter(|(_, g)| *g) {
+                scale(&run, op, &scaling, &first_consts, Some(sec[FLAGS]))?;
+            }
+            true
+        }
+        _ => {
+            for op in ops.iter().filter(|op| !op.kept) {
+                scale(&run, op, &scaling, &first_consts, None)?;
+            }
+            false
+        }
+    };
     // 2. The guard's verdict: the count every element passes at, or a refusal.
     let (chosen, report) = if guarded {
-        let (chosen, report) = verdict(&run, &ops, candidates.len(), kg)?;
+        let (chosen, report) = verdict(&run, &ops, candidates.len(), kg, refused_first)?;
         (chosen, Some(report))
     } else {
         (0, None)
@@ -321,6 +346,7 @@ fn scale<T: Element>(
     op: &Rows<'_, '_, T>,
     how: &Scaling,
     first: &Consts,
+    refused: Option<u64>,
 ) -> Result<(), OzError> {
     let stream = run.stream;
     let (_, _, ki) = run.dims;
@@ -347,6 +373,7 @@ fn scale<T: Element>(
             None => (0u64, first),
         };
         let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
+        let refused_ptr = refused.unwrap_or(0);
         let mut builder = stream.launch_builder(&rows_fn);
         builder
             .arg(&rows)
@@ -365,10 +392,11 @@ fn scale<T: Element>(
             .arg(&residues)
             .arg(&rpi)
             .arg(&kpi)
-            .arg(consts);
+            .arg(consts)
+            .arg(&refused_ptr);
         // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
         // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
-        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c)`; X as for
+        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c, const int* refused)`; X as for
         // `ozaki_guard_scale_*` with sk = 1 (row r's K elements contiguous from X + r·sr);
         // E, S and L as for that kernel; P is the operand's magnitudes' section (Rp·Kgp
         // bytes, MA or MB), written whole in the tiles of TM rows, as by
@@ -378,7 +406,8 @@ fn scale<T: Element>(
         // `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
         // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised
         // for the entry (`OZAKI_GUARD_ROWS_SMEM`); `Consts` matches the kernel's struct by
-        // value.
+        // value; `refused` is null or the FLAGS section's first int, which the early
+        // refusal before it on this stream wrote.
         unsafe { builder.launch(cfg) }
             .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
         return Ok(());

@@ -101,44 +101,20 @@ const REFUSAL_ELEMENTS: u32 = 8;
 /// The most candidate counts the guard weighs at once.
 pub(crate) const MAX_CANDIDATES: usize = 4;
 
-/// The guard's verdict on a product whose guard scaling has run (`ozaki_guard_scale_*` or
-/// `ozaki_guard_rows_*` for each of `ops`, with `counts` candidate counts): its early refusal,
-/// the magnitudes of the operands the one pass did not take (over the first `kg` inner
-/// indices), the keys and the sure test's GEMM; where that does not pass every element, the
-/// guard's GEMM and its judge. Returns the index of the fewest candidate count that every
-/// element passes at, and the report; [`OzError::Guarded`] where some element passes at none
-/// (nothing more is enqueued then).
-pub(super) fn verdict<T: Element>(
-    run: &Run<'_>,
-    ops: &[Rows<'_, '_, T>; 2],
-    counts: usize,
-    kg: usize,
-) -> Result<(usize, GuardReport), OzError> {
-    let (stream, sec) = (run.stream, &run.sec);
-    let (mi, ni, ki) = run.dims;
-    let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
-    let kgp = kg.next_multiple_of(128);
-    let (kgi, kgpi) = (kg as i32, kgp as i32);
-    // The early refusal's int, then the sure test's.
-    let refused = sec[FLAGS];
-    let unsure = refused + 4;
-    // SAFETY: the workspace's FLAGS section holds two ints from `refused`, cleared on this
-    // stream before the launches below read and set them.
-    unsafe { cudarc::driver::result::memset_d8_async(refused, 0, 8, stream.cu_stream()) }
-        .map_err(fail("clearing the Ozaki guard's flags"))?;
-    let tiles = (mp / tm) * (np / tn);
-    let need = sec[NEED];
-    // The magnitudes' int32 product lies in the residues' section until the product's GEMM
-    // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4).
-    let sums = sec[R];
-    let guard = GuardArgs {
+/// The guard's arguments of a product of element type `T` weighing `counts` candidate
+/// counts: its sections of the workspace, its tiles and `GUARD · u`.
+fn guard_args<T: Element>(run: &Run<'_>, counts: usize) -> GuardArgs {
+    let sec = &run.sec;
+    let (_, _, ki) = run.dims;
+    let ((_, tn), (mp, np)) = (run.tile_rows, run.padded);
+    GuardArgs {
         ea: sec[EA],
         eb: sec[EB],
         sa: sec[SA],
         sb: sec[SB],
         la: sec[LA],
         lb: sec[LB],
-        need,
+        need: sec[NEED],
         lde_a: mp as i32,
         lde_b: np as i32,
         tiles_n: (np / tn) as i32,
@@ -146,22 +122,51 @@ pub(super) fn verdict<T: Element>(
         n: counts as i32,
         unused: 0,
         gu: GUARD * unit_roundoff(T::DTYPE),
-    };
-    // An early verdict from a few elements' exact magnitudes' sums: where one fails at
-    // every count, the product is refused at once (the magnitudes, the keys and the sure
-    // test's GEMM then leave without work, and the host launches nothing more).
-    let refuse = run.typed("ozaki_guard_refuse")?;
+    }
+}
+
+/// Clears the early refusal's int and the sure test's (the FLAGS section) on the product's
+/// stream, before the launches that read and set them.
+pub(super) fn clear_flags(run: &Run<'_>) -> Result<(), OzError> {
+    // SAFETY: the workspace's FLAGS section holds two ints, cleared on this stream before
+    // the launches after it read and set them.
+    unsafe { cudarc::driver::result::memset_d8_async(run.sec[FLAGS], 0, 8, run.stream.cu_stream()) }
+        .map_err(fail("clearing the Ozaki guard's flags"))
+}
+
+/// The early refusal before the one-pass scalings of the operands `gathered` (rows along k,
+/// split by that pass for the first count: `ozaki_guard_refuse_rows_*`): for those, each of
+/// its blocks gathers the guard's data of a row itself, as the one pass will; the other
+/// operands are scaled already (here, or by the panel before). Where it refuses, the one
+/// passes (and with them the early split) and every pass after them leave without work. The
+/// flags must be cleared before ([`clear_flags`]); `weighed` is the scaling's
+/// [`GuardScale`], and `row_bytes` the one pass's dynamic shared memory.
+pub(super) fn refuse_first<T: Element>(
+    run: &Run<'_>,
+    ops: &[Rows<'_, '_, T>; 2],
+    (counts, kg): (usize, usize),
+    weighed: &GuardScale,
+    gathered: [bool; 2],
+    row_bytes: usize,
+) -> Result<(), OzError> {
+    let (mi, ni, ki) = run.dims;
+    let kgi = kg as i32;
+    let refused = run.sec[FLAGS];
+    let guard = guard_args::<T>(run, counts);
+    let refuse = run.typed("ozaki_guard_refuse_rows")?;
     let cfg = LaunchConfig {
         grid_dim: (REFUSAL_ELEMENTS, 1, 1),
-        block_dim: (1024, 1, 1),
-        shared_mem_bytes: 0,
+        block_dim: (GUARD_ROWS_THREADS, 1, 1),
+        shared_mem_bytes: row_bytes as u32,
     };
     let [a, b] = ops;
     let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
-    let mut builder = stream.launch_builder(&refuse);
+    let (x_rows, y_rows) = (gathered[0] as i32, gathered[1] as i32);
+    let mut builder = run.stream.launch_builder(&refuse);
     builder
         .arg(&mi)
         .arg(&ni)
+        .arg(&ki)
         .arg(&kgi)
         .arg(a.x)
         .arg(&asr)
@@ -169,15 +174,90 @@ pub(super) fn verdict<T: Element>(
         .arg(b.x)
         .arg(&bsr)
         .arg(&bsk)
+        .arg(&x_rows)
+        .arg(&y_rows)
         .arg(&guard)
+        .arg(weighed)
         .arg(&refused);
-    // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X,
-    // i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and Y are
-    // the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and N and
-    // k < Kg = kg ≤ k; `GuardArgs` as for the judge below, whose sigmas, norms and shifts
-    // the scalings before it on this stream wrote; `refused` the FLAGS section's first
-    // int, zeroed above; blocks of 1024 threads, static shared memory only.
-    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's early refusal"))?;
+    // SAFETY: arguments match `ozaki_guard_refuse_rows_{d,s}(int M, int N, int K, int Kg,
+    // const T* X, i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
+    // Guard g, GuardScale gs, int* refused)`; X and Y are op(A) and op(B)ᵀ with their
+    // strides, read for rows below M and N and k < K (whole rows, contiguous, only of an
+    // operand gathered, whose sk is 1) or k < Kg = kg ≤ K; `GuardArgs` as for the judge,
+    // whose sigmas, norms and shifts of an operand not gathered the scaling before it on
+    // this stream (or the panel before) wrote; `GuardScale` the scaling's, matching the
+    // kernel's struct by value; `refused` the FLAGS section's first int, cleared before;
+    // blocks of `GUARD_ROWS_THREADS` (the kernel's ROWS_NT) with `row_bytes` of dynamic
+    // shared memory (K elements rounded up to 16 bytes, then Kgp ≥ Kg bytes), within the
+    // limit the module raised for the entry (`OZAKI_GUARD_ROWS_SMEM`).
+    unsafe { builder.launch(cfg) }
+        .map_err(fail("launching the Ozaki guard's early refusal from rows"))?;
+    Ok(())
+}
+
+/// The guard's verdict on a product whose guard scaling has run (`ozaki_guard_scale_*` or
+/// `ozaki_guard_rows_*` for each of `ops`, with `counts` candidate counts): its early refusal
+/// (unless `refused_first` ran it, [`refuse_first`]), the magnitudes of the operands the one
+/// pass did not take (over the first `kg` inner indices), the keys and the sure test's GEMM;
+/// where that does not pass every element, the guard's GEMM and its judge. Returns the index
+/// of the fewest candidate count that every element passes at, and the report;
+/// [`OzError::Guarded`] where some element passes at none (nothing more is enqueued then).
+pub(super) fn verdict<T: Element>(
+    run: &Run<'_>,
+    ops: &[Rows<'_, '_, T>; 2],
+    counts: usize,
+    kg: usize,
+    refused_first: bool,
+) -> Result<(usize, GuardReport), OzError> {
+    let (stream, sec) = (run.stream, &run.sec);
+    let (mi, ni, _) = run.dims;
+    let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
+    let kgp = kg.next_multiple_of(128);
+    let (kgi, kgpi) = (kg as i32, kgp as i32);
+    // The early refusal's int, then the sure test's.
+    let refused = sec[FLAGS];
+    let unsure = refused + 4;
+    let tiles = (mp / tm) * (np / tn);
+    let need = sec[NEED];
+    // The magnitudes' int32 product lies in the residues' section until the product's GEMM
+    // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4).
+    let sums = sec[R];
+    let guard = guard_args::<T>(run, counts);
+    let [a, b] = ops;
+    if !refused_first {
+        clear_flags(run)?;
+        // An early verdict from a few elements' exact magnitudes' sums: where one fails at
+        // every count, the product is refused at once (the magnitudes, the keys and the sure
+        // test's GEMM then leave without work, and the host launches nothing more).
+        let refuse = run.typed("ozaki_guard_refuse")?;
+        let cfg = LaunchConfig {
+            grid_dim: (REFUSAL_ELEMENTS, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
+        let mut builder = stream.launch_builder(&refuse);
+        builder
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&kgi)
+            .arg(a.x)
+            .arg(&asr)
+            .arg(&ask)
+            .arg(b.x)
+            .arg(&bsr)
+            .arg(&bsk)
+            .arg(&guard)
+            .arg(&refused);
+        // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T*
+        // X, i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and
+        // Y are the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and
+        // N and k < Kg = kg ≤ k; `GuardArgs` as for the judge below, whose sigmas, norms and
+        // shifts the scalings before it on this stream wrote; `refused` the FLAGS section's
+        // first int, cleared above; blocks of 1024 threads, static shared memory only.
+        unsafe { builder.launch(cfg) }
+            .map_err(fail("launching the Ozaki guard's early refusal"))?;
+    }
     // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
     // operands the one-pass scaling did not take, with their residues for the first count
     // where `early`.

@@ -92,6 +92,8 @@ impl Family {
                     (OZAKI_SURE_GEMM_MMA, OZAKI_GEMM_MMA.1),
                     ("ozaki_guard_rows_d", OZAKI_GUARD_ROWS_SMEM),
                     ("ozaki_guard_rows_s", OZAKI_GUARD_ROWS_SMEM),
+                    ("ozaki_guard_refuse_rows_d", OZAKI_GUARD_ROWS_SMEM),
+                    ("ozaki_guard_refuse_rows_s", OZAKI_GUARD_ROWS_SMEM),
                 ]
                 .into_iter()
                 .find(|g| g.0 == entry)
@@ -129,11 +131,13 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 24] = [
+const OZAKI_ENTRIES: [&str; 26] = [
     "ozaki_guard_judge",
     "ozaki_guard_keys",
     "ozaki_guard_refuse_d",
     "ozaki_guard_refuse_s",
+    "ozaki_guard_refuse_rows_d",
+    "ozaki_guard_refuse_rows_s",
     "ozaki_guard_rows_d",
     "ozaki_guard_rows_s",
     "ozaki_scale_d",
