@@ -340,7 +340,9 @@ enum Scaling {
 
 /// Step 1 for one operand: its rows' shifts (`ozaki_scale_*`), or the guard's scaling
 /// (`ozaki_guard_scale_*`), or both the guard's scaling and its magnitudes in one pass
-/// (`ozaki_guard_rows_*`) where `op.one_pass`.
+/// (`ozaki_guard_rows_*`) where `op.one_pass`; that pass also splits it for the first count
+/// (`first`) where `op.early`, and leaves at once where `refused` is given and the early
+/// refusal before it set it.
 fn scale<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
