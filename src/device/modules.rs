@@ -37,7 +37,7 @@ pub(crate) trait ModuleSpec: Copy {
 /// How many modules a context can hold.
 pub(crate) const MODULE_SLOTS: usize = 8;
 
-/// Whether a module is ready to run on a context, as [`Gpu::prepare`] finds it.
+/// Whether a module is ready to run on a context, as [`Gpu::prepare`](crate::device::context::Gpu::prepare) finds it.
 #[derive(Debug, Clone)]
 pub(crate) enum Readiness {
     /// Loaded (now or before): its kernels can be launched.

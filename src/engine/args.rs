@@ -163,7 +163,7 @@ pub(crate) fn poison<T: Element, D: cudarc::driver::DevicePtrMut<T>>(
         .map_err(GpuDotError::at("poisoning the output"))
 }
 
-/// The launch shape of the grid-stride element-wise kernels ([`Aux`]): 256 threads a block,
+/// The launch shape of the grid-stride element-wise kernels ([`Aux`](crate::engine::table::Aux)): 256 threads a block,
 /// at most 8192 blocks, which loop over the rest.
 pub(crate) fn grid_stride(elements: usize) -> LaunchConfig {
     LaunchConfig {
@@ -194,7 +194,7 @@ pub(crate) struct GemmArgs<'v, 'a, T> {
     pub(super) b: &'v DeviceOperand<'a, T>,
     pub(super) ldb: i64,
     pub(super) ldc: i64,
-    /// The precision asked for (f32 products; see [`TileRow::of`]).
+    /// The precision asked for (f32 products; see [`TileRow::of`](crate::engine::table::TileRow::of)).
     pub(super) precision: Precision,
 }
 

@@ -36,7 +36,7 @@ pub(crate) enum Family {
     /// SGEMM on the TF32 tensor cores, one product per step.
     SgemmTf32,
     /// SGEMM on Hopper's warpgroup tensor-core instructions (sm_90a), 3xTF32 and TF32, from
-    /// K-major panels that its pack kernel makes first ([`WG`]).
+    /// K-major panels that its pack kernel makes first ([`WG`](crate::engine::table::WG)).
     SgemmWg,
     /// Products on the INT8 tensor cores by Ozaki scheme II (sm_80 on; its warpgroup GEMM on
     /// sm_90a): scaling, residue panels, the INT8 GEMM of every modulus and the reconstruction

@@ -2,11 +2,12 @@
 //! device, with the transfers overlapped with the kernels; and the uploads and downloads of
 //! device matrices.
 //!
-//! A product runs as named steps ([`run`]):
+//! A product runs as named steps (`run` in [`gemm`](mod@gemm)):
 //!
 //! 1. **operands**: how the device reads each operand (host arrays in their storage order,
 //!    F-order views as their transpose; device matrices as they are);
-//! 2. **schedule**: the tuner's [`Choice`] (row panels, kernel plan) and the [`Schedule`] of
+//! 2. **schedule**: the tuner's [`Choice`](crate::engine::tuner::Choice) (row panels, kernel plan) and the
+//!    [`Schedule`](schedule::Schedule) of
 //!    panels, parcels and pieces;
 //! 3. **buffers**: a [`workspace`] from the pool, grown to the schedule (nothing is allocated
 //!    in steady state);
@@ -23,7 +24,7 @@
 //!
 //! Every call returns only once its work is complete.
 //!
-//! The files: [`ends`] (sources, destinations and reports), [`gemm`] (the steps above),
+//! The files: [`ends`] (sources, destinations and reports), [`gemm`](mod@gemm) (the steps above),
 //! [`schedule`], [`workspace`], [`conduct`] and [`link`] (the panel loop), [`transfer`] (whole-matrix
 //! moves) and [`batch`] (batched products).
 

@@ -366,7 +366,7 @@ pub(crate) fn retained_by(gpu: &Gpu) -> (usize, usize) {
 
 impl crate::Device {
     /// Frees the device and page-locked memory that idle workspaces of this device keep for
-    /// reuse (see [`trim`](crate::trim)).
+    /// reuse (see [`crate::trim`]).
     pub fn trim(self) {
         if let Some(gpu) = self.live() {
             trim_device(&gpu);

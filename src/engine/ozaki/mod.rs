@@ -11,7 +11,7 @@
 //! The files: [`scheme`] (moduli, reconstruction constants, exactness bounds), [`scaling`]
 //! (the count of moduli and each row's shift), [`guard`] (whether an element is within
 //! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
-//! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`] (one
+//! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`](mod@launch) (one
 //! product's passes in order), [`model`] (the exact CPU model the tests compare the
 //! kernels with) and [`cost`] (where the default precision's guarded product pays on a
 //! Hopper).
