@@ -613,3 +613,51 @@ fn the_guard_passes_only_what_meets_native_bound() {
         }
     }
 }
+
+/// The workspace's sections: disjoint and 256-byte aligned, within its size, op(B)'s at
+/// offsets that do not depend on m (the row panels that share op(B) find them), and when
+/// guarded, op(A)'s magnitudes in a section of their own (the guard's passes write op(A)'s
+/// residues meanwhile), of `Mp · Kgp` bytes.
+#[test]
+fn workspace_sections_are_disjoint_and_op_b_sits_still() {
+    let sizes = |at: &[usize; SECTIONS], total: usize| {
+        let mut order: Vec<(usize, usize)> = (0..SECTIONS).map(|s| (at[s], s)).collect();
+        order.sort();
+        order
+            .iter()
+            .enumerate()
+            .map(|(i, &(o, s))| {
+                let end = order.get(i + 1).map_or(total, |&(next, _)| next);
+                (s, o, end - o)
+            })
+            .collect::<Vec<_>>()
+    };
+    for gemm in [Gemm::Wg { pair_m: true }, Gemm::Mma] {
+        for (m, k, n) in [(4096, 4096, 4096), (200, 301, 330), (1000, 3000, 500)] {
+            for guarded in [false, true] {
+                let (count, shifts, kgp) = (8, if guarded { 4 } else { 1 }, 1024);
+                let (total, at) = workspace(count, shifts, guarded, kgp, (m, k, n), gemm);
+                let (_, (mp, np)) = gemm.panels(m, n);
+                let kp = k.next_multiple_of(128);
+                for (s, offset, room) in sizes(&at, total) {
+                    assert_eq!(offset % ALIGN, 0, "section {s}");
+                    let need = match s {
+                        PA => count * mp * kp,
+                        PB => count * np * kp,
+                        MA => mp * kgp * guarded as usize,
+                        MB => np * kgp * guarded as usize,
+                        R => count.max(4 * guarded as usize) * m * n,
+                        _ => 0,
+                    };
+                    assert!(
+                        room >= need,
+                        "{gemm:?} {m}×{k}×{n} guarded {guarded}: section {s}"
+                    );
+                }
+                // op(B)'s sections (EB to PB) at the same offsets for any m.
+                let (_, other) = workspace(count, shifts, guarded, kgp, (m + 384, k, n), gemm);
+                assert_eq!(at[..=PB], other[..=PB]);
+            }
+        }
+    }
+}
