@@ -605,8 +605,8 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
 
 // The guard's magnitudes (the first Kg elements of k, in a panel Kgp wide: zero from Kg on)
 // and the first candidate count's residues (shifts E), from one read of the operand: for
-// operands whose rows do not run along k's contiguous index (ozaki_magnitudes_split_*), so
-// that a product the guard runs at that count needs no split after it.
+// operands the one pass (guard_rows) does not take (ozaki_magnitudes_split_*), so that a
+// product the guard runs at that count needs no split after it.
 struct SplitEarly {
     const int* __restrict__ S;
     signed char* __restrict__ PM;
@@ -652,6 +652,8 @@ OZ_DEV void load8(const T* row, int k, int K, double (&v)[8]) {
 // Balanced residues of rint(x * 2^s) for every modulus, through a 32 x 64 shared tile so that
 // both the read (along whichever stride is 1) and the write (along k) are coalesced; each
 // thread then makes the residues of 8 consecutive k of one row, one 8-byte store a modulus.
+// The writer W gets the row (-1 past R), the 8 values, their place in P and the layer's
+// stride, and the row's index in Rp and the first k (for writers with panels of their own).
 //
 // The residue of v = rint(x * 2^s) (|x * 2^s| <= 2^61) modulo m, in doubles, with
 // ROUND = 1.5 * 2^52 (z + ROUND, for |z| < 2^51, is rint(z) + ROUND exactly, and its low
