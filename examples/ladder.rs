@@ -7,7 +7,11 @@
 //!         [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both]
 //!         [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
-//!         [--paired-k S]
+//!         [--paired-k S] [--split-after-verdict]
+//!
+//! `--split-after-verdict` has the guard's passes write only the magnitudes, so that every
+//! operand is split after the verdict, as on devices without fast FP64 (to check and time
+//! that path on a Hopper).
 //!
 //! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
 //! accuracy suite's hostile family: the default precision's guard sends them to the native
@@ -631,6 +635,7 @@ fn main() {
             "--auto-only" => auto_only = true,
             // The default precision weighs emulation at every size (to find where it pays).
             "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
+            "--split-after-verdict" => gpu_dot::__testing::split_early(false),
             "--paired-k" => {
                 let s = args.next().expect("--paired-k takes a spread like 20");
                 let s = s.parse().expect("--paired-k: a whole number");
@@ -672,7 +677,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S] [--split-after-verdict]"
             ),
         }
     }

@@ -91,13 +91,12 @@
 //      ozaki_split_* writes for c (the first candidate, E's first layer) into RP; nothing
 //      where refused is not null and *refused.
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
-//      signed char* P, int Rp, int Kp, int TM, const int* refused): as ozaki_split_*, one
-//      layer of magnitudes; nothing where *refused.
-// ozaki_magnitudes_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
 //      signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp, int Kp,
-//      int TM, const int* refused, Consts c): ozaki_magnitudes_* (K = Kg, into PM, Rp x Kgp)
-//      and ozaki_split_* (with E and c) from one read of X; grid as for the split; nothing
-//      where *refused.
+//      int TM, const int* refused, Consts c): the guard's layer of magnitudes of the first Kg
+//      elements of k into PM (Rp x Kgp bytes, laid out as ozaki_split_* lays a layer out);
+//      where P is not null, from the same read of X, also the residues ozaki_split_* writes
+//      (with E and c) into P (Rp x Kp a layer). The grid is the split's for Kgp where P is
+//      null, for Kp where not. Nothing where *refused.
 // ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr, i64 xsk, const T* Y,
 //      i64 ysr, i64 ysk, Guard g, int* refused): blocks of up to 1024 threads, each testing one
 //      element (see `refuse`); sets *refused to 1 where one fails at every candidate (the
@@ -605,8 +604,8 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
 
 // The guard's magnitudes (the first Kg elements of k, in a panel Kgp wide: zero from Kg on)
 // and the first candidate count's residues (shifts E), from one read of the operand: for
-// operands the one pass (guard_rows) does not take (ozaki_magnitudes_split_*), so that a
-// product the guard runs at that count needs no split after it.
+// operands the one pass (guard_rows) does not take (ozaki_magnitudes_* with residue panels),
+// so that a product the guard runs at that count needs no split after it.
 struct SplitEarly {
     const int* __restrict__ S;
     signed char* __restrict__ PM;
@@ -703,6 +702,19 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
           k0 + q8);
         __syncthreads();
     }
+}
+
+// ozaki_magnitudes_*: the guard's magnitudes (SplitMagnitudes, k < Kg into PM), or where P is
+// given, those and the first candidate count's residues into P from one read (SplitEarly).
+template <typename T>
+OZ_DEV void magnitudes(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* S,
+                       signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
+                       int Kp, int TM, const int* refused, const Consts& c) {
+    if (*refused) return;
+    if (P == nullptr)
+        panels(R, Kg, X, sr, sk, PM, Rp, Kgp, TM, SplitMagnitudes{S});
+    else
+        panels(R, K, X, sr, sk, P, Rp, Kp, TM, SplitEarly{S, PM, Kg, Kgp, TM, E, c});
 }
 
 constexpr int ROWS_NT = 256;
@@ -1875,18 +1887,6 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                       signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResiduesInt{E, c});
 }
-extern "C" __global__ void __launch_bounds__(256, 4)
-    ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM, const int* refused) {
-    if (*refused) return;
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
-}
-extern "C" __global__ void __launch_bounds__(256, 4)
-    ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S, signed char* P,
-                       int Rp, int Kp, int TM, const int* refused) {
-    if (*refused) return;
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitMagnitudes{S});
-}
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_d(int R, int K, const double* X, i64 sr, oz::GuardScale g, int* E, int ldE,
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
@@ -1902,18 +1902,16 @@ extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
                    refused);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
-    ozaki_magnitudes_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S,
-                             signed char* PM, int Kg, int Kgp, const int* E, signed char* P,
-                             int Rp, int Kp, int TM, const int* refused, oz::Consts c) {
-    if (*refused) return;
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitEarly{S, PM, Kg, Kgp, TM, E, c});
+    ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S,
+                       signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
+                       int Kp, int TM, const int* refused, oz::Consts c) {
+    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
-    ozaki_magnitudes_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S,
-                             signed char* PM, int Kg, int Kgp, const int* E, signed char* P,
-                             int Rp, int Kp, int TM, const int* refused, oz::Consts c) {
-    if (*refused) return;
-    oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitEarly{S, PM, Kg, Kgp, TM, E, c});
+    ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S,
+                       signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
+                       int Kp, int TM, const int* refused, oz::Consts c) {
+    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c);
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)

@@ -203,7 +203,13 @@ pub(crate) fn launch<T: Element>(
     };
     // 2. The guard's verdict: the count every element passes at, or a refusal.
     let (chosen, report) = if guarded {
-        let (chosen, report) = verdict(&run, &ops, candidates.len(), kg, refused_first)?;
+        let (chosen, report) = verdict(
+            &run,
+            &ops,
+            (candidates.len(), &first_consts),
+            kg,
+            refused_first,
+        )?;
         (chosen, Some(report))
     } else {
         (0, None)

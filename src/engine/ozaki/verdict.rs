@@ -17,7 +17,7 @@ use super::passes::{
     enqueue_gemm, fail, read_back, split_config, Gemm, GemmTail, GuardReport, OzError, Rows, Run,
     EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
 };
-use super::scheme::{norm_bound, scaling_bits};
+use super::scheme::{norm_bound, scaling_bits, Consts};
 
 /// The guard's arguments to the scaling pass (`oz::GuardScale`): the candidate counts'
 /// scaling bits and norm bounds, `n` of them.
@@ -205,7 +205,7 @@ pub(super) fn refuse_first<T: Element>(
 pub(super) fn verdict<T: Element>(
     run: &Run<'_>,
     ops: &[Rows<'_, '_, T>; 2],
-    counts: usize,
+    (counts, first): (usize, &Consts),
     kg: usize,
     refused_first: bool,
 ) -> Result<(usize, GuardReport), OzError> {
@@ -262,7 +262,7 @@ pub(super) fn verdict<T: Element>(
     // operands the one-pass scaling did not take, with their residues for the first count
     // where `early`.
     for op in ops.iter().filter(|op| !op.one_pass && !op.kept) {
-        magnitudes(run, op, (kgi, kgpi), refused)?;
+        magnitudes(run, op, (kgi, kgpi), first, refused)?;
     }
     // The sure test: each row's key, then the magnitudes' product with each element tested
     // in the GEMM's epilogue against a sufficient condition of passing at the first count.
@@ -387,51 +387,29 @@ pub(super) fn verdict<T: Element>(
     Ok((chosen, report))
 }
 
-/// The guard's magnitudes of one operand (`ozaki_magnitudes_*`), or its magnitudes and its
-/// residues for the first count from one read of it (`ozaki_magnitudes_split_*`) where
-/// `op.early`; neither where the early refusal set `refused`.
+/// The guard's magnitudes of one operand, and from the same read of it its residues for the
+/// first count (`first`) where `op.early` (`ozaki_magnitudes_*`); nothing where the early
+/// refusal set `refused`.
 fn magnitudes<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
     (kgi, kgpi): (i32, i32),
+    first: &Consts,
     refused: u64,
 ) -> Result<(), OzError> {
-    let stream = run.stream;
     let (_, _, ki) = run.dims;
     let rp = op.padded as i32;
     let (sr, sk) = op.strides;
-    let Some(consts) = op.early else {
-        let magnitudes = run.typed("ozaki_magnitudes")?;
-        let cfg = split_config(kgpi as usize, op.padded);
-        let mut builder = stream.launch_builder(&magnitudes);
-        builder
-            .arg(&op.rows)
-            .arg(&kgi)
-            .arg(op.x)
-            .arg(&sr)
-            .arg(&sk)
-            .arg(&op.sigmas)
-            .arg(&op.magnitudes)
-            .arg(&rp)
-            .arg(&kgpi)
-            .arg(&op.tile)
-            .arg(&refused);
-        // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64
-        // sr, i64 sk, const int* S, signed char* P, int Rp, int Kp, int TM, const int*
-        // refused)`; X as for the scaling, whose S (R ints) a launch before it on this
-        // stream wrote, read for k < K = kg ≤ the operand's k; P is the operand's
-        // magnitudes' section (Rp·Kp bytes, Kp = kgp ≤ the product's Kp: MA or MB), written
-        // whole, in the tiles of the GEMM's rows TM (as for `ozaki_split_*`); `refused` the
-        // int the early refusal wrote; grid and block as for the split with Kp = kgp (the
-        // kernel's layout: one block per 64 k and 32 rows).
-        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
-        return Ok(());
-    };
-    let both = run.typed("ozaki_magnitudes_split")?;
     let kp = (ki as usize).next_multiple_of(128);
     let kpi = kp as i32;
-    let cfg = split_config(kp, op.padded);
-    let mut builder = stream.launch_builder(&both);
+    // Without residues, the grid spans the magnitudes' panel (Kgp) only.
+    let (residues, consts, grid_k) = match op.early {
+        Some(c) => (op.panels, c, kp),
+        None => (0u64, first, kgpi as usize),
+    };
+    let cfg = split_config(grid_k, op.padded);
+    let function = run.typed("ozaki_magnitudes")?;
+    let mut builder = run.stream.launch_builder(&function);
     builder
         .arg(&op.rows)
         .arg(&ki)
@@ -443,23 +421,22 @@ fn magnitudes<T: Element>(
         .arg(&kgi)
         .arg(&kgpi)
         .arg(&op.shifts)
-        .arg(&op.panels)
+        .arg(&residues)
         .arg(&rp)
         .arg(&kpi)
         .arg(&op.tile)
         .arg(&refused)
         .arg(consts);
-    // SAFETY: arguments match `ozaki_magnitudes_split_{d,s}(int R, int K, const T* X, i64 sr,
-    // i64 sk, const int* S, signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int
+    // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64
+    // sk, const int* S, signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int
     // Rp, int Kp, int TM, const int* refused, Consts c)`; X as for the scaling, whose S and E
     // (R ints each; E's first layer, the first count's shifts) a launch before it on this
-    // stream wrote, read for k < K; PM is the operand's magnitudes' section (Rp·Kgp bytes,
-    // MA or MB), P its residue panels (c.count·Rp·Kp bytes, Kp = K rounded up to 128), both
-    // written whole in the tiles of the GEMM's rows TM; `refused` the int the early refusal
-    // wrote; grid and block as for the split (one block per 64 k and 32 rows); `Consts`
+    // stream wrote, read for k < K (k < Kg where P is null); PM is the operand's magnitudes'
+    // section (Rp·Kgp bytes, MA or MB); P is null, or its residue panels (c.count·Rp·Kp
+    // bytes, Kp = K rounded up to 128); both written whole in the tiles of the GEMM's rows
+    // TM; `refused` the int the early refusal wrote; grid and block as for the split over
+    // Kp where P is given, over Kgp where not (one block per 64 k and 32 rows); `Consts`
     // matches the kernel's struct by value.
-    unsafe { builder.launch(cfg) }.map_err(fail(
-        "launching the Ozaki guard's magnitudes and first split",
-    ))?;
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
     Ok(())
 }

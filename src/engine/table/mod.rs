@@ -131,7 +131,7 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 26] = [
+const OZAKI_ENTRIES: [&str; 24] = [
     "ozaki_guard_judge",
     "ozaki_guard_keys",
     "ozaki_guard_refuse_d",
@@ -146,8 +146,6 @@ const OZAKI_ENTRIES: [&str; 26] = [
     "ozaki_guard_scale_s",
     "ozaki_magnitudes_d",
     "ozaki_magnitudes_s",
-    "ozaki_magnitudes_split_d",
-    "ozaki_magnitudes_split_s",
     "ozaki_split_d",
     "ozaki_split_s",
     "ozaki_split_int_d",
