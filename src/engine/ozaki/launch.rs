@@ -242,14 +242,9 @@ pub(crate) fn launch<T: Element>(
     for (op, e) in to_split {
         let cfg = split_config(kp, op.padded);
         let rp = op.padded as i32;
-        let (sr, sk) = op.strides;
         let mut builder = stream.launch_builder(&split);
+        op.push_rows(&mut builder, &ki);
         builder
-            .arg(&op.rows)
-            .arg(&ki)
-            .arg(op.x)
-            .arg(&sr)
-            .arg(&sk)
             .arg(&e)
             .arg(&op.panels)
             .arg(&rp)
@@ -436,15 +431,8 @@ fn scale<T: Element>(
         Scaling::Plain { bits, bound } => {
             let scale = run.typed("ozaki_scale")?;
             let mut builder = stream.launch_builder(&scale);
-            builder
-                .arg(&rows)
-                .arg(&ki)
-                .arg(x)
-                .arg(&sr)
-                .arg(&sk)
-                .arg(bits)
-                .arg(bound)
-                .arg(&e);
+            op.push_rows(&mut builder, &ki);
+            builder.arg(bits).arg(bound).arg(&e);
             // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64
             // sr, i64 sk, int bits, double bound, int* E)` in order and type (T the
             // entry's element type by its suffix); element (r, k) of the R × K operand at
@@ -459,17 +447,8 @@ fn scale<T: Element>(
             let guard_scale = run.typed("ozaki_guard_scale")?;
             let lde = rows_p as i32;
             let mut builder = stream.launch_builder(&guard_scale);
-            builder
-                .arg(&rows)
-                .arg(&ki)
-                .arg(x)
-                .arg(&sr)
-                .arg(&sk)
-                .arg(weighed)
-                .arg(&e)
-                .arg(&lde)
-                .arg(&s)
-                .arg(&l);
+            op.push_rows(&mut builder, &ki);
+            builder.arg(weighed).arg(&e).arg(&lde).arg(&s).arg(&l);
             // SAFETY: arguments match `ozaki_guard_scale_{d,s}(int R, int K, const T* X,
             // i64 sr, i64 sk, GuardScale g, int* E, int ldE, int* S, double* L)`; X as for
             // `ozaki_scale_*`; E is the workspace's section of g.n · Rp ints (layer c at

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, DriverError, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaStream, CudaView, DriverError, LaunchArgs, LaunchConfig, PushKernelArg,
 };
 
 use crate::engine::args::grid_x;
@@ -252,6 +252,24 @@ pub(super) struct Rows<'v, 'a, T> {
     /// Whether its scaling (and the guard's magnitudes) are in the workspace already, left
     /// by the panel before ([`SharedB`]).
     pub(super) kept: bool,
+}
+
+impl<T> Rows<'_, '_, T> {
+    /// Pushes what every pass over the operand's rows takes first, `int R, int K, const T* X,
+    /// i64 sr, i64 sk`: its rows, `k` (the product's K), its elements and their strides.
+    pub(super) fn push_rows<'b>(&'b self, builder: &mut LaunchArgs<'b>, k: &'b i32) {
+        let (sr, sk) = &self.strides;
+        builder.arg(&self.rows).arg(k).arg(self.x).arg(sr).arg(sk);
+    }
+}
+
+/// Pushes both operands' elements and strides, `const T* X, i64 xsr, i64 xsk, const T* Y,
+/// i64 ysr, i64 ysk`, as the guard's early refusals take them.
+pub(super) fn push_pair<'b, T>(builder: &mut LaunchArgs<'b>, [x, y]: &'b [Rows<'_, '_, T>; 2]) {
+    for op in [x, y] {
+        let (sr, sk) = &op.strides;
+        builder.arg(op.x).arg(sr).arg(sk);
+    }
 }
 
 /// What every pass of one product reads: its stream, its kernels' entries, the GEMM and its

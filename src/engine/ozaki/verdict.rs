@@ -14,8 +14,8 @@ use crate::engine::table::{
 
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
-    enqueue_gemm, fail, read_back, split_config, Gemm, GemmTail, GuardReport, OzError, Rows, Run,
-    EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
+    enqueue_gemm, fail, push_pair, read_back, split_config, Gemm, GemmTail, GuardReport, OzError,
+    Rows, Run, EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
 };
 use super::scheme::{norm_bound, scaling_bits, Consts};
 
@@ -159,21 +159,11 @@ pub(super) fn refuse_first<T: Element>(
         block_dim: (GUARD_ROWS_THREADS, 1, 1),
         shared_mem_bytes: row_bytes as u32,
     };
-    let [a, b] = ops;
-    let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
     let (x_rows, y_rows) = (gathered[0] as i32, gathered[1] as i32);
     let mut builder = run.stream.launch_builder(&refuse);
+    builder.arg(&mi).arg(&ni).arg(&ki).arg(&kgi);
+    push_pair(&mut builder, ops);
     builder
-        .arg(&mi)
-        .arg(&ni)
-        .arg(&ki)
-        .arg(&kgi)
-        .arg(a.x)
-        .arg(&asr)
-        .arg(&ask)
-        .arg(b.x)
-        .arg(&bsr)
-        .arg(&bsk)
         .arg(&x_rows)
         .arg(&y_rows)
         .arg(&guard)
@@ -235,20 +225,10 @@ pub(super) fn verdict<T: Element>(
             block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
         let mut builder = stream.launch_builder(&refuse);
-        builder
-            .arg(&mi)
-            .arg(&ni)
-            .arg(&kgi)
-            .arg(a.x)
-            .arg(&asr)
-            .arg(&ask)
-            .arg(b.x)
-            .arg(&bsr)
-            .arg(&bsk)
-            .arg(&guard)
-            .arg(&refused);
+        builder.arg(&mi).arg(&ni).arg(&kgi);
+        push_pair(&mut builder, ops);
+        builder.arg(&guard).arg(&refused);
         // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T*
         // X, i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and
         // Y are the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and
@@ -399,7 +379,6 @@ fn magnitudes<T: Element>(
 ) -> Result<(), OzError> {
     let (_, _, ki) = run.dims;
     let rp = op.padded as i32;
-    let (sr, sk) = op.strides;
     let kp = (ki as usize).next_multiple_of(128);
     let kpi = kp as i32;
     // Without residues, the grid spans the magnitudes' panel (Kgp) only.
@@ -410,12 +389,8 @@ fn magnitudes<T: Element>(
     let cfg = split_config(grid_k, op.padded);
     let function = run.typed("ozaki_magnitudes")?;
     let mut builder = run.stream.launch_builder(&function);
+    op.push_rows(&mut builder, &ki);
     builder
-        .arg(&op.rows)
-        .arg(&ki)
-        .arg(op.x)
-        .arg(&sr)
-        .arg(&sk)
         .arg(&op.sigmas)
         .arg(&op.magnitudes)
         .arg(&kgi)
