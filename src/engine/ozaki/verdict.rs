@@ -368,8 +368,9 @@ pub(super) fn verdict<T: Element>(
 }
 
 /// The guard's magnitudes of one operand, and from the same read of it its residues for the
-/// first count (`first`) where `op.early` (`ozaki_magnitudes_*`); nothing where the early
-/// refusal set `refused`.
+/// first count where `op.early` (its constants) is given (`ozaki_magnitudes_*`); nothing
+/// where the early refusal set `refused`. Without residues the kernel does not read its
+/// constants, and `first` (the first count's) fills their place.
 fn magnitudes<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
