@@ -526,6 +526,26 @@ fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
     assert!(got[..n].iter().chain(&got[2 * n..]).all(|x| x.is_finite()));
 }
 
+/// The componentwise ratio of `got`, element `(i, j)` of a model product rounded to `dtype`,
+/// against that element of `reference`.
+fn element_ratio(
+    dtype: Dtype,
+    reference: &crate::accuracy::Reference,
+    (i, j): (usize, usize),
+    got: f64,
+) -> crate::accuracy::Componentwise {
+    use crate::accuracy::{componentwise, Reference};
+    let one = Reference {
+        c: ndarray::arr2(&[[reference.c[[i, j]]]]),
+        abs: ndarray::arr2(&[[reference.abs[[i, j]]]]),
+        k: reference.k,
+    };
+    match dtype {
+        Dtype::F64 => componentwise(ndarray::arr2(&[[got]]).view(), &one),
+        Dtype::F32 => componentwise(ndarray::arr2(&[[got as f32]]).view(), &one),
+    }
+}
+
 /// The guard's model is sound: every element it passes errs by at most `GUARD + 1` times
 /// native's componentwise bound, on every family of the accuracy suite, f64 and f32; and it
 /// is useful: uniform inputs pass at the automatic count, and the families that break the
@@ -534,7 +554,7 @@ fn the_reference_is_exact_on_integers_and_close_on_random_inputs() {
 #[test]
 fn the_guard_passes_only_what_meets_native_bound() {
     use super::guard::{guard_counts, GUARD};
-    use crate::accuracy::{componentwise, Family, Reference};
+    use crate::accuracy::{Family, Reference};
     for dtype in [Dtype::F64, Dtype::F32] {
         for k in [64, 512] {
             let dims = (6, k, 5);
@@ -561,15 +581,7 @@ fn the_guard_passes_only_what_meets_native_bound() {
                     let Some(count) = verdict else { continue };
                     let got = products[count - auto][idx];
                     let (i, j) = (idx / dims.2, idx % dims.2);
-                    let one = Reference {
-                        c: ndarray::arr2(&[[reference.c[[i, j]]]]),
-                        abs: ndarray::arr2(&[[reference.abs[[i, j]]]]),
-                        k,
-                    };
-                    let ratio = match dtype {
-                        Dtype::F64 => componentwise(ndarray::arr2(&[[got]]).view(), &one),
-                        Dtype::F32 => componentwise(ndarray::arr2(&[[got as f32]]).view(), &one),
-                    };
+                    let ratio = element_ratio(dtype, &reference, (i, j), got);
                     assert!(
                         ratio.worst <= GUARD + 1.0 && ratio.pattern_mismatches == 0,
                         "{dtype} {} k={k} ({i}, {j}) at {count} moduli: {ratio:?}",
@@ -742,7 +754,7 @@ fn hostile_operands(
 #[test]
 fn the_guard_holds_on_random_hostile_operands() {
     use super::guard::{guard_counts, refuses_early, surely_first, GUARD};
-    use crate::accuracy::{componentwise, Reference};
+    use crate::accuracy::Reference;
     let mut r = Rng(0x9a4d_5eed_0f0f_1234);
     let ks = [1, 2, 3, 31, 127, 128, 129, 200, 383, 640, 2049, 4097];
     let (mut checked, mut passed, mut refused) = (0usize, 0usize, 0usize);
@@ -776,15 +788,7 @@ fn the_guard_holds_on_random_hostile_operands() {
             passed += 1;
             let got = products[count - auto][idx];
             let (i, j) = (idx / dims.2, idx % dims.2);
-            let one = Reference {
-                c: ndarray::arr2(&[[reference.c[[i, j]]]]),
-                abs: ndarray::arr2(&[[reference.abs[[i, j]]]]),
-                k,
-            };
-            let ratio = match dtype {
-                Dtype::F64 => componentwise(ndarray::arr2(&[[got]]).view(), &one),
-                Dtype::F32 => componentwise(ndarray::arr2(&[[got as f32]]).view(), &one),
-            };
+            let ratio = element_ratio(dtype, &reference, (i, j), got);
             assert!(
                 ratio.worst <= GUARD + 1.0 && ratio.pattern_mismatches == 0,
                 "case {case}: {dtype} {dims:?} ({i}, {j}) at {count} moduli: {ratio:?}"
