@@ -25,6 +25,16 @@
 //! componentwise ratio `|ĉ − c| / (u·Σ|a||b| + (k+1)·η)`. It prints the table, writes the
 //! cases into the JSON and plots them, one panel per element type, with the suite's rule
 //! `max(2 × native's, 8)` beside each case.
+//!
+//! `--guard-counts [--json PATH]` needs no GPU: it runs the CPU model of the Ozaki guard
+//! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches
+//! element for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in
+//! [-1, 1) and in [0, 1), normal, normal through a ReLU, and signed log-normal) at
+//! `8 × k · k × 8` for k from 1024 to 32768, f64 and f32. For each it prints the count an
+//! automatic product starts from (the guard's first count, whose residues its passes write
+//! ahead) and how many elements the guard passes at each count. Where they pass only at a
+//! later count, the guarded default runs the guard's whole test and splits the operands
+//! again.
 
 mod common;
 
@@ -42,6 +52,10 @@ fn main() {
     let (json_path, plot_path) = (value("--json"), value("--plot"));
     let plot_f64 = value("--plot-f64");
     let f64_only = args.iter().any(|a| a == "--f64-only");
+    if args.iter().any(|a| a == "--guard-counts") {
+        guard_counts_study(json_path.as_deref());
+        return;
+    }
     if Device::count() == 0 {
         eprintln!(
             "the precision figures need a CUDA GPU: {}",
@@ -572,4 +586,87 @@ fn plot_suite(
     }
     root.present()?;
     Ok(())
+}
+
+/// Ordinary inputs for the guard's counts: one value drawn from `rng`.
+const ORDINARY_INPUTS: [(&str, fn(&mut rand::rngs::StdRng) -> f64); 5] = [
+    ("uniform [-1, 1)", |r| rand::Rng::random_range(r, -1.0..1.0)),
+    ("uniform [0, 1)", |r| rand::Rng::random_range(r, 0.0..1.0)),
+    ("normal", normal),
+    ("relu(normal)", |r| normal(r).max(0.0)),
+    ("signed log-normal", |r| {
+        let sign = if rand::Rng::random_bool(r, 0.5) {
+            1.0
+        } else {
+            -1.0
+        };
+        sign * normal(r).exp()
+    }),
+];
+
+/// A standard normal value (Box–Muller).
+fn normal(r: &mut rand::rngs::StdRng) -> f64 {
+    let u: f64 = rand::Rng::random_range(r, f64::MIN_POSITIVE..1.0);
+    let v: f64 = rand::Rng::random_range(r, 0.0..1.0);
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// `--guard-counts`: the Ozaki guard's CPU model over ordinary inputs (see the module docs).
+fn guard_counts_study(json_path: Option<&str>) {
+    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
+    use rand::SeedableRng;
+    let (m, n) = (8, 8);
+    println!("| dtype | inputs | k | first count | elements passing at each count |");
+    println!("|---|---|---|---|---|");
+    let mut records = Vec::new();
+    for dtype in [Dtype::F64, Dtype::F32] {
+        for (name, draw) in ORDINARY_INPUTS {
+            for k in [1024, 2048, 4096, 8192, 16384, 32768] {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(k as u64);
+                let mut operand = |len: usize| -> Vec<f64> {
+                    (0..len)
+                        .map(|_| match dtype {
+                            Dtype::F32 => draw(&mut rng) as f32 as f64,
+                            _ => draw(&mut rng),
+                        })
+                        .collect()
+                };
+                let (a, b) = (operand(m * k), operand(k * n));
+                let first = ozaki_auto_moduli(dtype, k);
+                let counts: Vec<usize> = (first..=(first + 3).min(gpu_dot::MAX_MODULI)).collect();
+                let verdicts = ozaki_guard_counts(&a, &b, (m, k, n), dtype, &counts);
+                let mut by_count: Vec<(String, usize)> = counts
+                    .iter()
+                    .map(|&c| {
+                        (
+                            c.to_string(),
+                            verdicts.iter().filter(|v| **v == Some(c)).count(),
+                        )
+                    })
+                    .collect();
+                by_count.push((
+                    "refused".into(),
+                    verdicts.iter().filter(|v| v.is_none()).count(),
+                ));
+                by_count.retain(|(_, count)| *count > 0);
+                let cells: Vec<String> =
+                    by_count.iter().map(|(c, e)| format!("{c}: {e}")).collect();
+                println!(
+                    "| {dtype} | {name} | {k} | {first} | {} |",
+                    cells.join(", ")
+                );
+                records.push(json!({
+                    "dtype": dtype.name(), "inputs": name, "m": m, "k": k, "n": n,
+                    "first_count": first,
+                    "elements_by_count": by_count.iter().map(|(c, e)| json!([c, e])).collect::<Vec<_>>(),
+                }));
+            }
+        }
+    }
+    if let Some(path) = json_path {
+        let doc = json!({ "study": "ozaki guard counts (CPU model)", "cases": records });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("JSON"))
+            .expect("writing the JSON");
+        println!("wrote {path}");
+    }
 }
