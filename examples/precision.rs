@@ -588,8 +588,11 @@ fn plot_suite(
     Ok(())
 }
 
-/// Ordinary inputs for the guard's counts: one value drawn from `rng`.
-const ORDINARY_INPUTS: [(&str, fn(&mut rand::rngs::StdRng) -> f64); 5] = [
+/// Draws one value of a kind of input.
+type Draw = fn(&mut rand::rngs::StdRng) -> f64;
+
+/// Ordinary inputs for the guard's counts, by name.
+const ORDINARY_INPUTS: [(&str, Draw); 5] = [
     ("uniform [-1, 1)", |r| rand::Rng::random_range(r, -1.0..1.0)),
     ("uniform [0, 1)", |r| rand::Rng::random_range(r, 0.0..1.0)),
     ("normal", normal),
