@@ -7,7 +7,8 @@
 //!         [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both]
 //!         [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
-//!         [--paired-k S] [--split-after-verdict]
+//!         [--paired-k S | --inputs uniform|positive|normal|relu|lognormal]
+//!         [--split-after-verdict]
 //!
 //! `--split-after-verdict` has the guard's passes write only the magnitudes, so that every
 //! operand is split after the verdict, as on devices without fast FP64 (to check and time
@@ -16,6 +17,10 @@
 //! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
 //! accuracy suite's hostile family: the default precision's guard sends them to the native
 //! kernels, and its `--rounds` show what the guard costs there.
+//!
+//! `--inputs normal` (or `positive`, `relu`, `lognormal`; `uniform` is the default) draws
+//! the operands from that ordinary kind of input (`gpu_dot::accuracy::Family::ORDINARY`),
+//! where the guard may need more moduli than on uniform ones (`precision --guard-counts`).
 //!
 //! `--pretend-sm 80` chooses kernels as a device of compute capability 8.0 would (the
 //! mma.sync kernels in place of Hopper's warpgroup ones), to measure them on a Hopper.
@@ -86,7 +91,8 @@ struct Record {
 
 /// `--paired-k S`: operands from the accuracy suite's family with scales paired along k
 /// (`a[i][k] = x·2^t[k]`, `b[k][j] = y·2^-t[k]`, `t[k]` within ±S), on which the default
-/// precision's guard refuses emulation; else uniform random operands.
+/// precision's guard refuses emulation; `--inputs NAME`: operands of an ordinary kind
+/// (normal, ...); else uniform random operands.
 static INPUTS: std::sync::OnceLock<gpu_dot::accuracy::Family> = std::sync::OnceLock::new();
 
 /// The median, lowest and highest of rounds' ratios (at least one).
@@ -643,6 +649,13 @@ fn main() {
                     .set(gpu_dot::accuracy::Family::PairedK(s))
                     .expect("one input family");
             }
+            "--inputs" => {
+                let name = args.next().expect("--inputs takes a kind like normal");
+                let family = gpu_dot::accuracy::Family::ordinary(&name).unwrap_or_else(|| {
+                    panic!("--inputs {name}: expected uniform, positive, normal, relu or lognormal")
+                });
+                INPUTS.set(family).expect("one input family");
+            }
             "--rounds" => {
                 let r = args.next().expect("--rounds takes a count like 9");
                 rounds = r.parse().expect("--rounds: a whole number");
@@ -677,7 +690,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S] [--split-after-verdict]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S | --inputs KIND] [--split-after-verdict]"
             ),
         }
     }
@@ -767,7 +780,13 @@ fn main() {
                 record
             })
             .collect();
-        let doc = serde_json::json!({ "device": info.name, "date": date, "records": json });
+        // The operands' kind: uniform unless `--paired-k` or `--inputs` chose a family.
+        let inputs = INPUTS
+            .get()
+            .map_or("uniform".into(), |family| family.name());
+        let doc = serde_json::json!({
+            "device": info.name, "date": date, "inputs": inputs, "records": json,
+        });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).expect("write the JSON");
         println!("wrote {path}");
     }

@@ -30,11 +30,12 @@
 //! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches
 //! element for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in
 //! [-1, 1) and in [0, 1), normal, normal through a ReLU, and signed log-normal) at
-//! `8 × k · k × 8` for k from 1024 to 32768, f64 and f32. For each it prints the count an
+//! `32 × k · k × 32` for k from 1024 to 32768, f64 and f32. For each it prints the count an
 //! automatic product starts from (the guard's first count, whose residues its passes write
-//! ahead) and how many elements the guard passes at each count. Where they pass only at a
-//! later count, the guarded default runs the guard's whole test and splits the operands
-//! again.
+//! ahead), how many elements the guard passes at each count, and the count the product runs
+//! at (the largest any element needs). Where that is past the first count, the guarded
+//! default runs the guard's whole test and splits the operands again; the larger the
+//! product, the likelier one of its elements needs more than the first.
 
 mod common;
 
@@ -588,56 +589,31 @@ fn plot_suite(
     Ok(())
 }
 
-/// Draws one value of a kind of input.
-type Draw = fn(&mut rand::rngs::StdRng) -> f64;
-
-/// Ordinary inputs for the guard's counts, by name.
-const ORDINARY_INPUTS: [(&str, Draw); 5] = [
-    ("uniform [-1, 1)", |r| rand::Rng::random_range(r, -1.0..1.0)),
-    ("uniform [0, 1)", |r| rand::Rng::random_range(r, 0.0..1.0)),
-    ("normal", normal),
-    ("relu(normal)", |r| normal(r).max(0.0)),
-    ("signed log-normal", |r| {
-        let sign = if rand::Rng::random_bool(r, 0.5) {
-            1.0
-        } else {
-            -1.0
-        };
-        sign * normal(r).exp()
-    }),
-];
-
-/// A standard normal value (Box–Muller).
-fn normal(r: &mut rand::rngs::StdRng) -> f64 {
-    let u: f64 = rand::Rng::random_range(r, f64::MIN_POSITIVE..1.0);
-    let v: f64 = rand::Rng::random_range(r, 0.0..1.0);
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
 /// `--guard-counts`: the Ozaki guard's CPU model over ordinary inputs (see the module docs).
 fn guard_counts_study(json_path: Option<&str>) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
-    use rand::SeedableRng;
-    let (m, n) = (8, 8);
-    println!("| dtype | inputs | k | first count | elements passing at each count |");
-    println!("|---|---|---|---|---|");
+    let (m, n) = (32, 32);
+    println!("| dtype | inputs | k | first count | elements passing at each count | the product runs at |");
+    println!("|---|---|---|---|---|---|");
     let mut records = Vec::new();
     for dtype in [Dtype::F64, Dtype::F32] {
-        for (name, draw) in ORDINARY_INPUTS {
+        for (_, family) in gpu_dot::accuracy::Family::ORDINARY {
+            let name = family.name();
             for k in [1024, 2048, 4096, 8192, 16384, 32768] {
-                let mut rng = rand::rngs::StdRng::seed_from_u64(k as u64);
-                let mut operand = |len: usize| -> Vec<f64> {
-                    (0..len)
-                        .map(|_| match dtype {
-                            Dtype::F32 => draw(&mut rng) as f32 as f64,
-                            _ => draw(&mut rng),
-                        })
-                        .collect()
+                let (a, b) = match dtype {
+                    Dtype::F32 => {
+                        let (a, b) = family.operands::<f32>((m, k, n), k as u64);
+                        (a.mapv(f64::from), b.mapv(f64::from))
+                    }
+                    _ => family.operands::<f64>((m, k, n), k as u64),
                 };
-                let (a, b) = (operand(m * k), operand(k * n));
+                let (a, b) = (
+                    a.as_slice().expect("standard layout"),
+                    b.as_slice().expect("standard layout"),
+                );
                 let first = ozaki_auto_moduli(dtype, k);
                 let counts: Vec<usize> = (first..=(first + 3).min(gpu_dot::MAX_MODULI)).collect();
-                let verdicts = ozaki_guard_counts(&a, &b, (m, k, n), dtype, &counts);
+                let verdicts = ozaki_guard_counts(a, b, (m, k, n), dtype, &counts);
                 let mut by_count: Vec<(String, usize)> = counts
                     .iter()
                     .map(|&c| {
@@ -654,13 +630,19 @@ fn guard_counts_study(json_path: Option<&str>) {
                 by_count.retain(|(_, count)| *count > 0);
                 let cells: Vec<String> =
                     by_count.iter().map(|(c, e)| format!("{c}: {e}")).collect();
+                // One count for the whole product: the largest any element needs, or native
+                // where an element passes at none.
+                let runs_at = match verdicts.iter().copied().collect::<Option<Vec<usize>>>() {
+                    Some(each) => each.into_iter().max().map_or("-".into(), |c| c.to_string()),
+                    None => "native (refused)".into(),
+                };
                 println!(
-                    "| {dtype} | {name} | {k} | {first} | {} |",
+                    "| {dtype} | {name} | {k} | {first} | {} | {runs_at} |",
                     cells.join(", ")
                 );
                 records.push(json!({
                     "dtype": dtype.name(), "inputs": name, "m": m, "k": k, "n": n,
-                    "first_count": first,
+                    "first_count": first, "product_runs_at": runs_at,
                     "elements_by_count": by_count.iter().map(|(c, e)| json!([c, e])).collect::<Vec<_>>(),
                 }));
             }

@@ -43,6 +43,14 @@ pub enum Family {
     Scaled(i32),
     /// Uniform, with an Inf, a −Inf and a NaN planted in A and in B.
     NonFinite,
+    /// Not hostile, and not in the suite: uniform in [0, 1).
+    Positive,
+    /// Not hostile, and not in the suite: standard normal.
+    Normal,
+    /// Not hostile, and not in the suite: standard normal through a ReLU (half of it zero).
+    Relu,
+    /// Not hostile, and not in the suite: `±e^z`, z standard normal (signed log-normal).
+    LogNormal,
 }
 
 impl Family {
@@ -58,7 +66,30 @@ impl Family {
             Family::Sparse { every, spread } => format!("sparse 1/{every} ±{spread}"),
             Family::Scaled(s) => format!("scaled 2^{s}"),
             Family::NonFinite => "inf/nan".into(),
+            Family::Positive => "uniform [0, 1)".into(),
+            Family::Normal => "normal".into(),
+            Family::Relu => "relu(normal)".into(),
+            Family::LogNormal => "signed log-normal".into(),
         }
+    }
+
+    /// Ordinary inputs, the kinds of data products see most (for the guard's counts and the
+    /// default's speed beyond uniform inputs), each with the name [`Family::ordinary`] takes:
+    /// `uniform` ([-1, 1)), `positive`, `normal`, `relu`, `lognormal`.
+    pub const ORDINARY: [(&'static str, Family); 5] = [
+        ("uniform", Family::Uniform),
+        ("positive", Family::Positive),
+        ("normal", Family::Normal),
+        ("relu", Family::Relu),
+        ("lognormal", Family::LogNormal),
+    ];
+
+    /// The ordinary family of that name (see [`Family::ORDINARY`]).
+    pub fn ordinary(name: &str) -> Option<Family> {
+        Family::ORDINARY
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, family)| family)
     }
 
     /// The suite's families for `dtype`: every element spanning 2^±10/30/60, scales paired
@@ -102,6 +133,21 @@ impl Family {
             Family::Uniform | Family::NonFinite | Family::Scaled(_) => {
                 let a = Array2::from_shape_simple_fn((m, k), || uniform(&mut r));
                 let b = Array2::from_shape_simple_fn((k, n), || uniform(&mut r));
+                (a, b)
+            }
+            Family::Positive | Family::Normal | Family::Relu | Family::LogNormal => {
+                let family = *self;
+                let e = move |r: &mut Rng| match family {
+                    Family::Positive => r.unit(),
+                    Family::Normal => r.normal(),
+                    Family::Relu => r.normal().max(0.0),
+                    _ => {
+                        let sign = if r.next() & 1 == 0 { 1.0 } else { -1.0 };
+                        sign * r.normal().exp()
+                    }
+                };
+                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
+                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
                 (a, b)
             }
             Family::Spread(s) => {
@@ -233,6 +279,12 @@ impl Rng {
     /// Uniform in `lo..=hi`.
     fn int(&mut self, lo: i32, hi: i32) -> i32 {
         lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.unit(); // in (0, 1]
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
     }
 }
 
@@ -430,6 +482,44 @@ mod tests {
         assert!(r.c[[1, 1]].abs() < r.abs[[1, 1]] * 2f64.powi(-18));
         let (a, _) = Family::NonFinite.operands::<f32>((4, 16, 4), 3);
         assert!(a.iter().any(|x| x.is_nan()) && a.iter().any(|x| x.is_infinite()));
+    }
+
+    /// The ordinary families, by their moments over 40 000 elements, and by name; none is in
+    /// the suite.
+    #[test]
+    fn the_ordinary_families_are_what_they_say() {
+        let moments = |family: Family| {
+            let (a, b) = family.operands::<f64>((100, 200, 100), 5);
+            let all: Vec<f64> = a.iter().chain(b.iter()).copied().collect();
+            let len = all.len() as f64;
+            let mean = all.iter().sum::<f64>() / len;
+            let var = all.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / len;
+            let zeros = all.iter().filter(|x| **x == 0.0).count() as f64 / len;
+            let negative = all.iter().filter(|x| **x < 0.0).count() as f64 / len;
+            (mean, var, zeros, negative)
+        };
+        let near = |x: f64, want: f64, tol: f64| (x - want).abs() <= tol;
+        let (mean, var, _, negative) = moments(Family::Positive);
+        assert!(near(mean, 0.5, 0.01) && near(var, 1.0 / 12.0, 0.005) && negative == 0.0);
+        let (mean, var, zeros, _) = moments(Family::Normal);
+        assert!(near(mean, 0.0, 0.02) && near(var, 1.0, 0.03) && zeros == 0.0);
+        // max(z, 0): half zero, mean 1/√(2π), variance ½ − 1/(2π).
+        let pi = std::f64::consts::PI;
+        let (mean, var, zeros, negative) = moments(Family::Relu);
+        assert!(near(zeros, 0.5, 0.01) && negative == 0.0);
+        assert!(near(mean, (2.0 * pi).sqrt().recip(), 0.01));
+        assert!(near(var, 0.5 - 0.5 / pi, 0.01));
+        // ±e^z: mean 0; E[x²] = e².
+        let (mean, var, _, negative) = moments(Family::LogNormal);
+        assert!(near(negative, 0.5, 0.01) && near(mean, 0.0, 0.05));
+        assert!(near(var, std::f64::consts::E.powi(2), 1.0));
+        for (name, family) in Family::ORDINARY {
+            assert_eq!(Family::ordinary(name), Some(family));
+            for dtype in [Dtype::F64, Dtype::F32] {
+                assert!(family == Family::Uniform || !Family::suite(dtype).contains(&family));
+            }
+        }
+        assert_eq!(Family::ordinary("gaussian"), None);
     }
 }
 
