@@ -30,7 +30,7 @@
 //! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches
 //! element for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in
 //! [-1, 1) and in [0, 1), normal, normal through a ReLU, and signed log-normal) at
-//! `32 × k · k × 32` for k from 1024 to 32768, f64 and f32. For each it prints the count an
+//! `64 × k · k × 64` for k from 1024 to 32768, f64 and f32. For each it prints the count an
 //! automatic product starts from (the guard's first count, whose residues its passes write
 //! ahead), how many elements the guard passes at each count, and the count the product runs
 //! at (the largest any element needs). Where that is past the first count, the guarded
@@ -592,7 +592,7 @@ fn plot_suite(
 /// `--guard-counts`: the Ozaki guard's CPU model over ordinary inputs (see the module docs).
 fn guard_counts_study(json_path: Option<&str>) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
-    let (m, n) = (32, 32);
+    let (m, n) = (64, 64);
     println!("| dtype | inputs | k | first count | elements passing at each count | the product runs at |");
     println!("|---|---|---|---|---|---|");
     let mut records = Vec::new();
