@@ -27,15 +27,16 @@
 //! `max(2 × native's, 8)` beside each case.
 //!
 //! `--guard-counts [--json PATH]` needs no GPU: it runs the CPU model of the Ozaki guard
-//! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches
-//! element for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in
-//! [-1, 1) and in [0, 1), normal, normal through a ReLU, and signed log-normal) at
-//! `64 × k · k × 64` for k from 1024 to 32768, f64 and f32. For each it prints the count an
-//! automatic product starts from (the guard's first count, whose residues its passes write
-//! ahead), how many elements the guard passes at each count, and the count the product runs
-//! at (the largest any element needs). Where that is past the first count, the guarded
-//! default runs the guard's whole test and splits the operands again; the larger the
-//! product, the likelier one of its elements needs more than the first.
+//! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches element
+//! for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in [-1, 1) and in
+//! [0, 1), normal, normal through a ReLU, and signed log-normal) at `64 × k · k × 64` for k
+//! from 1024 to 32768, f64 and f32. For each it prints the count an automatic product starts
+//! from (the guard's first count, whose residues its passes write ahead), how many elements the
+//! guard passes at each count, and the count the product runs at (the largest any element
+//! needs), beside what the eight elements the early refusal reads need (rows `e·m/8` with
+//! columns `e·n/8`). Where the product's count is past the first, the guarded default runs the
+//! guard's whole test and splits the operands again; the larger the product, the likelier one
+//! of its elements needs more than the first.
 
 mod common;
 
@@ -593,8 +594,10 @@ fn plot_suite(
 fn guard_counts_study(json_path: Option<&str>) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
     let (m, n) = (64, 64);
-    println!("| dtype | inputs | k | first count | elements passing at each count | the product runs at |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| dtype | inputs | k | first count | elements passing at each count | the product runs at | eight elements need |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let mut records = Vec::new();
     for dtype in [Dtype::F64, Dtype::F32] {
         for (_, family) in gpu_dot::accuracy::Family::ORDINARY {
@@ -636,13 +639,20 @@ fn guard_counts_study(json_path: Option<&str>) {
                     Some(each) => each.into_iter().max().map_or("-".into(), |c| c.to_string()),
                     None => "native (refused)".into(),
                 };
+                // The count the elements the early refusal reads exactly (row e·m/8 with
+                // column e·n/8) need: what a first count taken from them would be.
+                let sample = (0..8)
+                    .map(|e| verdicts[(e * m / 8) * n + e * n / 8])
+                    .collect::<Option<Vec<usize>>>()
+                    .and_then(|each| each.into_iter().max())
+                    .map_or("refused".into(), |c| c.to_string());
                 println!(
-                    "| {dtype} | {name} | {k} | {first} | {} | {runs_at} |",
+                    "| {dtype} | {name} | {k} | {first} | {} | {runs_at} | {sample} |",
                     cells.join(", ")
                 );
                 records.push(json!({
                     "dtype": dtype.name(), "inputs": name, "m": m, "k": k, "n": n,
-                    "first_count": first, "product_runs_at": runs_at,
+                    "first_count": first, "product_runs_at": runs_at, "eight_elements_need": sample,
                     "elements_by_count": by_count.iter().map(|(c, e)| json!([c, e])).collect::<Vec<_>>(),
                 }));
             }
