@@ -82,25 +82,29 @@
 //      candidate c < g.n, S[r] (sigma, or FLAG) and L[r] for r < R.
 // ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64 sr, GuardScale g, int* E, int ldE,
 //      int* S, double* L, signed char* P, int Kg, int Kgp, int TM, signed char* RP, int Rp,
-//      int Kp, Consts c, const int* refused): the two passes below at once, for rows along
+//      int Kp, Consts c, Consts c1, const int* refused): the two passes below at once, for rows along
 //      K's contiguous index (element (r, k) at X[r*sr + k]): one block of ROWS_NT = 256
 //      threads per row of Rp (grid (Rp, 1, 1)), with round_up(K * sizeof(T), 16) + Kgp bytes
 //      of dynamic shared memory (the host raises the limit); writes what ozaki_guard_scale_*
 //      writes and the layer of magnitudes that ozaki_magnitudes_* writes, P in the GEMM's
-//      tiles of TM rows (Rp x Kgp bytes); where RP is not null, also the residues that
-//      ozaki_split_* writes for c (the first candidate, E's first layer) into RP; nothing
-//      where refused is not null and *refused.
+//      tiles of TM rows (Rp x Kgp bytes); where RP is not null (refused then is not), also
+//      the residues that ozaki_split_* writes for the early refusal's lead (see
+//      `record_lead`) into RP: for c (the first candidate, E's first layer), or c1 (the next,
+//      E's second) where the lead is a later one; nothing where refused is not null and
+//      *refused.
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
 //      signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp, int Kp,
-//      int TM, const int* refused, Consts c): the guard's layer of magnitudes of the first Kg
+//      int TM, const int* refused, Consts c, Consts c1): the guard's layer of magnitudes of the first Kg
 //      elements of k into PM (Rp x Kgp bytes, laid out as ozaki_split_* lays a layer out);
 //      where P is not null, from the same read of X, also the residues ozaki_split_* writes
-//      (with E and c) into P (Rp x Kp a layer). The grid is the split's for Kgp where P is
-//      null, for Kp where not. Nothing where *refused.
+//      for the early refusal's lead (with E's first layer and c, or its second and c1) into P
+//      (Rp x Kp a layer). The grid is the split's for Kgp where P is null, for Kp where not.
+//      Nothing where *refused.
 // ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr, i64 xsk, const T* Y,
 //      i64 ysr, i64 ysk, Guard g, int* refused): blocks of up to 1024 threads, each testing one
-//      element (see `refuse`); sets *refused to 1 where one fails at every candidate (the
-//      host zeroes it), after the scaling of both operands.
+//      element (see `refuse`); sets *refused to 1 where one fails at every candidate, and
+//      refused[2] to the largest index of the first candidate each passes at (the lead; the
+//      host zeroes both), after the scaling of both operands.
 // ozaki_guard_refuse_rows_{d,s}(int M, int N, int K, int Kg, const T* X, i64 xsr, i64 xsk,
 //      const T* Y, i64 ysr, i64 ysk, int x_rows, int y_rows, Guard g, GuardScale gs, int*
 //      refused): the same, before the one-pass scaling of X (x_rows) or Y (y_rows), whose
@@ -114,14 +118,14 @@
 //      writing the int32 product into S (M x N, row-major) instead of residues; nothing where
 //      *refused.
 // ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key* KX, Key* KY, const int* refused):
-//      one thread per row of X (Mp, padding included) and of Y (Np): KX[i], KY[j] (see
-//      `keys`); nothing where *refused.
+//      one thread per row of X (Mp, padding included) and of Y (Np): KX[i], KY[j] for the
+//      candidate refused[2], the early refusal's lead (see `keys`); nothing where *refused.
 // ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
 //      int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int* unsure, const int*
 //      refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const
 //      signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int* unsure,
 //      const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1 where some
-//      element is not surely within the first candidate's bound by its keys (see `keys`);
+//      element is not surely within the lead candidate's bound by its keys (see `keys`);
 //      else *unsure is left as it is (the host zeroes it); nothing where *refused.
 // ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g, const int* refused):
 //      one block of 256 threads per strip of rows of a tm x tn tile of the GEMM's (grid:
@@ -193,13 +197,15 @@ static_assert(sizeof(Consts) == 1008, "the host's layout");
 // gives each row its shift for each candidate count, sigma and |row|_1 * 2^sigma (rounded up),
 // ozaki_magnitudes_* the magnitude panels (ozaki_guard_rows_* both at once, for rows along
 // the contiguous index), ozaki_guard_refuse_* an early verdict from a few elements' exact sums
-// where one of them fails at every count (see `refuse`),
+// where one of them fails at every count (see `refuse`), and else the lead: the latest of the
+// candidates they first pass at, which the product needs at least (`record_lead`),
 // ozaki_guard_gemm* the magnitudes' exact product S (int32), and ozaki_guard_judge each tile's
 // int in `need`: the largest, over its elements, index of the first candidate each passes at
 // (n: none). Before those two, ozaki_guard_sure_gemm* runs the same product and, in its
-// epilogue, tests each element against a sufficient condition of passing at the first
+// epilogue, tests each element against a sufficient condition of passing at the lead
 // candidate made of one key per row (`keys`): where every element meets it, every verdict is
-// the first candidate, and the host runs neither the guard's GEMM nor its judge.
+// the lead, and the host runs neither the guard's GEMM nor its judge. The passes that split
+// early split for the lead (or the next candidate, where the lead is later still).
 constexpr int MAX_CANDIDATES = 4;
 // The host's src/engine/ozaki/launch.rs `GuardScale` (56 bytes).
 struct GuardScale {
@@ -226,6 +232,23 @@ static_assert(sizeof(Guard) == 88, "the host's layout");
 struct Key {
     float w, p;
 };
+
+// What an element of the early refusal found, the index c of the first candidate it passes at
+// (n: none), into the flags: the refusal (refused[0] = 1) where it passes at none, else the
+// lead, refused[2], the largest such index over the elements (the host zeroes both). The
+// lead is where the guard's passes that split early split for (the first candidate or the
+// next, `lead_of`), and the candidate the sure test tests: the product runs at the lead's
+// count at least, as the refusal's elements are among its own.
+OZ_DEV void record_lead(int c, int n, int* refused) {
+    if (c == n)
+        *refused = 1;
+    else if (c > 0)
+        atomicMax(refused + 2, c);
+}
+
+// The candidate the early split splits for: the first, or the next where the early
+// refusal's elements need a later one (the host passes the constants of those two).
+OZ_DEV int lead_of(const int* refused) { return min(refused[2], 1); }
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
@@ -603,7 +626,7 @@ OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
 }
 
 // The guard's magnitudes (the first Kg elements of k, in a panel Kgp wide: zero from Kg on)
-// and the first candidate count's residues (shifts E), from one read of the operand: for
+// and the lead candidate count's residues (shifts E), from one read of the operand: for
 // operands the one pass (guard_rows) does not take (ozaki_magnitudes_* with residue panels),
 // so that a product the guard runs at that count needs no split after it.
 struct SplitEarly {
@@ -705,14 +728,17 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
 }
 
 // ozaki_magnitudes_*: the guard's magnitudes (SplitMagnitudes, k < Kg into PM), or where P is
-// given, those and the first candidate count's residues into P from one read (SplitEarly).
+// given, those and the lead candidate count's residues into P from one read (SplitEarly: with
+// c and E's first layer, or c1 and its second where the early refusal's lead is the next).
 template <typename T>
 OZ_DEV void magnitudes(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const int* S,
                        signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
-                       int Kp, int TM, const int* refused, const Consts& c) {
+                       int Kp, int TM, const int* refused, const Consts& c, const Consts& c1) {
     if (*refused) return;
     if (P == nullptr)
         panels(R, Kg, X, sr, sk, PM, Rp, Kgp, TM, SplitMagnitudes{S});
+    else if (lead_of(refused))
+        panels(R, K, X, sr, sk, P, Rp, Kp, TM, SplitEarly{S, PM, Kg, Kgp, TM, E + Rp, c1});
     else
         panels(R, K, X, sr, sk, P, Rp, Kp, TM, SplitEarly{S, PM, Kg, Kgp, TM, E, c});
 }
@@ -833,8 +859,10 @@ template <typename T>
 OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const GuardOut& out,
                        signed char* __restrict__ P, int Kg, int Kgp, int TM,
                        signed char* __restrict__ RP, int Rp, int Kp, const Consts& c,
-                       const int* refused) {
+                       const Consts& c1, const int* refused) {
     if (refused != nullptr && *refused) return;
+    // The early split's candidate (RP is given only after the early refusal, with refused).
+    const int lead = RP != nullptr ? lead_of(refused) : 0;
     extern __shared__ __align__(16) unsigned char rows_smem[];
     T* row = reinterpret_cast<T*>(rows_smem);
     unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
@@ -848,7 +876,7 @@ OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const Guar
             out.by_lanes(r, z, lane);
             if (lane == 0) {
                 row_sigma = sigma_of(z);
-                row_shift = z.shift(out.g.bits[0], out.g.bound[0]);
+                row_shift = z.shift(out.g.bits[lead], out.g.bound[lead]);
             }
         }
         __syncthreads();
@@ -863,16 +891,23 @@ OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const Guar
     for (int c = tid; c < Kgp / 8; c += ROWS_NT)
         *reinterpret_cast<uint2*>(panel_at(P, r, 8 * c, Kgp, TM)) =
             *reinterpret_cast<const uint2*>(mag + 8 * c);
-    // Where RP is given, the first candidate count's residues as ozaki_split_* makes them
-    // (the panel's whole Kp: zero from K on, and for rows r >= R), 8 k a thread, so that a
-    // product the guard runs at that count needs no split of this operand after it.
+    // Where RP is given, the lead candidate count's residues (c's, or c1's where the lead is
+    // the next) as ozaki_split_* makes them (the panel's whole Kp: zero from K on, and for
+    // rows r >= R), 8 k a thread, so that a product the guard runs at that count needs no
+    // split of this operand after it.
     if (RP != nullptr) {
         const i64 layer = (i64)Rp * Kp;
-        for (int c8 = tid; c8 < Kp / 8; c8 += ROWS_NT) {
-            double v[8];
-            load8(row, 8 * c8, r < R ? K : 0, v);
-            residues8(sh, v, panel_at(RP, r, 8 * c8, Kp, TM), layer, c);
-        }
+        const auto split = [&](const Consts& cc) {
+            for (int c8 = tid; c8 < Kp / 8; c8 += ROWS_NT) {
+                double v[8];
+                load8(row, 8 * c8, r < R ? K : 0, v);
+                residues8(sh, v, panel_at(RP, r, 8 * c8, Kp, TM), layer, cc);
+            }
+        };
+        if (lead)
+            split(c1);
+        else
+            split(c);
     }
 }
 
@@ -999,16 +1034,16 @@ OZ_DEV int first_pass(const Guard& g, int S, const Side& a, const Side& b) {
     return g.n;
 }
 
-// A row's key for the sure test: with p = 2^d (d = sigma - shift of the first candidate) and
+// A row's key for the sure test: with p = 2^d (d = sigma - shift of the candidate `lead`) and
 // w = (l1 / 2 + k p / 8) (1 + 2^-18) / gu rounded upwards to a float, element (i, j) surely
-// passes at the first candidate when (float)S_ij >= fmaf(w_i, p_j, p_i * w_j). Both products
+// passes at that candidate when (float)S_ij >= fmaf(w_i, p_j, p_i * w_j). Both products
 // with a power of two are exact, so the float sum is within 2^-24 of
 // (1 + 2^-18) / gu * (l1_i p_j / 2 + l1_j p_i / 2 + k p_i p_j / 4) = (1 + 2^-18) E_ij' / gu
 // (E_ij' = `first_pass`'s bound, exactly), and (float)S within 2^-24 of S: then
 // gu S >= (1 + 2^-20) E_ij', more than `first_pass`'s roundings need (2^-49). A row without
 // sigma (or a padding row) has w = p = 0: its elements pass whatever S, as in `first_pass`.
 // d lies in [-60, 6] (see `Side`), so p and the products are normal floats.
-OZ_DEV void keys(const Guard& g, int M, int Mp, int N, int Np, Key* KX, Key* KY) {
+OZ_DEV void keys(const Guard& g, int M, int Mp, int N, int Np, Key* KX, Key* KY, int lead) {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Mp + Np) return;
     const bool x = idx < Mp;
@@ -1017,7 +1052,8 @@ OZ_DEV void keys(const Guard& g, int M, int Mp, int N, int Np, Key* KX, Key* KY)
     if (i < (x ? M : N)) {
         const int sigma = x ? g.sa[i] : g.sb[i];
         if (sigma != FLAG) {
-            const double p = exp2i(sigma - (x ? g.ea[i] : g.eb[i]));
+            const double p =
+                exp2i(sigma - (x ? g.ea[(i64)lead * g.lde_a + i] : g.eb[(i64)lead * g.lde_b + i]));
             const double l1 = x ? g.la[i] : g.lb[i];
             const double w = (0.5 * l1 + (0.125 * (double)g.k) * p) * ((1.0 + 0x1p-18) / g.gu);
             key = Key{__double2float_ru(w), (float)p};
@@ -1599,7 +1635,7 @@ OZ_DEV void refuse(int M, int N, int Kg, const T* __restrict__ X, i64 xsr, i64 x
         for (int w = 1; w < (int)(blockDim.x >> 5); ++w) sum += part[w];
         // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
         const Side a(g.sa, g.la, g.ea, g.lde_a, i, g.n), b(g.sb, g.lb, g.eb, g.lde_b, j, g.n);
-        if (first_pass(g, (int)sum, a, b) == g.n) *refused = 1;
+        record_lead(first_pass(g, (int)sum, a, b), g.n, refused);
     }
 }
 
@@ -1687,7 +1723,7 @@ OZ_DEV void refuse_rows(int M, int N, int K, int Kg, const T* __restrict__ X, i6
     if (tid == 0) {
         for (int w = 1; w < ROWS_WARPS; ++w) sum += part[w];
         // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
-        if (first_pass(g, (int)sum, a, b) == g.n) *refused = 1;
+        record_lead(first_pass(g, (int)sum, a, b), g.n, refused);
     }
 }
 
@@ -1890,28 +1926,32 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_d(int R, int K, const double* X, i64 sr, oz::GuardScale g, int* E, int ldE,
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
-                       signed char* RP, int Rp, int Kp, oz::Consts c, const int* refused) {
+                       signed char* RP, int Rp, int Kp, oz::Consts c, oz::Consts c1,
+                       const int* refused) {
     oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
-                   refused);
+                   c1, refused);
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_rows_s(int R, int K, const float* X, i64 sr, oz::GuardScale g, int* E, int ldE,
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
-                       signed char* RP, int Rp, int Kp, oz::Consts c, const int* refused) {
+                       signed char* RP, int Rp, int Kp, oz::Consts c, oz::Consts c1,
+                       const int* refused) {
     oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
-                   refused);
+                   c1, refused);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_d(int R, int K, const double* X, i64 sr, i64 sk, const int* S,
                        signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
-                       int Kp, int TM, const int* refused, oz::Consts c) {
-    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c);
+                       int Kp, int TM, const int* refused, oz::Consts c,
+                       oz::Consts c1) {
+    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c, c1);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_magnitudes_s(int R, int K, const float* X, i64 sr, i64 sk, const int* S,
                        signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
-                       int Kp, int TM, const int* refused, oz::Consts c) {
-    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c);
+                       int Kp, int TM, const int* refused, oz::Consts c,
+                       oz::Consts c1) {
+    oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c, c1);
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
@@ -1955,7 +1995,7 @@ extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_keys(oz::Guard g, int M, int Mp, int N, int Np, oz::Key* KX, oz::Key* KY,
                      const int* refused) {
     if (*refused) return;
-    oz::keys(g, M, Mp, N, Np, KX, KY);
+    oz::keys(g, M, Mp, N, Np, KX, KY, refused[2]);
 }
 extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g,

@@ -120,21 +120,25 @@ fn the_default_is_within_native_bound_on_every_family() {
 /// The device's guard against its CPU model (`ozaki_guard_counts`), on every family of the
 /// suite, at a shape of several output tiles with ragged edges and at three k (the f32 guard
 /// sums a prefix of k; at k = 301 every other row of op(A) starts off a 16-byte boundary), and
-/// at rows too long for the one-pass scaling's shared memory: the default refuses exactly
-/// where the model finds an element that passes at no candidate count, and otherwise runs at
-/// the largest count the model's elements need.
+/// at rows too long for the one-pass scaling's shared memory; and on the ordinary kinds of
+/// input (positive, normal, ReLU, log-normal) at k = 4096, where many need the count after
+/// the first: the default refuses exactly where the model finds an element that passes at no
+/// candidate count, and otherwise runs at the largest count the model's elements need.
 fn guard_is_its_model<A: Element>(sm: i32) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
-    for dims in [
-        (200, 300, 330),
-        (200, 1000, 330),
-        (200, 301, 330),
-        (40, 20_000, 36),
+    let suite = Family::suite(A::DTYPE);
+    let ordinary: Vec<Family> = Family::ORDINARY.iter().map(|(_, f)| *f).collect();
+    for (dims, families) in [
+        ((200, 300, 330), &suite),
+        ((200, 1000, 330), &suite),
+        ((200, 301, 330), &suite),
+        ((40, 20_000, 36), &suite),
+        ((200, 4096, 330), &ordinary),
     ] {
         let k = dims.1;
         let auto = ozaki_auto_moduli(A::DTYPE, k);
         let counts: Vec<usize> = (auto..=(auto + 3).min(gpu_dot::MAX_MODULI)).collect();
-        for family in Family::suite(A::DTYPE) {
+        for &family in families {
             let (a, b) = family.operands::<A>(dims, common::fresh_seed());
             let wide = |x: &Array2<A>| x.iter().map(|&v| v.into_f64()).collect::<Vec<f64>>();
             let verdicts = ozaki_guard_counts(&wide(&a), &wide(&b), dims, A::DTYPE, &counts);
@@ -178,11 +182,14 @@ fn guard_is_its_model<A: Element>(sm: i32) {
     }
 }
 
-/// Guarded products whose guard splits the operands for the first count on its way (one
-/// pass over op(A) with its rows along k, op(B) or op(A) otherwise with its magnitudes) are
-/// bit for bit those that split after the verdict: on every family of the suite (which
-/// chooses the first count, a later one, or refuses), with op(A) and op(B) in C and F order
-/// and as strided views, at k with a ragged last K tile and a guard's sample shorter than k.
+/// Guarded products whose guard splits the operands on its way (one pass over op(A) with its
+/// rows along k, op(B) or op(A) otherwise with its magnitudes), for the count its early
+/// refusal's elements need (the first or the next), are bit for bit those that split after
+/// the verdict: on every family of the suite (which chooses the first count, a later one, or
+/// refuses), with op(A) and op(B) in C and F order and as strided views, at k with a ragged
+/// last K tile and a guard's sample shorter than k; and on the ordinary kinds of input at
+/// k = 4096, where the early refusal's elements need the next count, and the products that
+/// run at it take the early split (f64 ReLU and normal inputs there all do).
 fn early_split_is_the_split<A: Element>(sm: i32) {
     use ndarray::s;
     let run = |a: ndarray::ArrayView2<'_, A>, b: ndarray::ArrayView2<'_, A>, early: bool| {
@@ -194,8 +201,15 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
     };
     let f_order = |x: &Array2<A>| x.t().as_standard_layout().into_owned().reversed_axes();
     let mut emulated_first = 0;
-    for dims in [(200, 301, 330), (200, 1000, 330)] {
-        for family in Family::suite(A::DTYPE) {
+    let suite = Family::suite(A::DTYPE);
+    let ordinary: Vec<Family> = Family::ORDINARY.iter().map(|(_, f)| *f).collect();
+    let at_next = gpu_dot::__testing::early_splits_at_next();
+    for (dims, families) in [
+        ((200, 301, 330), &suite),
+        ((200, 1000, 330), &suite),
+        ((200, 4096, 330), &ordinary),
+    ] {
+        for &family in families {
             let (a, b) = family.operands::<A>(dims, common::fresh_seed());
             let (af, bf) = (f_order(&a), f_order(&b));
             // Strided views: every other row and column of operands twice the size.
@@ -262,6 +276,16 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
     // cores.
     if sm >= 80 {
         assert!(emulated_first >= 8, "{}: {emulated_first}", A::DTYPE);
+    }
+    // The early split for the next count was taken (it splits early where the split runs in
+    // double arithmetic, on Hopper).
+    let at_next = gpu_dot::__testing::early_splits_at_next() - at_next;
+    println!(
+        "{}: {at_next} products split early at the next count",
+        A::DTYPE
+    );
+    if sm >= 90 && A::DTYPE == Dtype::F64 {
+        assert!(at_next >= 8, "{}: {at_next}", A::DTYPE);
     }
 }
 

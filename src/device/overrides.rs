@@ -113,3 +113,18 @@ static NO_EARLY_SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 pub(crate) fn early_split() -> bool {
     !NO_EARLY_SPLIT.load(std::sync::atomic::Ordering::SeqCst)
 }
+
+/// Products whose guard split the operands early for the count after the first, because
+/// the early refusal's elements needed it, and ran at that count (no split after the
+/// verdict): the tests read it to see that path taken.
+pub fn early_splits_at_next() -> usize {
+    EARLY_SPLITS_AT_NEXT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+static EARLY_SPLITS_AT_NEXT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one product for [`early_splits_at_next`].
+pub(crate) fn count_early_split_at_next() {
+    EARLY_SPLITS_AT_NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}

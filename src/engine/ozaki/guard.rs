@@ -182,26 +182,27 @@ pub fn guard_counts(
 }
 
 /// For each element of `a · b`, whether the guard's sure test (kernels/ozaki.cu, `keys`)
-/// passes it: with each row's key `p = 2^(σ − s)` (`s` its shift at the first of `counts`)
+/// passes it at the candidate count `count` (the early refusal's lead): with each row's key
+/// `p = 2^(σ − s)` (`s` its shift at that count)
 /// and `w = (‖·‖₁·2^σ / 2 + k·p / 8)·(1 + 2⁻¹⁸) / (GUARD·u)` rounded up to an `f32`, an
 /// element passes when its magnitudes' sum, as an `f32`, is at least
 /// `fma(w_i, p_j, p_i·w_j)` in `f32`. Rows without guard data have `w = p = 0`. The model of
 /// the test the kernels run before the guard's GEMM: where it passes every element, that GEMM
 /// and its judge do not run.
 #[cfg(test)]
-pub(crate) fn surely_first(
+pub(crate) fn surely_at(
     a: &[f64],
     b: &[f64],
     (m, k, n): (usize, usize, usize),
     dtype: Dtype,
-    first: usize,
+    count: usize,
 ) -> Vec<bool> {
     let rows_a: Vec<Vec<f64>> = (0..m).map(|i| a[i * k..(i + 1) * k].to_vec()).collect();
     let rows_b: Vec<Vec<f64>> = (0..n)
         .map(|j| (0..k).map(|p| b[p * n + j]).collect())
         .collect();
-    let (bits_a, bits_b) = scaling_bits(first, k);
-    let nb = norm_bound(first, k);
+    let (bits_a, bits_b) = scaling_bits(count, k);
+    let nb = norm_bound(count, k);
     let scale = (1.0 + 2f64.powi(-18)) / (GUARD * unit_roundoff(dtype));
     let key = |r: &[f64], bits: i32| -> (f32, f32, Vec<i64>) {
         let kg = guard_sample(dtype, k);
@@ -238,19 +239,21 @@ pub(crate) fn surely_first(
 #[cfg(test)]
 pub(crate) const REFUSAL_ELEMENTS: usize = 8;
 
-/// Whether the guard refuses `a · b` before its GEMM (kernels/ozaki.cu, `refuse`): for each
-/// `e < REFUSAL_ELEMENTS`, the element of the first row of X with guard data at or after
-/// `e·m / REFUSAL_ELEMENTS` and of the first such row of Y at or after `e·n /
-/// REFUSAL_ELEMENTS`, with its magnitudes' exact sum over the first [`guard_sample`] inner
-/// indices, fails at every count of `counts`. The model of the early refusal.
+/// The guard's early refusal of `a · b` before its GEMM (kernels/ozaki.cu, `refuse` and
+/// `record_lead`): for each `e < REFUSAL_ELEMENTS`, the element of the first row of X with
+/// guard data at or after `e·m / REFUSAL_ELEMENTS` and of the first such row of Y at or after
+/// `e·n / REFUSAL_ELEMENTS`, with its magnitudes' exact sum over the first [`guard_sample`]
+/// inner indices, passes first at some index of `counts`. `None` (refused) where one of
+/// those elements passes at none, else the lead: the largest of those indices (0 where no
+/// element has guard data). The model of the early refusal.
 #[cfg(test)]
-pub(crate) fn refuses_early(
+pub(crate) fn refusal_lead(
     a: &[f64],
     b: &[f64],
     (m, k, n): (usize, usize, usize),
     dtype: Dtype,
     counts: &[usize],
-) -> bool {
+) -> Option<usize> {
     let rows_a: Vec<Vec<f64>> = (0..m).map(|i| a[i * k..(i + 1) * k].to_vec()).collect();
     let rows_b: Vec<Vec<f64>> = (0..n)
         .map(|j| (0..k).map(|p| b[p * n + j]).collect())
@@ -259,12 +262,12 @@ pub(crate) fn refuses_early(
     let guarded = |rows: &[Vec<f64>], from: usize| {
         (from..rows.len()).find(|&i| GuardRow::of(rows[i].iter().copied()).is_some())
     };
-    (0..REFUSAL_ELEMENTS).any(|e| {
+    (0..REFUSAL_ELEMENTS).try_fold(0, |lead, e| {
         let (Some(i), Some(j)) = (
             guarded(&rows_a, e * m / REFUSAL_ELEMENTS),
             guarded(&rows_b, e * n / REFUSAL_ELEMENTS),
         ) else {
-            return false;
+            return Some(lead);
         };
         let (ga, gb) = (
             GuardRow::of(rows_a[i].iter().copied()),
@@ -276,12 +279,13 @@ pub(crate) fn refuses_early(
             .zip(&rows_b[j][..kg])
             .map(|(&x, &y)| ra.magnitude(x) * rb.magnitude(y))
             .sum();
-        !counts.iter().any(|&count| {
+        let first = counts.iter().position(|&count| {
             let (bits_a, bits_b) = scaling_bits(count, k);
             let nb = norm_bound(count, k);
             let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
             let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
             passes((s, ga), (t, gb), sum, k, dtype)
-        })
+        })?;
+        Some(lead.max(first))
     })
 }

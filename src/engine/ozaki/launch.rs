@@ -15,13 +15,14 @@ use crate::options::{Precision, MAX_MODULI};
 
 use super::guard::guard_sample;
 use super::passes::{
-    enqueue_gemm, fail, split_config, workspace, Gemm, GemmTail, GuardReport, KeptB, KeyB, OzError,
-    Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA, MB, PA, PB, R, SA, SB,
+    early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gemm, GemmTail,
+    GuardReport, KeptB, KeyB, OzError, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA, MB, PA, PB,
+    R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
 use super::verdict::{
-    clear_flags, refuse_first, verdict, GuardScale, GUARD_ROWS_THREADS, MAX_CANDIDATES,
+    clear_flags, refuse_first, verdict, GuardScale, Verdict, GUARD_ROWS_THREADS, MAX_CANDIDATES,
 };
 
 /// How an Ozaki launch ended.
@@ -39,9 +40,10 @@ pub(crate) struct Emulated {
 /// for its verdict, and runs on the fewest moduli that every element passes at; where some
 /// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
 /// native kernels then run the product). Where the split runs in double arithmetic, the
-/// guard's passes that read an operand for its magnitudes also split it for the automatic
-/// count, so that a product run at that count reads each operand once or twice, not three
-/// times. With `shared`, the row panel of a product whose
+/// guard's passes that read an operand for its magnitudes also split it for the count that
+/// the early refusal's elements need (the automatic one or the next), so that a product run
+/// at that count reads each operand once or twice, not three times. With `shared`, the row
+/// panel of a product whose
 /// panels share op(B): op(B)'s scaling and magnitudes, and its residues where the count is
 /// the same, are taken from the panel before instead of done again, and kept for the next.
 #[allow(clippy::too_many_arguments)]
@@ -105,12 +107,17 @@ pub(crate) fn launch<T: Element>(
         guarded,
     };
     let kept = shared.as_deref_mut().and_then(|s| s.take(&key));
-    // Guarded, the guard's passes that read an operand for its magnitudes also split it for
-    // the first count (in double arithmetic, where the split uses it): the count the guard
-    // chooses on most inputs, which then needs no split after the verdict.
+    // Guarded, the guard's passes that read an operand for its magnitudes also split it (in
+    // double arithmetic, where the split uses it) for the count the early refusal's elements
+    // need, the first or the next, read on the device: the product runs at that count at
+    // least, and on most inputs at no more, so that no split follows the verdict.
     let first_consts = Consts::cached(first);
+    let next_consts = Consts::cached(candidates[early_candidate(candidates.len() - 1)]);
     let early = (guarded && gpu.fast_fp64_split() && crate::device::overrides::early_split())
-        .then_some(&first_consts);
+        .then_some(Early {
+            first: &first_consts,
+            next: &next_consts,
+        });
     let run = Run {
         stream,
         entry: &entry,
@@ -201,18 +208,23 @@ pub(crate) fn launch<T: Element>(
             false
         }
     };
-    // 2. The guard's verdict: the count every element passes at, or a refusal.
-    let (chosen, report) = if guarded {
-        let (chosen, report) = verdict(
+    // 2. The guard's verdict: the count every element passes at, or a refusal; and the
+    // candidate the early split split for.
+    let (chosen, split_for, report) = if guarded {
+        let Verdict {
+            chosen,
+            lead,
+            report,
+        } = verdict(
             &run,
             &ops,
             (candidates.len(), &first_consts),
             kg,
             refused_first,
         )?;
-        (chosen, Some(report))
+        (chosen, early_candidate(lead), Some(report))
     } else {
-        (0, None)
+        (0, 0, None)
     };
     let count = candidates[chosen];
     let consts = Consts::cached(count);
@@ -224,15 +236,17 @@ pub(crate) fn launch<T: Element>(
     let (mi, ni, ki) = run.dims;
     let kpi = kp as i32;
     // 3. Residue panels of op(A) and op(B)ᵀ, but for those the guard's passes split for the
-    // first count where it chose that count, and op(B)'s kept where the panel before split
-    // it for as many moduli.
+    // count it chose, and op(B)'s kept where the panel before split it for as many moduli.
     let split = run.typed(if gpu.fast_fp64_split() {
         "ozaki_split"
     } else {
         "ozaki_split_int"
     })?;
     let b_split = kept.is_some_and(|k| k.split == count);
-    let split_early = |op: &Rows<'_, '_, T>| op.early.is_some() && chosen == 0;
+    let split_early = |op: &Rows<'_, '_, T>| op.early.is_some() && chosen == split_for;
+    if early.is_some() && chosen == split_for && split_for > 0 {
+        crate::device::overrides::count_early_split_at_next();
+    }
     let to_split = ops
         .iter()
         .zip([ea, eb])
@@ -341,9 +355,10 @@ enum Scaling {
 
 /// Step 1 for one operand: its rows' shifts (`ozaki_scale_*`), or the guard's scaling
 /// (`ozaki_guard_scale_*`), or both the guard's scaling and its magnitudes in one pass
-/// (`ozaki_guard_rows_*`) where `op.one_pass`; that pass also splits it for the first count
-/// (`first`) where `op.early`, and leaves at once where `refused` is given and the early
-/// refusal before it set it.
+/// (`ozaki_guard_rows_*`) where `op.one_pass`; that pass also splits it where `op.early`, for
+/// the count the early refusal before it found its elements need (the first or the next),
+/// and leaves at once where `refused` is given and that refusal set it. `first`, the first
+/// count's constants, fills the place of those the pass does not read.
 fn scale<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
@@ -371,9 +386,9 @@ fn scale<T: Element>(
             shared_mem_bytes: *row_bytes as u32,
         };
         let (lde, kgi, kgpi) = (rows_p as i32, *kg as i32, kg.next_multiple_of(128) as i32);
-        let (residues, consts) = match op.early {
-            Some(c) => (op.panels, c),
-            None => (0u64, first),
+        let (residues, (c0, c1)) = match op.early {
+            Some(e) => (op.panels, (e.first, e.next)),
+            None => (0u64, (first, first)),
         };
         let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
         let refused_ptr = refused.unwrap_or(0);
@@ -395,22 +410,25 @@ fn scale<T: Element>(
             .arg(&residues)
             .arg(&rpi)
             .arg(&kpi)
-            .arg(consts)
+            .arg(c0)
+            .arg(c1)
             .arg(&refused_ptr);
         // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
         // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
-        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c, const int* refused)`; X as for
+        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c, Consts c1, const int*
+        // refused)`; X as for
         // `ozaki_guard_scale_*` with sk = 1 (row r's K elements contiguous from X + r·sr);
         // E, S and L as for that kernel; P is the operand's magnitudes' section (Rp·Kgp
         // bytes, MA or MB), written whole in the tiles of TM rows, as by
-        // `ozaki_magnitudes_*`; RP is null, or the operand's residue panels (c.count·Rp·Kp
-        // bytes, c the first candidate count's constants, Kp = K rounded up to 128), written
-        // whole as by `ozaki_split_*` with the first layer of E; one block of
-        // `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
-        // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised
-        // for the entry (`OZAKI_GUARD_ROWS_SMEM`); `Consts` matches the kernel's struct by
-        // value; `refused` is null or the FLAGS section's first int, which the early
-        // refusal before it on this stream wrote.
+        // `ozaki_magnitudes_*`; RP is null, or the operand's residue panels (c1.count·Rp·Kp
+        // bytes at least, c and c1 the first and the next candidate count's constants,
+        // c1.count ≥ c.count, Kp = K rounded up to 128), written whole as by `ozaki_split_*`
+        // with E's layer of the early refusal's lead; one block of `GUARD_ROWS_THREADS` per
+        // row of Rp; `row_bytes` of dynamic shared memory (K elements rounded up to 16
+        // bytes, then Kgp), at most the limit the module raised for the entry
+        // (`OZAKI_GUARD_ROWS_SMEM`); each `Consts` matches the kernel's struct by value;
+        // `refused` is null (and RP then null too) or the FLAGS section, whose ints the
+        // early refusal before it on this stream wrote.
         unsafe { builder.launch(cfg) }
             .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
         return Ok(());

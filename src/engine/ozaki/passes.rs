@@ -117,6 +117,10 @@ pub(super) const NEED: usize = 10;
 pub(super) const FLAGS: usize = 11;
 pub(super) const KEYS: usize = 12;
 pub(super) const MA: usize = 13;
+/// The ints of the FLAGS section: the early refusal's, the sure test's, and the early
+/// refusal's lead (kernels/ozaki.cu, `record_lead`).
+pub(super) const FLAG_INTS: usize = 3;
+
 /// How many sections a workspace has.
 pub(super) const SECTIONS: usize = 14;
 
@@ -125,8 +129,8 @@ pub(super) const SECTIONS: usize = 14;
 /// sections' offsets: the row shifts (EB, EA), the residue panels (PB, PA) and the residue
 /// products (R); and, when `guarded`, the magnitude shifts (SB, SA), the scaled 1-norms (LB,
 /// LA), the magnitudes (MB, MA, `kgp` bytes a row), one int per strip of a GEMM tile (NEED),
-/// the early refusal's int and the sure test's (FLAGS), and the sure test's keys, 8 bytes a
-/// row of X and of Y (KEYS). The magnitudes have sections of their own so that the guard's
+/// the guard's [`FLAG_INTS`] ints (FLAGS), and the sure test's keys, 8 bytes a row of X and
+/// of Y (KEYS). The magnitudes have sections of their own so that the guard's
 /// passes may split the operands into residues for the first count meanwhile.
 pub(super) fn workspace(
     count: usize,
@@ -151,7 +155,7 @@ pub(super) fn workspace(
         4 * mp * g,
         8 * mp * g,
         4 * (mp / tm) * (np / tn) * super::verdict::JUDGE_STRIPS * g,
-        8 * g,
+        4 * FLAG_INTS * g,
         8 * (mp + np) * g,
         mp * kgp * g,
     ];
@@ -246,12 +250,27 @@ pub(super) struct Rows<'v, 'a, T> {
     pub(super) magnitudes: u64,
     /// Whether the guard's one-pass scaling also wrote its magnitudes.
     pub(super) one_pass: bool,
-    /// The constants of the first candidate count where the guard's pass that writes its
-    /// magnitudes also splits it into that count's residues (`None`: split after the verdict).
-    pub(super) early: Option<&'v Consts>,
+    /// Where the guard's pass that writes its magnitudes also splits it (`None`: split after
+    /// the verdict), the constants of the counts it may split for.
+    pub(super) early: Option<Early<'v>>,
     /// Whether its scaling (and the guard's magnitudes) are in the workspace already, left
     /// by the panel before ([`SharedB`]).
     pub(super) kept: bool,
+}
+
+/// The counts a guard's pass that splits early may split for: the first candidate, or the
+/// next where the early refusal's elements need a later one (its lead; kernels/ozaki.cu,
+/// `record_lead`). The passes read the lead from the device, so the host gives both.
+#[derive(Clone, Copy)]
+pub(super) struct Early<'v> {
+    pub(super) first: &'v Consts,
+    pub(super) next: &'v Consts,
+}
+
+/// The candidate an early split splits for, by the early refusal's lead (kernels/ozaki.cu,
+/// `lead_of`): the first or the next.
+pub(super) fn early_candidate(lead: usize) -> usize {
+    lead.min(1)
 }
 
 impl<T> Rows<'_, '_, T> {

@@ -588,31 +588,18 @@ fn the_guard_passes_only_what_meets_native_bound() {
                         family.name()
                     );
                 }
-                // The early refusal refuses only what the guard refuses, and catches scales
-                // paired along k and one huge entry a row.
-                let early = super::guard::refuses_early(sa, sb, dims, dtype, &counts);
-                if early {
-                    assert!(
-                        verdicts.iter().any(|v| v.is_none()),
-                        "{dtype} {} k={k}: refused early, but every element passes",
-                        family.name()
-                    );
-                }
+                // The early refusal and the sure test agree with the guard; the refusal
+                // catches scales paired along k and one huge entry a row, and on uniform
+                // inputs it leads with the first count, which the sure test passes for every
+                // element.
+                let what = format!("{dtype} {} k={k}", family.name());
+                let (lead, sure) = refusal_and_sure_agree(sa, sb, dims, dtype, &counts, &what);
                 if matches!(family, Family::PairedK(_) | Family::OneHuge(_)) {
-                    assert!(early, "{dtype} {} k={k}: not refused early", family.name());
-                }
-                // The sure test passes only elements that pass at the first count, and on
-                // uniform inputs every one.
-                let sure = super::guard::surely_first(sa, sb, dims, dtype, auto);
-                for (idx, (&s, v)) in sure.iter().zip(&verdicts).enumerate() {
-                    assert!(
-                        !s || *v == Some(auto),
-                        "{dtype} {} k={k} element {idx}: sure, but the guard says {v:?}",
-                        family.name()
-                    );
+                    assert_eq!(lead, None, "{what}: not refused early");
                 }
                 if family == Family::Uniform {
-                    assert!(sure.iter().all(|&s| s), "{dtype} uniform k={k}: {sure:?}");
+                    assert_eq!(lead, Some(0), "{what}");
+                    assert!(sure.iter().all(|&s| s), "{what}: {sure:?}");
                 }
                 let passed = verdicts.iter().filter(|v| v.is_some()).count();
                 match family {
@@ -628,6 +615,92 @@ fn the_guard_passes_only_what_meets_native_bound() {
             }
         }
     }
+}
+
+/// The early refusal and the sure test of `a · b` against the guard's verdicts (the model's,
+/// `guard_counts` over `counts`): the refusal refuses only where some element passes at no
+/// count; else its lead (the latest count its elements need) is at most the count the
+/// product runs at; and the sure test, at the lead's count, passes only elements that pass
+/// at that count or before. Returns the lead and the sure test's elements.
+fn refusal_and_sure_agree(
+    a: &[f64],
+    b: &[f64],
+    dims: (usize, usize, usize),
+    dtype: Dtype,
+    counts: &[usize],
+    what: &str,
+) -> (Option<usize>, Vec<bool>) {
+    use super::guard::{guard_counts, refusal_lead, surely_at};
+    let verdicts = guard_counts(a, b, dims, dtype, counts);
+    let runs_at: Option<Vec<usize>> = verdicts.iter().copied().collect();
+    let runs_at = runs_at.map(|each| each.into_iter().max().unwrap_or(counts[0]));
+    let lead = refusal_lead(a, b, dims, dtype, counts);
+    let Some(l) = lead else {
+        assert_eq!(
+            runs_at, None,
+            "{what}: refused early, but every element passes"
+        );
+        return (lead, vec![false; verdicts.len()]);
+    };
+    if let Some(count) = runs_at {
+        assert!(
+            counts[l] <= count,
+            "{what}: the lead is {}, the product runs at {count}",
+            counts[l]
+        );
+    }
+    let sure = surely_at(a, b, dims, dtype, counts[l]);
+    for (idx, (&s, v)) in sure.iter().zip(&verdicts).enumerate() {
+        assert!(
+            !s || v.is_some_and(|c| c <= counts[l]),
+            "{what} element {idx}: sure at {}, but the guard says {v:?}",
+            counts[l]
+        );
+    }
+    (lead, sure)
+}
+
+/// The early refusal's lead finds the count ordinary inputs need: on positive, normal, ReLU
+/// and log-normal operands (64 × k · k × 64), wherever half the elements or more need a
+/// count after the first, the lead is the count the product runs at, so the guard's passes
+/// split for it; the lead is never past that count.
+#[test]
+fn the_lead_finds_the_count_of_ordinary_inputs() {
+    use super::guard::guard_counts;
+    use crate::accuracy::Family;
+    let mut later = 0;
+    for dtype in [Dtype::F64, Dtype::F32] {
+        for k in [2048, 4096] {
+            let dims = (64, k, 64);
+            let auto = auto_moduli(dtype, k);
+            let counts: Vec<usize> = (auto..=(auto + 3).min(MAX_MODULI)).collect();
+            for (_, family) in Family::ORDINARY {
+                let (a, b) = match dtype {
+                    Dtype::F32 => {
+                        let (a, b) = family.operands::<f32>(dims, k as u64 + 7);
+                        (a.mapv(f64::from), b.mapv(f64::from))
+                    }
+                    Dtype::F64 => family.operands::<f64>(dims, k as u64 + 7),
+                };
+                let (sa, sb) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+                let what = format!("{dtype} {} k={k}", family.name());
+                let (lead, _) = refusal_and_sure_agree(sa, sb, dims, dtype, &counts, &what);
+                let verdicts = guard_counts(sa, sb, dims, dtype, &counts);
+                let each: Vec<usize> = verdicts
+                    .iter()
+                    .map(|v| v.unwrap_or_else(|| panic!("{what}: refused")))
+                    .collect();
+                let runs_at = each.iter().copied().max().unwrap_or(auto);
+                let needing_more = each.iter().filter(|&&c| c > auto).count();
+                if 2 * needing_more >= each.len() {
+                    later += 1;
+                    assert_eq!(lead.map(|l| counts[l]), Some(runs_at), "{what}");
+                }
+            }
+        }
+    }
+    // Ordinary inputs at these k need a later count (f64 ReLU from k = 2048, normal at 4096).
+    assert!(later >= 2, "{later} cases needed a later count");
 }
 
 /// Operands built to break the guard, at random: each element `x · 2^e` with `e` spread as
@@ -753,7 +826,7 @@ fn hostile_operands(
 /// check is not vacuous) and refuse some.
 #[test]
 fn the_guard_holds_on_random_hostile_operands() {
-    use super::guard::{guard_counts, refuses_early, surely_first, GUARD};
+    use super::guard::{guard_counts, GUARD};
     use crate::accuracy::Reference;
     let mut r = Rng(0x9a4d_5eed_0f0f_1234);
     let ks = [1, 2, 3, 31, 127, 128, 129, 200, 383, 640, 2049, 4097];
@@ -794,19 +867,8 @@ fn the_guard_holds_on_random_hostile_operands() {
                 "case {case}: {dtype} {dims:?} ({i}, {j}) at {count} moduli: {ratio:?}"
             );
         }
-        if refuses_early(&a, &b, dims, dtype, &counts) {
-            assert!(
-                verdicts.iter().any(|v| v.is_none()),
-                "case {case}: {dtype} {dims:?} refused early, but every element passes"
-            );
-        }
-        let sure = surely_first(&a, &b, dims, dtype, auto);
-        for (idx, (&s, v)) in sure.iter().zip(&verdicts).enumerate() {
-            assert!(
-                !s || *v == Some(auto),
-                "case {case}: {dtype} {dims:?} element {idx}: sure, but the guard says {v:?}"
-            );
-        }
+        let what = format!("case {case}: {dtype} {dims:?}");
+        refusal_and_sure_agree(&a, &b, dims, dtype, &counts, &what);
     }
     assert!(
         passed * 4 >= checked && refused * 20 >= checked,

@@ -15,7 +15,7 @@ use crate::engine::table::{
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
     enqueue_gemm, fail, push_pair, read_back, split_config, Gemm, GemmTail, GuardReport, OzError,
-    Rows, Run, EA, EB, FLAGS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
+    Rows, Run, EA, EB, FLAGS, FLAG_INTS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
 };
 use super::scheme::{norm_bound, scaling_bits, Consts};
 
@@ -125,13 +125,16 @@ fn guard_args<T: Element>(run: &Run<'_>, counts: usize) -> GuardArgs {
     }
 }
 
-/// Clears the early refusal's int and the sure test's (the FLAGS section) on the product's
-/// stream, before the launches that read and set them.
+/// Clears the guard's ints (the FLAGS section: the early refusal's, the sure test's and the
+/// early refusal's lead) on the product's stream, before the launches that read and set them.
 pub(super) fn clear_flags(run: &Run<'_>) -> Result<(), OzError> {
-    // SAFETY: the workspace's FLAGS section holds two ints, cleared on this stream before
-    // the launches after it read and set them.
-    unsafe { cudarc::driver::result::memset_d8_async(run.sec[FLAGS], 0, 8, run.stream.cu_stream()) }
-        .map_err(fail("clearing the Ozaki guard's flags"))
+    let bytes = 4 * FLAG_INTS;
+    // SAFETY: the workspace's FLAGS section holds `FLAG_INTS` ints, cleared on this stream
+    // before the launches after it read and set them.
+    unsafe {
+        cudarc::driver::result::memset_d8_async(run.sec[FLAGS], 0, bytes, run.stream.cu_stream())
+    }
+    .map_err(fail("clearing the Ozaki guard's flags"))
 }
 
 /// The early refusal before the one-pass scalings of the operands `gathered` (rows along k,
@@ -189,22 +192,22 @@ pub(super) fn refuse_first<T: Element>(
 /// `ozaki_guard_rows_*` for each of `ops`, with `counts` candidate counts): its early refusal
 /// (unless `refused_first` ran it, [`refuse_first`]), the magnitudes of the operands the one
 /// pass did not take (over the first `kg` inner indices), the keys and the sure test's GEMM;
-/// where that does not pass every element, the guard's GEMM and its judge. Returns the index
-/// of the fewest candidate count that every element passes at, and the report;
-/// [`OzError::Guarded`] where some element passes at none (nothing more is enqueued then).
+/// where that does not pass every element, the guard's GEMM and its judge. Returns the
+/// [`Verdict`]; [`OzError::Guarded`] where some element passes at none (nothing more is
+/// enqueued then).
 pub(super) fn verdict<T: Element>(
     run: &Run<'_>,
     ops: &[Rows<'_, '_, T>; 2],
     (counts, first): (usize, &Consts),
     kg: usize,
     refused_first: bool,
-) -> Result<(usize, GuardReport), OzError> {
+) -> Result<Verdict, OzError> {
     let (stream, sec) = (run.stream, &run.sec);
     let (mi, ni, _) = run.dims;
     let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
     let kgp = kg.next_multiple_of(128);
     let (kgi, kgpi) = (kg as i32, kgp as i32);
-    // The early refusal's int, then the sure test's.
+    // The early refusal's int, then the sure test's, then the early refusal's lead.
     let refused = sec[FLAGS];
     let unsure = refused + 4;
     let tiles = (mp / tm) * (np / tn);
@@ -245,9 +248,9 @@ pub(super) fn verdict<T: Element>(
         magnitudes(run, op, (kgi, kgpi), first, refused)?;
     }
     // The sure test: each row's key, then the magnitudes' product with each element tested
-    // in the GEMM's epilogue against a sufficient condition of passing at the first count.
-    // Where every element meets it, that is every verdict, and the guard's GEMM and judge
-    // below do not run.
+    // in the GEMM's epilogue against a sufficient condition of passing at the early refusal's
+    // lead, which the product needs at least. Where every element meets it, the lead is the
+    // verdict, and the guard's GEMM and judge below do not run.
     let keys = (run.entry)("ozaki_guard_keys")?;
     let (kx, ky) = (sec[KEYS], sec[KEYS] + (8 * mp) as u64);
     let (mpi, npi) = (mp as i32, np as i32);
@@ -270,8 +273,8 @@ pub(super) fn verdict<T: Element>(
     // KX, Key* KY, const int* refused)`; `GuardArgs` as for the early refusal (the rows'
     // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
     // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
-    // writing each; `refused` the int the early refusal wrote; blocks of 256 threads
-    // covering Mp + Np rows.
+    // writing each; `refused` the FLAGS section, whose first int and third (the lead, below
+    // g.n) the early refusal wrote; blocks of 256 threads covering Mp + Np rows.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
     // The magnitudes' product (one layer over the guard's K) by this device's GEMM, the
     // warpgroup one's entry or the mma.sync one's, ending in `tail`.
@@ -298,8 +301,8 @@ pub(super) fn verdict<T: Element>(
             refused,
         },
     )?;
-    // The two ints `refused` and `unsure`, the FLAGS section.
-    let mut flags = [0i32; 2];
+    // The FLAGS section: `refused`, `unsure` and the lead.
+    let mut flags = [0i32; FLAG_INTS];
     read_back(
         stream,
         &mut flags,
@@ -312,8 +315,24 @@ pub(super) fn verdict<T: Element>(
             failed: tiles,
         }));
     }
+    // The kernels write a lead below `counts` only; any other value (which they never write)
+    // sends the product to the native kernels rather than trust it.
+    let lead = match usize::try_from(flags[2]) {
+        Ok(lead) if lead < counts => lead,
+        _ => {
+            debug_assert!(false, "the early refusal's lead {} of {counts}", flags[2]);
+            return Err(OzError::Guarded(GuardReport {
+                tiles,
+                failed: tiles,
+            }));
+        }
+    };
     if flags[1] == 0 {
-        return Ok((0, GuardReport { tiles, failed: 0 }));
+        return Ok(Verdict {
+            chosen: lead,
+            lead,
+            report: GuardReport { tiles, failed: 0 },
+        });
     }
     // Some element is not surely within: the magnitudes' product S, judged exactly.
     magnitudes_product(
@@ -364,13 +383,27 @@ pub(super) fn verdict<T: Element>(
         return Err(OzError::Guarded(report));
     }
     let chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
-    Ok((chosen, report))
+    Ok(Verdict {
+        chosen,
+        lead,
+        report,
+    })
+}
+
+/// The guard's verdict on a product it lets run emulated.
+pub(super) struct Verdict {
+    /// The index of the fewest candidate count that every element passes at.
+    pub(super) chosen: usize,
+    /// The early refusal's lead: the latest candidate its elements first pass at (the passes
+    /// that split early split for [`early_candidate`](super::passes::early_candidate) of it).
+    pub(super) lead: usize,
+    pub(super) report: GuardReport,
 }
 
 /// The guard's magnitudes of one operand, and from the same read of it its residues for the
-/// first count where `op.early` (its constants) is given (`ozaki_magnitudes_*`); nothing
-/// where the early refusal set `refused`. Without residues the kernel does not read its
-/// constants, and `first` (the first count's) fills their place.
+/// early refusal's lead where `op.early` (the constants of the counts it may be) is given
+/// (`ozaki_magnitudes_*`); nothing where the early refusal set `refused`. Without residues
+/// the kernel does not read its constants, and `first` (the first count's) fills their place.
 fn magnitudes<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
@@ -383,9 +416,9 @@ fn magnitudes<T: Element>(
     let kp = (ki as usize).next_multiple_of(128);
     let kpi = kp as i32;
     // Without residues, the grid spans the magnitudes' panel (Kgp) only.
-    let (residues, consts, grid_k) = match op.early {
-        Some(c) => (op.panels, c, kp),
-        None => (0u64, first, kgpi as usize),
+    let (residues, (c0, c1), grid_k) = match op.early {
+        Some(e) => (op.panels, (e.first, e.next), kp),
+        None => (0u64, (first, first), kgpi as usize),
     };
     let cfg = split_config(grid_k, op.padded);
     let function = run.typed("ozaki_magnitudes")?;
@@ -402,16 +435,18 @@ fn magnitudes<T: Element>(
         .arg(&kpi)
         .arg(&op.tile)
         .arg(&refused)
-        .arg(consts);
+        .arg(c0)
+        .arg(c1);
     // SAFETY: arguments match `ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64
     // sk, const int* S, signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int
-    // Rp, int Kp, int TM, const int* refused, Consts c)`; X as for the scaling, whose S and E
-    // (R ints each; E's first layer, the first count's shifts) a launch before it on this
-    // stream wrote, read for k < K (k < Kg where P is null); PM is the operand's magnitudes'
-    // section (Rp·Kgp bytes, MA or MB); P is null, or its residue panels (c.count·Rp·Kp
-    // bytes, Kp = K rounded up to 128); both written whole in the tiles of the GEMM's rows
-    // TM; `refused` the int the early refusal wrote; grid and block as for the split over
-    // Kp where P is given, over Kgp where not (one block per 64 k and 32 rows); `Consts`
+    // Rp, int Kp, int TM, const int* refused, Consts c, Consts c1)`; X as for the scaling,
+    // whose S and E (R ints each; E's layers at ld Rp, the first and the next candidate's
+    // shifts) a launch before it on this stream wrote, read for k < K (k < Kg where P is
+    // null); PM is the operand's magnitudes' section (Rp·Kgp bytes, MA or MB); P is null, or
+    // its residue panels (c1.count·Rp·Kp bytes at least, c1.count ≥ c.count, Kp = K rounded
+    // up to 128); both written whole in the tiles of the GEMM's rows TM; `refused` the FLAGS
+    // section, whose ints the early refusal wrote; grid and block as for the split over Kp
+    // where P is given, over Kgp where not (one block per 64 k and 32 rows); each `Consts`
     // matches the kernel's struct by value.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's magnitudes"))?;
     Ok(())
