@@ -33,10 +33,12 @@
 //! from 1024 to 32768, f64 and f32. For each it prints the count an automatic product starts
 //! from (the guard's first count, whose residues its passes write ahead), how many elements the
 //! guard passes at each count, and the count the product runs at (the largest any element
-//! needs), beside what the eight elements the early refusal reads need (rows `e·m/8` with
-//! columns `e·n/8`). Where the product's count is past the first, the guarded default runs the
-//! guard's whole test and splits the operands again; the larger the product, the likelier one
-//! of its elements needs more than the first.
+//! needs), beside the early refusal's lead (`gpu_dot::__testing::ozaki_refusal_lead`): the
+//! count the guard's passes split for ahead, from the eight elements the early refusal reads
+//! (rows `e·m/8` with columns `e·n/8`), the latest those need or the next where their spread
+//! says a large product's elements do. Where the product runs past the lead, the guarded
+//! default runs the guard's whole test and splits the operands again; where the lead is past
+//! the product's count, the product runs at the lead (one modulus more).
 
 mod common;
 
@@ -592,10 +594,10 @@ fn plot_suite(
 
 /// `--guard-counts`: the Ozaki guard's CPU model over ordinary inputs (see the module docs).
 fn guard_counts_study(json_path: Option<&str>) {
-    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
+    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts, ozaki_refusal_lead};
     let (m, n) = (64, 64);
     println!(
-        "| dtype | inputs | k | first count | elements passing at each count | the product runs at | eight elements need |"
+        "| dtype | inputs | k | first count | elements passing at each count | the product runs at | the lead |"
     );
     println!("|---|---|---|---|---|---|---|");
     let mut records = Vec::new();
@@ -639,20 +641,17 @@ fn guard_counts_study(json_path: Option<&str>) {
                     Some(each) => each.into_iter().max().map_or("-".into(), |c| c.to_string()),
                     None => "native (refused)".into(),
                 };
-                // The count the elements the early refusal reads exactly (row e·m/8 with
-                // column e·n/8) need: what a first count taken from them would be.
-                let sample = (0..8)
-                    .map(|e| verdicts[(e * m / 8) * n + e * n / 8])
-                    .collect::<Option<Vec<usize>>>()
-                    .and_then(|each| each.into_iter().max())
-                    .map_or("refused".into(), |c| c.to_string());
+                // The early refusal's lead: the count the guard's passes split for early, from
+                // the elements it reads exactly (row e·m/8 with column e·n/8).
+                let sample = ozaki_refusal_lead(a, b, (m, k, n), dtype, &counts)
+                    .map_or("refused".into(), |l| counts[l].to_string());
                 println!(
                     "| {dtype} | {name} | {k} | {first} | {} | {runs_at} | {sample} |",
                     cells.join(", ")
                 );
                 records.push(json!({
                     "dtype": dtype.name(), "inputs": name, "m": m, "k": k, "n": n,
-                    "first_count": first, "product_runs_at": runs_at, "eight_elements_need": sample,
+                    "first_count": first, "product_runs_at": runs_at, "lead": sample,
                     "elements_by_count": by_count.iter().map(|(c, e)| json!([c, e])).collect::<Vec<_>>(),
                 }));
             }

@@ -89,7 +89,7 @@
 //      writes and the layer of magnitudes that ozaki_magnitudes_* writes, P in the GEMM's
 //      tiles of TM rows (Rp x Kgp bytes); where RP is not null (refused then is not), also
 //      the residues that ozaki_split_* writes for the early refusal's lead (see
-//      `record_lead`) into RP: for c (the first candidate, E's first layer), or c1 (the next,
+//      `settle_lead`) into RP: for c (the first candidate, E's first layer), or c1 (the next,
 //      E's second) where the lead is a later one; nothing where refused is not null and
 //      *refused.
 // ozaki_magnitudes_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* S,
@@ -103,8 +103,8 @@
 // ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr, i64 xsk, const T* Y,
 //      i64 ysr, i64 ysk, Guard g, int* refused): blocks of up to 1024 threads, each testing one
 //      element (see `refuse`); sets *refused to 1 where one fails at every candidate, and
-//      refused[2] to the largest index of the first candidate each passes at (the lead; the
-//      host zeroes both), after the scaling of both operands.
+//      else, in the flags that follow it (FLAG_INTS, which the host zeroes), the lead (see
+//      `settle_lead`), after the scaling of both operands.
 // ozaki_guard_refuse_rows_{d,s}(int M, int N, int K, int Kg, const T* X, i64 xsr, i64 xsk,
 //      const T* Y, i64 ysr, i64 ysk, int x_rows, int y_rows, Guard g, GuardScale gs, int*
 //      refused): the same, before the one-pass scaling of X (x_rows) or Y (y_rows), whose
@@ -119,7 +119,8 @@
 //      *refused.
 // ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key* KX, Key* KY, const int* refused):
 //      one thread per row of X (Mp, padding included) and of Y (Np): KX[i], KY[j] for the
-//      candidate refused[2], the early refusal's lead (see `keys`); nothing where *refused.
+//      candidate refused[F_LEAD], the early refusal's lead (see `keys`); nothing where
+//      *refused.
 // ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
 //      int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int* unsure, const int*
 //      refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const
@@ -198,7 +199,8 @@ static_assert(sizeof(Consts) == 1008, "the host's layout");
 // ozaki_magnitudes_* the magnitude panels (ozaki_guard_rows_* both at once, for rows along
 // the contiguous index), ozaki_guard_refuse_* an early verdict from a few elements' exact sums
 // where one of them fails at every count (see `refuse`), and else the lead: the latest of the
-// candidates they first pass at, which the product needs at least (`record_lead`),
+// candidates they first pass at, or a later one where their spread says the product needs it
+// (`settle_lead`),
 // ozaki_guard_gemm* the magnitudes' exact product S (int32), and ozaki_guard_judge each tile's
 // int in `need`: the largest, over its elements, index of the first candidate each passes at
 // (n: none). Before those two, ozaki_guard_sure_gemm* runs the same product and, in its
@@ -233,22 +235,16 @@ struct Key {
     float w, p;
 };
 
-// What an element of the early refusal found, the index c of the first candidate it passes at
-// (n: none), into the flags: the refusal (refused[0] = 1) where it passes at none, else the
-// lead, refused[2], the largest such index over the elements (the host zeroes both). The
-// lead is where the guard's passes that split early split for (the first candidate or the
-// next, `lead_of`), and the candidate the sure test tests: the product runs at the lead's
-// count at least, as the refusal's elements are among its own.
-OZ_DEV void record_lead(int c, int n, int* refused) {
-    if (c == n)
-        *refused = 1;
-    else if (c > 0)
-        atomicMax(refused + 2, c);
-}
+// The guard's ints (the host's FLAGS section, zeroed before the early refusal): the early
+// refusal's verdict, the sure test's, the lead (see `settle_lead`), the early refusal's
+// blocks done, and for each candidate the largest of its elements' ratios (see
+// `record_sample`; float bits) and 0x7fffffff minus the bits of the smallest (0: none).
+constexpr int F_REFUSED = 0, F_UNSURE = 1, F_LEAD = 2, F_DONE = 3, F_HI = 4;
+constexpr int F_LO = F_HI + MAX_CANDIDATES, FLAG_INTS = F_LO + MAX_CANDIDATES;
 
-// The candidate the early split splits for: the first, or the next where the early
-// refusal's elements need a later one (the host passes the constants of those two).
-OZ_DEV int lead_of(const int* refused) { return min(refused[2], 1); }
+// The candidate the early split splits for: the first, or the next where the lead is a later
+// one (the host passes the constants of those two).
+OZ_DEV int lead_of(const int* flags) { return min(flags[F_LEAD], 1); }
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
@@ -1588,6 +1584,62 @@ OZ_DEV void judge(int M, int N, const int* __restrict__ S, int tm, int tn, const
     }
 }
 
+// What an element of the early refusal found, from its magnitudes' exact sum S: where it
+// passes at no candidate, the refusal (F_REFUSED = 1); else F_LEAD becomes at least the index
+// of the first candidate it passes at, and for each candidate c its ratio
+// r_c = bound_c (1 + 2^-50) / (gu S) (it passes at c where r_c <= 1; `first_pass`'s
+// arithmetic, exact but for the sum and the quotient), rounded to a float, joins the
+// largest and smallest of the elements' (rows without sigma, computed natively, have none).
+OZ_DEV void record_sample(const Guard& g, int S, const Side& a, const Side& b, int* flags) {
+    const int first = first_pass(g, S, a, b);
+    if (first == g.n) {
+        flags[F_REFUSED] = 1;
+        return;
+    }
+    if (first > 0) atomicMax(flags + F_LEAD, first);
+    if (a.sigma == FLAG || b.sigma == FLAG) return;
+    // It passes at `first`, so S > 0 and every ratio is finite.
+    const double room = g.gu * (double)S;
+    const double quarter_k = 0.25 * (double)g.k;
+    unsigned* hi = reinterpret_cast<unsigned*>(flags + F_HI);
+    unsigned* lo = reinterpret_cast<unsigned*>(flags + F_LO);
+#pragma unroll
+    for (int c = 0; c < MAX_CANDIDATES; ++c) {
+        if (c >= g.n) break;
+        const double bound =
+            0.5 * (a.l1 * b.p[c]) + 0.5 * (b.l1 * a.p[c]) + quarter_k * (a.p[c] * b.p[c]);
+        const unsigned bits = __float_as_uint(__double2float_rn(bound * (1.0 + 0x1p-50) / room));
+        atomicMax(hi + c, bits);
+        atomicMax(lo + c, 0x7fffffffu - bits);
+    }
+}
+
+// Called by one thread of each block of the early refusal once its element is recorded (or
+// it found none): the last block to finish settles the lead, the candidate the guard's
+// passes split early for and the sure test tests: the latest candidate c the elements first
+// pass at (which the product needs at least), or the next where the elements' ratios at c,
+// extrapolated to the product's many elements, exceed 1: with hi and lo the largest and
+// smallest ratio, where hi (hi / lo)^2 > 1. The product's ratios spread as the elements' do
+// (rows of normal or ReLU elements spread them more than uniform ones), and a product of
+// millions of elements reaches about two of the eight elements' spreads past their largest:
+// where it does, some element needs the next count, and splitting for it early spares the
+// guard's GEMM, its judge and a second split. A lead past what the product needs costs one
+// modulus and changes no bound: the product then runs at it, and every element passes there.
+OZ_DEV void settle_lead(int* flags, int n) {
+    __threadfence();
+    if (atomicAdd(flags + F_DONE, 1) != (int)gridDim.x - 1) return;
+    __threadfence();
+    volatile int* f = flags;
+    if (f[F_REFUSED]) return;
+    const int c = f[F_LEAD];
+    if (c + 1 >= n) return;
+    const unsigned hi = (unsigned)f[F_HI + c], lo = (unsigned)f[F_LO + c];
+    if (hi == 0u || lo == 0u) return;
+    const double top = (double)__uint_as_float(hi);
+    const double spread = top / (double)__uint_as_float(0x7fffffffu - lo);
+    if (top * spread * spread > 1.0) f[F_LEAD] = c + 1;
+}
+
 // The guard's early refusal, before its GEMM: a few elements' magnitudes' sums, computed
 // exactly from the operands. Where one of those elements passes at no candidate, the judge
 // would refuse the product, so *refused = 1 (the host zeroes it) and the guard's other passes
@@ -1618,7 +1670,10 @@ OZ_DEV void refuse(int M, int N, int Kg, const T* __restrict__ X, i64 xsr, i64 x
     }
     __syncthreads();
     const int i = pick[0], j = pick[1];
-    if (i == NONE || j == NONE) return;
+    if (i == NONE || j == NONE) {
+        if (tid == 0) settle_lead(refused, g.n);
+        return;
+    }
     const int sa = g.sa[i], sb = g.sb[j];
     const T* x = X + (i64)i * xsr;
     const T* y = Y + (i64)j * ysr;
@@ -1635,7 +1690,8 @@ OZ_DEV void refuse(int M, int N, int Kg, const T* __restrict__ X, i64 xsr, i64 x
         for (int w = 1; w < (int)(blockDim.x >> 5); ++w) sum += part[w];
         // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
         const Side a(g.sa, g.la, g.ea, g.lde_a, i, g.n), b(g.sb, g.lb, g.eb, g.lde_b, j, g.n);
-        record_lead(first_pass(g, (int)sum, a, b), g.n, refused);
+        record_sample(g, (int)sum, a, b, refused);
+        settle_lead(refused, g.n);
     }
 }
 
@@ -1700,15 +1756,19 @@ OZ_DEV void refuse_rows(int M, int N, int K, int Kg, const T* __restrict__ X, i6
     __shared__ long long part[ROWS_WARPS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // Y's row and its magnitudes (from the row in shared memory where gathered), then X's.
-    if (!refusal_side(N, K, Y, ysr, y_rows, g.sb, g.lb, g.eb, g.lde_b, gs, row, side_b, pick))
+    if (!refusal_side(N, K, Y, ysr, y_rows, g.sb, g.lb, g.eb, g.lde_b, gs, row, side_b, pick)) {
+        if (tid == 0) settle_lead(refused, g.n);
         return;
+    }
     const int sb = side_b.sigma;
     const T* y = Y + (i64)pick * ysr;
     for (int k = tid; k < Kg; k += ROWS_NT)
         mag[k] = (unsigned char)magnitude(y_rows ? (double)row[k] : (double)y[(i64)k * ysk], sb);
     __syncthreads();
-    if (!refusal_side(M, K, X, xsr, x_rows, g.sa, g.la, g.ea, g.lde_a, gs, row, side_a, pick))
+    if (!refusal_side(M, K, X, xsr, x_rows, g.sa, g.la, g.ea, g.lde_a, gs, row, side_a, pick)) {
+        if (tid == 0) settle_lead(refused, g.n);
         return;
+    }
     const Side a = side_a, b = side_b;
     const T* x = X + (i64)pick * xsr;
     long long sum = 0;
@@ -1723,7 +1783,8 @@ OZ_DEV void refuse_rows(int M, int N, int K, int Kg, const T* __restrict__ X, i6
     if (tid == 0) {
         for (int w = 1; w < ROWS_WARPS; ++w) sum += part[w];
         // The sum fits an int, as the GEMM's: 127^2 * K < 2^31.
-        record_lead(first_pass(g, (int)sum, a, b), g.n, refused);
+        record_sample(g, (int)sum, a, b, refused);
+        settle_lead(refused, g.n);
     }
 }
 
@@ -1995,7 +2056,7 @@ extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_keys(oz::Guard g, int M, int Mp, int N, int Np, oz::Key* KX, oz::Key* KY,
                      const int* refused) {
     if (*refused) return;
-    oz::keys(g, M, Mp, N, Np, KX, KY, refused[2]);
+    oz::keys(g, M, Mp, N, Np, KX, KY, refused[oz::F_LEAD]);
 }
 extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g,

@@ -630,6 +630,10 @@ pub mod __testing {
     /// The CPU model of the Ozaki guard: for each element, the first of the counts given whose
     /// product passes it.
     pub use crate::engine::ozaki::guard_counts as ozaki_guard_counts;
+
+    /// The CPU model of the Ozaki guard's early refusal: `None` where it refuses, else the
+    /// index (into the counts given) of the count the guard's passes split early for.
+    pub use crate::engine::ozaki::refusal_lead as ozaki_refusal_lead;
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

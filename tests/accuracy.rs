@@ -123,9 +123,10 @@ fn the_default_is_within_native_bound_on_every_family() {
 /// at rows too long for the one-pass scaling's shared memory; and on the ordinary kinds of
 /// input (positive, normal, ReLU, log-normal) at k = 4096, where many need the count after
 /// the first: the default refuses exactly where the model finds an element that passes at no
-/// candidate count, and otherwise runs at the largest count the model's elements need.
+/// candidate count, and otherwise runs at the largest count the model's elements need, or at
+/// the model's early refusal's lead where that is one past it.
 fn guard_is_its_model<A: Element>(sm: i32) {
-    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts};
+    use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts, ozaki_refusal_lead};
     let suite = Family::suite(A::DTYPE);
     let ordinary: Vec<Family> = Family::ORDINARY.iter().map(|(_, f)| *f).collect();
     for (dims, families) in [
@@ -141,10 +142,13 @@ fn guard_is_its_model<A: Element>(sm: i32) {
         for &family in families {
             let (a, b) = family.operands::<A>(dims, common::fresh_seed());
             let wide = |x: &Array2<A>| x.iter().map(|&v| v.into_f64()).collect::<Vec<f64>>();
-            let verdicts = ozaki_guard_counts(&wide(&a), &wide(&b), dims, A::DTYPE, &counts);
+            let (wa, wb) = (wide(&a), wide(&b));
+            let verdicts = ozaki_guard_counts(&wa, &wb, dims, A::DTYPE, &counts);
+            let lead = ozaki_refusal_lead(&wa, &wb, dims, A::DTYPE, &counts);
             let model = verdicts
                 .iter()
-                .try_fold(0, |most, v| v.map(|c| most.max(c)));
+                .try_fold(0, |most, v| v.map(|c| most.max(c)))
+                .map(|most| lead.map_or(most, |l| most.max(counts[l])));
             let p = a
                 .gpu_dot_with(&b, &options(Precision::Auto))
                 .unwrap_or_else(|e| panic!("default: {e}"));
@@ -188,8 +192,8 @@ fn guard_is_its_model<A: Element>(sm: i32) {
 /// the verdict: on every family of the suite (which chooses the first count, a later one, or
 /// refuses), with op(A) and op(B) in C and F order and as strided views, at k with a ragged
 /// last K tile and a guard's sample shorter than k; and on the ordinary kinds of input at
-/// k = 4096, where the early refusal's elements need the next count, and the products that
-/// run at it take the early split (f64 ReLU and normal inputs there all do).
+/// k = 4096, where the early refusal's lead is the next count, and the products that run at
+/// it take the early split (normal, ReLU and log-normal inputs there do).
 fn early_split_is_the_split<A: Element>(sm: i32) {
     use ndarray::s;
     let run = |a: ndarray::ArrayView2<'_, A>, b: ndarray::ArrayView2<'_, A>, early: bool| {
@@ -284,7 +288,7 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
         "{}: {at_next} products split early at the next count",
         A::DTYPE
     );
-    if sm >= 90 && A::DTYPE == Dtype::F64 {
+    if sm >= 90 {
         assert!(at_next >= 8, "{}: {at_next}", A::DTYPE);
     }
 }

@@ -236,18 +236,40 @@ pub(crate) fn surely_at(
 }
 
 /// How many elements the early refusal tests (kernels/ozaki.cu, `refuse`: a block each).
-#[cfg(test)]
 pub(crate) const REFUSAL_ELEMENTS: usize = 8;
 
-/// The guard's early refusal of `a · b` before its GEMM (kernels/ozaki.cu, `refuse` and
-/// `record_lead`): for each `e < REFUSAL_ELEMENTS`, the element of the first row of X with
-/// guard data at or after `e·m / REFUSAL_ELEMENTS` and of the first such row of Y at or after
-/// `e·n / REFUSAL_ELEMENTS`, with its magnitudes' exact sum over the first [`guard_sample`]
-/// inner indices, passes first at some index of `counts`. `None` (refused) where one of
-/// those elements passes at none, else the lead: the largest of those indices (0 where no
-/// element has guard data). The model of the early refusal.
-#[cfg(test)]
-pub(crate) fn refusal_lead(
+/// An element's guard ratio at one count: its error bound `E` over `GUARD · u` times its
+/// magnitudes' product (scaled as [`passes`] compares them; 2⁻⁵⁰ more for the rounding of the
+/// bound). The element passes at that count where it is at most 1. `None` for an element
+/// that passes whatever its sums (a row with Inf or NaN, or a zero row).
+fn ratio(
+    (s, ga): (i32, Option<GuardRow>),
+    (t, gb): (i32, Option<GuardRow>),
+    mags: i64,
+    k: usize,
+    dtype: Dtype,
+) -> Option<f64> {
+    if s == FLAG || t == FLAG {
+        return None;
+    }
+    let (ga, gb) = (ga?, gb?);
+    let (da, db) = (ga.sigma - s, gb.sigma - t);
+    let bound =
+        0.5 * ldexp(ga.l1, db) + 0.5 * ldexp(gb.l1, da) + 0.25 * k as f64 * ldexp(1.0, da + db);
+    Some(bound * (1.0 + 2f64.powi(-50)) / (GUARD * unit_roundoff(dtype) * mags as f64))
+}
+
+/// The early refusal of `a · b` before the guard's GEMM and its lead (kernels/ozaki.cu,
+/// `refuse`, `record_sample` and `settle_lead`): for each `e < REFUSAL_ELEMENTS`, the element
+/// of the first row of X with guard data at or after `e·m / REFUSAL_ELEMENTS` and of the
+/// first such row of Y at or after `e·n / REFUSAL_ELEMENTS`, with its magnitudes' exact sum
+/// over the first [`guard_sample`] inner indices. `None` (refused) where one of those
+/// elements passes at no count of `counts`; else the lead, the index of the count the
+/// guard's passes split early for: the latest count the elements first pass at, or the
+/// next where their ratios there (rounded to `f32`), with `hi` and `lo` the largest and
+/// smallest, have `hi · (hi / lo)² > 1`, their spread extrapolated to a product of millions
+/// of elements. The model of the early refusal.
+pub fn refusal_lead(
     a: &[f64],
     b: &[f64],
     (m, k, n): (usize, usize, usize),
@@ -262,12 +284,15 @@ pub(crate) fn refusal_lead(
     let guarded = |rows: &[Vec<f64>], from: usize| {
         (from..rows.len()).find(|&i| GuardRow::of(rows[i].iter().copied()).is_some())
     };
-    (0..REFUSAL_ELEMENTS).try_fold(0, |lead, e| {
+    // Each count's largest and smallest ratio over the elements.
+    let mut spread: Vec<Option<(f32, f32)>> = vec![None; counts.len()];
+    let mut least = 0;
+    for e in 0..REFUSAL_ELEMENTS {
         let (Some(i), Some(j)) = (
             guarded(&rows_a, e * m / REFUSAL_ELEMENTS),
             guarded(&rows_b, e * n / REFUSAL_ELEMENTS),
         ) else {
-            return Some(lead);
+            continue;
         };
         let (ga, gb) = (
             GuardRow::of(rows_a[i].iter().copied()),
@@ -279,13 +304,36 @@ pub(crate) fn refusal_lead(
             .zip(&rows_b[j][..kg])
             .map(|(&x, &y)| ra.magnitude(x) * rb.magnitude(y))
             .sum();
-        let first = counts.iter().position(|&count| {
-            let (bits_a, bits_b) = scaling_bits(count, k);
-            let nb = norm_bound(count, k);
-            let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
-            let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
-            passes((s, ga), (t, gb), sum, k, dtype)
-        })?;
-        Some(lead.max(first))
+        // Whether it passes at each count, and its ratio there.
+        let at: Vec<(bool, Option<f64>)> = counts
+            .iter()
+            .map(|&count| {
+                let (bits_a, bits_b) = scaling_bits(count, k);
+                let nb = norm_bound(count, k);
+                let s = RowSize::of(rows_a[i].iter().copied()).shift(bits_a, nb);
+                let t = RowSize::of(rows_b[j].iter().copied()).shift(bits_b, nb);
+                (
+                    passes((s, ga), (t, gb), sum, k, dtype),
+                    ratio((s, ga), (t, gb), sum, k, dtype),
+                )
+            })
+            .collect();
+        let first = at.iter().position(|&(pass, _)| pass)?;
+        least = least.max(first);
+        for (s, &(_, r)) in spread.iter_mut().zip(&at) {
+            // Rows computed natively (Inf or NaN) have no ratio.
+            let Some(r) = r else { continue };
+            let r = r as f32;
+            *s = Some(s.map_or((r, r), |(hi, lo)| (hi.max(r), lo.min(r))));
+        }
+    }
+    let next = spread[least].is_some_and(|(hi, lo)| {
+        let (top, width) = (hi as f64, hi as f64 / lo as f64);
+        top * width * width > 1.0
+    });
+    Some(if next && least + 1 < counts.len() {
+        least + 1
+    } else {
+        least
     })
 }

@@ -27,7 +27,7 @@ pub(crate) mod scheme;
 mod tests;
 pub(crate) mod verdict;
 
-pub use guard::guard_counts;
+pub use guard::{guard_counts, refusal_lead};
 pub(crate) use launch::launch;
 pub use model::reference;
 pub use passes::GuardReport;

@@ -117,9 +117,10 @@ pub(super) const NEED: usize = 10;
 pub(super) const FLAGS: usize = 11;
 pub(super) const KEYS: usize = 12;
 pub(super) const MA: usize = 13;
-/// The ints of the FLAGS section: the early refusal's, the sure test's, and the early
-/// refusal's lead (kernels/ozaki.cu, `record_lead`).
-pub(super) const FLAG_INTS: usize = 3;
+/// The ints of the FLAGS section (kernels/ozaki.cu's `FLAG_INTS`): the early refusal's
+/// verdict, the sure test's, the lead (`settle_lead`), the early refusal's blocks done, and
+/// the largest and smallest ratio of its elements at each candidate count.
+pub(super) const FLAG_INTS: usize = 4 + 2 * super::verdict::MAX_CANDIDATES;
 
 /// How many sections a workspace has.
 pub(super) const SECTIONS: usize = 14;
@@ -259,8 +260,8 @@ pub(super) struct Rows<'v, 'a, T> {
 }
 
 /// The counts a guard's pass that splits early may split for: the first candidate, or the
-/// next where the early refusal's elements need a later one (its lead; kernels/ozaki.cu,
-/// `record_lead`). The passes read the lead from the device, so the host gives both.
+/// next where the early refusal's lead is a later one (kernels/ozaki.cu, `settle_lead`). The
+/// passes read the lead from the device, so the host gives both.
 #[derive(Clone, Copy)]
 pub(super) struct Early<'v> {
     pub(super) first: &'v Consts,

@@ -619,9 +619,10 @@ fn the_guard_passes_only_what_meets_native_bound() {
 
 /// The early refusal and the sure test of `a · b` against the guard's verdicts (the model's,
 /// `guard_counts` over `counts`): the refusal refuses only where some element passes at no
-/// count; else its lead (the latest count its elements need) is at most the count the
-/// product runs at; and the sure test, at the lead's count, passes only elements that pass
-/// at that count or before. Returns the lead and the sure test's elements.
+/// count; else its lead is at most one past the count the product runs at (the latest count
+/// its elements need, or the next); and the sure test, at the lead's count, passes only
+/// elements that pass at that count or before. Returns the lead and the sure test's
+/// elements.
 fn refusal_and_sure_agree(
     a: &[f64],
     b: &[f64],
@@ -644,7 +645,7 @@ fn refusal_and_sure_agree(
     };
     if let Some(count) = runs_at {
         assert!(
-            counts[l] <= count,
+            counts[l] <= count + 1,
             "{what}: the lead is {}, the product runs at {count}",
             counts[l]
         );
@@ -660,10 +661,11 @@ fn refusal_and_sure_agree(
     (lead, sure)
 }
 
-/// The early refusal's lead finds the count ordinary inputs need: on positive, normal, ReLU
-/// and log-normal operands (64 × k · k × 64), wherever half the elements or more need a
-/// count after the first, the lead is the count the product runs at, so the guard's passes
-/// split for it; the lead is never past that count.
+/// The early refusal's lead finds the count ordinary inputs need: on uniform, positive,
+/// normal, ReLU and log-normal operands (64 × k · k × 64), wherever half the elements or more
+/// need a count after the first, the lead is the count the product runs at, so the guard's
+/// passes split for it; and on uniform operands, which pass at the first count with room to
+/// spare, the lead is the first.
 #[test]
 fn the_lead_finds_the_count_of_ordinary_inputs() {
     use super::guard::guard_counts;
@@ -695,6 +697,9 @@ fn the_lead_finds_the_count_of_ordinary_inputs() {
                 if 2 * needing_more >= each.len() {
                     later += 1;
                     assert_eq!(lead.map(|l| counts[l]), Some(runs_at), "{what}");
+                }
+                if family == Family::Uniform {
+                    assert_eq!(lead, Some(0), "{what}");
                 }
             }
         }

@@ -125,8 +125,9 @@ fn guard_args<T: Element>(run: &Run<'_>, counts: usize) -> GuardArgs {
     }
 }
 
-/// Clears the guard's ints (the FLAGS section: the early refusal's, the sure test's and the
-/// early refusal's lead) on the product's stream, before the launches that read and set them.
+/// Clears the guard's ints (the FLAGS section: the early refusal's, the sure test's, the
+/// early refusal's lead and what settles it) on the product's stream, before the launches
+/// that read and set them.
 pub(super) fn clear_flags(run: &Run<'_>) -> Result<(), OzError> {
     let bytes = 4 * FLAG_INTS;
     // SAFETY: the workspace's FLAGS section holds `FLAG_INTS` ints, cleared on this stream
@@ -207,7 +208,8 @@ pub(super) fn verdict<T: Element>(
     let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
     let kgp = kg.next_multiple_of(128);
     let (kgi, kgpi) = (kg as i32, kgp as i32);
-    // The early refusal's int, then the sure test's, then the early refusal's lead.
+    // The early refusal's int, then the sure test's, then the early refusal's lead and what
+    // settles it.
     let refused = sec[FLAGS];
     let unsure = refused + 4;
     let tiles = (mp / tm) * (np / tn);
@@ -249,8 +251,9 @@ pub(super) fn verdict<T: Element>(
     }
     // The sure test: each row's key, then the magnitudes' product with each element tested
     // in the GEMM's epilogue against a sufficient condition of passing at the early refusal's
-    // lead, which the product needs at least. Where every element meets it, the lead is the
-    // verdict, and the guard's GEMM and judge below do not run.
+    // lead (the count its elements need, or the next where their spread says the product's
+    // do). Where every element meets it, the lead is the verdict, and the guard's GEMM and
+    // judge below do not run.
     let keys = (run.entry)("ozaki_guard_keys")?;
     let (kx, ky) = (sec[KEYS], sec[KEYS] + (8 * mp) as u64);
     let (mpi, npi) = (mp as i32, np as i32);
@@ -274,7 +277,7 @@ pub(super) fn verdict<T: Element>(
     // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
     // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
     // writing each; `refused` the FLAGS section, whose first int and third (the lead, below
-    // g.n) the early refusal wrote; blocks of 256 threads covering Mp + Np rows.
+    // g.n) the early refusal settled; blocks of 256 threads covering Mp + Np rows.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
     // The magnitudes' product (one layer over the guard's K) by this device's GEMM, the
     // warpgroup one's entry or the mma.sync one's, ending in `tail`.
@@ -301,7 +304,7 @@ pub(super) fn verdict<T: Element>(
             refused,
         },
     )?;
-    // The FLAGS section: `refused`, `unsure` and the lead.
+    // The FLAGS section: `refused`, `unsure`, the lead and what settled it.
     let mut flags = [0i32; FLAG_INTS];
     read_back(
         stream,
@@ -394,8 +397,10 @@ pub(super) fn verdict<T: Element>(
 pub(super) struct Verdict {
     /// The index of the fewest candidate count that every element passes at.
     pub(super) chosen: usize,
-    /// The early refusal's lead: the latest candidate its elements first pass at (the passes
-    /// that split early split for [`early_candidate`](super::passes::early_candidate) of it).
+    /// The early refusal's lead (kernels/ozaki.cu, `settle_lead`): the latest candidate its
+    /// elements first pass at, or a later one where their spread says the product needs it
+    /// (the passes that split early split for
+    /// [`early_candidate`](super::passes::early_candidate) of it).
     pub(super) lead: usize,
     pub(super) report: GuardReport,
 }
