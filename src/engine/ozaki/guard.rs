@@ -263,7 +263,7 @@ fn ratio(
 /// `refuse`, `record_sample` and `settle_lead`): for each `e < REFUSAL_ELEMENTS`, the element
 /// of the first row of X with guard data at or after `e·m / REFUSAL_ELEMENTS` and of the
 /// first such row of Y at or after `e·n / REFUSAL_ELEMENTS`, with its magnitudes' exact sum
-/// over the first [`guard_sample`] inner indices. `None` (refused) where one of those
+/// over the first `guard_sample(dtype, k)` inner indices. `None` (refused) where one of those
 /// elements passes at no count of `counts`; else the lead, the index of the count the
 /// guard's passes split early for: the latest count the elements first pass at, or the
 /// next where their ratios there (rounded to `f32`), with `hi` and `lo` the largest and
