@@ -26,11 +26,11 @@
 //! cases into the JSON and plots them, one panel per element type, with the suite's rule
 //! `max(2 × native's, 8)` beside each case.
 //!
-//! `--guard-counts [--json PATH]` needs no GPU: it runs the CPU model of the Ozaki guard
+//! `--guard-counts [--rows N] [--json PATH]` needs no GPU: it runs the CPU model of the Ozaki guard
 //! (`gpu_dot::__testing::ozaki_guard_counts`, whose counts the device's guard matches element
 //! for element in `tests/accuracy.rs`) over inputs of ordinary kinds (uniform in [-1, 1) and in
-//! [0, 1), normal, normal through a ReLU, and signed log-normal) at `64 × k · k × 64` for k
-//! from 1024 to 32768, f64 and f32. For each it prints the count an automatic product starts
+//! [0, 1), normal, normal through a ReLU, and signed log-normal) at `N × k · k × N` (N = 64,
+//! or `--rows N`) for k from 1024 to 32768, f64 and f32. For each it prints the count an automatic product starts
 //! from (the guard's first count, whose residues its passes write ahead), how many elements the
 //! guard passes at each count, and the count the product runs at (the largest any element
 //! needs), beside the early refusal's lead (`gpu_dot::__testing::ozaki_refusal_lead`): the
@@ -57,7 +57,8 @@ fn main() {
     let plot_f64 = value("--plot-f64");
     let f64_only = args.iter().any(|a| a == "--f64-only");
     if args.iter().any(|a| a == "--guard-counts") {
-        guard_counts_study(json_path.as_deref());
+        let rows = value("--rows").map_or(64, |r| r.parse().expect("--rows takes a count"));
+        guard_counts_study(json_path.as_deref(), rows);
         return;
     }
     if Device::count() == 0 {
@@ -592,10 +593,11 @@ fn plot_suite(
     Ok(())
 }
 
-/// `--guard-counts`: the Ozaki guard's CPU model over ordinary inputs (see the module docs).
-fn guard_counts_study(json_path: Option<&str>) {
+/// `--guard-counts [--rows N]`: the Ozaki guard's CPU model over ordinary inputs, products of
+/// `N × k · k × N` (see the module docs).
+fn guard_counts_study(json_path: Option<&str>, rows: usize) {
     use gpu_dot::__testing::{ozaki_auto_moduli, ozaki_guard_counts, ozaki_refusal_lead};
-    let (m, n) = (64, 64);
+    let (m, n) = (rows, rows);
     println!(
         "| dtype | inputs | k | first count | elements passing at each count | the product runs at | the lead |"
     );
