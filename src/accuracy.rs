@@ -596,6 +596,12 @@ impl SuiteCase {
             Route::Gpu {
                 precision, guard, ..
             } => match guard {
+                Some(g) if g.skipped => {
+                    format!(
+                        "native (guard skipped: last refused {} of {} tiles)",
+                        g.failed, g.tiles
+                    )
+                }
                 Some(g) if g.failed > 0 => {
                     format!("native ({} of {} tiles refused)", g.failed, g.tiles)
                 }

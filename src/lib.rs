@@ -134,9 +134,10 @@
 //! | `GPU_DOT_HOST_THREADS` | a number of helper threads for host copies (`0`: the calling thread alone) | cores − 1, at most 15 |
 //! | `GPU_DOT_TRACE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: phase times on stderr | `0` |
 //! | `GPU_DOT_SPARE_RESULT` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: a loop's next large host result made ready between products | `1` |
+//! | `GPU_DOT_GUARD_MEMORY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: shapes the guard refused twice in a row run natively without it for a while | `1` |
 //!
 //! An invalid value of the first eight is [`GpuDotError::InvalidEnv`], whose message lists the
-//! accepted values; the last three ignore one, with a warning through `log`.
+//! accepted values; the last five ignore one, with a warning through `log`.
 //!
 //! # Kernel cache
 //!
@@ -634,6 +635,9 @@ pub mod __testing {
     /// The CPU model of the Ozaki guard's early refusal: `None` where it refuses, else the
     /// index (into the counts given) of the count the guard's passes split early for.
     pub use crate::engine::ozaki::refusal_lead as ozaki_refusal_lead;
+
+    /// Forgets the shapes the guard refused lately (`GPU_DOT_GUARD_MEMORY`).
+    pub use crate::engine::ozaki::recent::forget as forget_guard_refusals;
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.

@@ -64,7 +64,9 @@ pub enum Route {
         /// What the device's guard found where the default precision weighed emulation (the
         /// first panel's): `failed == 0` when it emulated (`precision` then names the count
         /// of moduli), else the tiles it found outside native's bound at every count it
-        /// weighed, and the product ran natively. `None` where no guard ran.
+        /// weighed, and the product ran natively; or, [`skipped`](GuardReport::skipped), the
+        /// guard's last refusal of the shape, which this product ran natively without
+        /// weighing. `None` where no guard ran.
         guard: Option<GuardReport>,
     },
     /// On the CPU, by ndarray's `dot`.
@@ -132,6 +134,12 @@ impl fmt::Display for Route {
                     write!(f, "{precision}, ")?;
                 }
                 match guard {
+                    Some(g) if g.skipped => write!(
+                        f,
+                        "native (the guard refused the last products of this shape, {} of {} \
+                         tiles outside native's bound when emulated; this one skipped it), ",
+                        g.failed, g.tiles
+                    )?,
                     Some(g) if g.failed == 0 => {
                         write!(f, "guarded (every element within native's bound), ")?
                     }

@@ -275,8 +275,15 @@ pub(crate) const SPARE_RESULT: Setting = Setting {
     doc: "whether a loop of products with large host results (32 to 256 MiB) gets its next result's memory allocated and its pages faulted in by a background thread between products (`trim` frees it)",
 };
 
+/// `GPU_DOT_GUARD_MEMORY`.
+pub(crate) const GUARD_MEMORY: Setting = Setting {
+    name: "GPU_DOT_GUARD_MEMORY",
+    values: SWITCH,
+    doc: "whether the default precision remembers the guard's refusals by shape: after two refusals in a row, the next products of that shape (1, then 3, 7, … up to 63 as refusals repeat) run natively without the guard",
+};
+
 /// Every setting.
-pub(crate) const ALL: [Setting; 13] = [
+pub(crate) const ALL: [Setting; 14] = [
     BACKEND,
     KERNEL,
     AUTOTUNE,
@@ -290,6 +297,7 @@ pub(crate) const ALL: [Setting; 13] = [
     HOST_THREADS,
     TRACE,
     SPARE_RESULT,
+    GUARD_MEMORY,
 ];
 
 /// Each setting's accepted values as its message lists them, made once (the error keeps a

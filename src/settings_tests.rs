@@ -31,6 +31,8 @@ fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
         crate::pipeline::ends::parse_trace(value).map(drop)
     } else if name == settings::SPARE_RESULT.name {
         crate::host::fresh::parse_spare(value).map(drop)
+    } else if name == settings::GUARD_MEMORY.name {
+        crate::engine::ozaki::recent::parse_memory(value).map(drop)
     } else if name == settings::CACHE_DIR.name {
         // Every value is a folder or turns the cache off (the cache's own tests say which).
         Ok(())
@@ -56,6 +58,7 @@ const REJECTED: &[(&str, &[&str])] = &[
     ("GPU_DOT_HOST_THREADS", &["many", "-1"]),
     ("GPU_DOT_TRACE", &["loud"]),
     ("GPU_DOT_SPARE_RESULT", &["spare", "2"]),
+    ("GPU_DOT_GUARD_MEMORY", &["forget", "2"]),
 ];
 
 #[test]

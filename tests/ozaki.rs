@@ -436,3 +436,95 @@ fn a_product_ozaki_cannot_run_falls_back_to_native_and_says_so() {
     );
     common::assert_close(&p.c, &a, &b, "native fallback");
 }
+
+/// The default precision remembers the shapes its guard refused: after two refusals in a row
+/// (scales paired along k), the next product of the shape runs natively without the guard,
+/// and says so; its result is the native one. Once the guard weighs the shape again and lets
+/// a product emulate (uniform inputs), the shape is forgotten: the next product emulates too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
+    use gpu_dot::accuracy::{emulated, Family};
+    use gpu_dot::GuardReport;
+    let sm = match gpu_dot::device_status() {
+        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
+        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+    };
+    // Large enough that the default emulates it, host to host, in one panel, on any device
+    // with INT8 tensor cores.
+    let dims = (2560, 2560, 2560);
+    let opts = |precision| {
+        DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .autotune(false)
+            .poison_output(true)
+    };
+    let guard_of = |route: &Route| match route {
+        Route::Gpu {
+            guard, precision, ..
+        } => (*guard, *precision),
+        other => panic!("not on the GPU: {other}"),
+    };
+    gpu_dot::__testing::forget_guard_refusals();
+    let (a, b) = Family::PairedK(20).operands::<f32>(dims, common::fresh_seed());
+    let native = a.gpu_dot_with(&b, &opts(Precision::Native)).unwrap().c;
+    let scale = native.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let mut reports: Vec<Option<GuardReport>> = Vec::new();
+    let mut refused_c: Option<Array2<f32>> = None;
+    for i in 0..4 {
+        let p = a.gpu_dot_with(&b, &opts(Precision::Auto)).unwrap();
+        let (guard, precision) = guard_of(&p.route);
+        let what = format!("paired-k product {i}: {}", p.route);
+        println!("{what}");
+        assert_eq!(precision, Precision::Native, "{what}");
+        // Native either way: the bits of the refused products' native kernel, and within
+        // FP32's rounding of the native precision's own product.
+        let worst =
+            p.c.iter()
+                .zip(&native)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 1e-4 * scale, "{what}: {worst} off native");
+        match &refused_c {
+            None => refused_c = Some(p.c.clone()),
+            Some(r) => assert_eq!(&p.c, r, "{what}: not the refused products' bits"),
+        }
+        if sm >= 80 {
+            let g = guard.unwrap_or_else(|| panic!("{what}: no guard"));
+            assert!(g.failed > 0, "{what}");
+            assert!(p.route.to_string().contains("native"), "{what}");
+            if g.skipped {
+                assert!(p.route.to_string().contains("skipped"), "{what}");
+            }
+        } else {
+            assert_eq!(guard, None, "{what}: no INT8 tensor cores, no guard");
+        }
+        reports.push(guard);
+    }
+    if sm < 80 {
+        return;
+    }
+    let skipped: Vec<bool> = reports
+        .iter()
+        .map(|g| g.is_some_and(|g| g.skipped))
+        .collect();
+    // Refused twice, then one skips; the fourth is weighed (and refused) again.
+    assert_eq!(skipped, [false, false, true, false], "{reports:?}");
+    // Uniform inputs of the shape: skipped while the memory lasts (3 products after a third
+    // refusal), then weighed and emulated; then forgotten.
+    let (a, b) = Family::Uniform.operands::<f32>(dims, common::fresh_seed());
+    let mut kinds = Vec::new();
+    for _ in 0..5 {
+        let p = a.gpu_dot_with(&b, &opts(Precision::Auto)).unwrap();
+        let (guard, _) = guard_of(&p.route);
+        kinds.push(match guard {
+            Some(g) if g.skipped => "skipped",
+            _ if emulated(&p.route) => "emulated",
+            _ => panic!("uniform inputs refused: {}", p.route),
+        });
+    }
+    assert_eq!(
+        kinds,
+        ["skipped", "skipped", "skipped", "emulated", "emulated"]
+    );
+}

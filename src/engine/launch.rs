@@ -13,7 +13,7 @@ use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
 use crate::engine::family::Family;
-use crate::engine::ozaki::{cost, GuardReport, OzError, SharedB};
+use crate::engine::ozaki::{cost, recent, GuardReport, OzError, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -72,7 +72,8 @@ pub(crate) struct Launched {
 ///
 /// The default precision ([`Precision::Auto`]) runs a tiled plan by guarded Ozaki where
 /// [`emulation_pays`] for the device and shape, or for a panel where
-/// [`emulation_pays_in_panels`], else natively.
+/// [`emulation_pays_in_panels`], else natively; natively too, without the guard, where the
+/// guard refused the shape's last products ([`recent`]).
 pub(crate) fn launch_plan<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -90,13 +91,25 @@ pub(crate) fn launch_plan<T: Element>(
         let (whole, rows) = shared
             .as_ref()
             .map_or((m, m), |s| (s.rows.max(m), s.panel_rows.max(m)));
+        let shape = recent::Shape {
+            device: gpu.info.ordinal,
+            dtype: T::DTYPE,
+            dims: (whole, k, n),
+        };
         let emulate = match args.precision.for_dtype(T::DTYPE) {
             Precision::Ozaki { moduli } => Some((moduli, false)),
             Precision::Auto
                 if emulation_pays_in_panels(T::DTYPE, gpu.kernel_sm(), (whole, k, n), rows)
                     && ozaki_ready(gpu) =>
             {
-                Some((0, true))
+                // The guard refused this shape's last products: natively, without it.
+                match recent::recent().and_then(|mut r| r.skip(shape)) {
+                    Some(report) => {
+                        guard = Some(report);
+                        None
+                    }
+                    None => Some((0, true)),
+                }
             }
             _ => None,
         };
@@ -109,13 +122,23 @@ pub(crate) fn launch_plan<T: Element>(
                 // and the route report names the precision that could not run.
                 Err(OzError::Unavailable) => {}
                 // The guard refused it: natively, and the report says what the guard found.
-                Err(OzError::Guarded(report)) => guard = Some(report),
+                Err(OzError::Guarded(report)) => {
+                    if let Some(mut r) = recent::recent() {
+                        r.refused(shape, report);
+                    }
+                    guard = Some(report)
+                }
                 Err(OzError::Gpu(e)) => return Err(e),
                 Ok(ran) => {
+                    if guarded {
+                        if let Some(mut r) = recent::recent() {
+                            r.passed(shape);
+                        }
+                    }
                     return Ok(Launched {
                         precision: ran.precision,
                         guard: ran.guard,
-                    })
+                    });
                 }
             }
         }

@@ -13,14 +13,15 @@
 //! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
 //! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`](mod@launch) (one
 //! product's passes in order), [`model`] (the exact CPU model the tests compare the
-//! kernels with) and [`cost`] (where the default precision's guarded product pays on a
-//! Hopper).
+//! kernels with), [`cost`] (where the default precision's guarded product pays on a
+//! Hopper) and [`recent`] (the shapes the guard refused lately, which skip it).
 
 pub(crate) mod cost;
 pub(crate) mod guard;
 pub(crate) mod launch;
 pub(crate) mod model;
 pub(crate) mod passes;
+pub(crate) mod recent;
 pub(crate) mod scaling;
 pub(crate) mod scheme;
 #[cfg(test)]

@@ -37,6 +37,10 @@ pub struct GuardReport {
     /// (one of the few elements it decides first, from the operands, fails at every count, as
     /// when the inputs' scales pair along k), every tile counts.
     pub failed: usize,
+    /// The guard did not run on this product: it refused the last products of its shape
+    /// (twice in a row or more; see `GPU_DOT_GUARD_MEMORY`), so this one ran natively
+    /// without it, and `tiles` and `failed` are the last refusal's.
+    pub skipped: bool,
 }
 
 pub(super) const ALIGN: usize = 256;

@@ -316,6 +316,7 @@ pub(super) fn verdict<T: Element>(
         return Err(OzError::Guarded(GuardReport {
             tiles,
             failed: tiles,
+            skipped: false,
         }));
     }
     // The kernels write a lead below `counts` only; any other value (which they never write)
@@ -327,6 +328,7 @@ pub(super) fn verdict<T: Element>(
             return Err(OzError::Guarded(GuardReport {
                 tiles,
                 failed: tiles,
+                skipped: false,
             }));
         }
     };
@@ -334,7 +336,11 @@ pub(super) fn verdict<T: Element>(
         return Ok(Verdict {
             chosen: lead,
             lead,
-            report: GuardReport { tiles, failed: 0 },
+            report: GuardReport {
+                tiles,
+                failed: 0,
+                skipped: false,
+            },
         });
     }
     // Some element is not surely within: the magnitudes' product S, judged exactly.
@@ -381,7 +387,11 @@ pub(super) fn verdict<T: Element>(
         .map(|s| s.iter().copied().max().unwrap_or(0))
         .collect();
     let failed = verdict.iter().filter(|&&v| v >= counts as i32).count();
-    let report = GuardReport { tiles, failed };
+    let report = GuardReport {
+        tiles,
+        failed,
+        skipped: false,
+    };
     if failed > 0 {
         return Err(OzError::Guarded(report));
     }
