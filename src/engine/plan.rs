@@ -7,8 +7,8 @@ use crate::element::Dtype;
 use crate::engine::table::{TileConfig, TileRow, WgRow};
 use crate::options::Precision;
 
-/// Fewest K elements one split should get: below this the partial products and the
-/// reduction cost more than the extra blocks gain.
+/// Fewest K elements one split of a warpgroup kernel's big tiles should get: below this the
+/// partial products and the reduction cost more than the extra blocks gain.
 const MIN_K_PER_SPLIT: usize = 256;
 /// Most K splits of one product.
 pub(crate) const MAX_SPLITS: usize = 64;
@@ -30,12 +30,14 @@ pub(crate) struct Target {
 }
 
 /// Per element type: big tiles from `big_from`·multiprocessors on, split-K for small tiles
-/// below `split_below`·multiprocessors, and the resident small-tile blocks per multiprocessor
-/// that split-K aims to fill.
+/// below `split_below`·multiprocessors, the resident small-tile blocks per multiprocessor
+/// that split-K aims to fill, and the fewest K elements a split gets (below it the partial
+/// products and the reduction cost more than the extra blocks gain).
 struct Thresholds {
     big_from: f64,
     split_below: f64,
     small_blocks_per_sm: usize,
+    min_k_per_split: usize,
 }
 
 fn thresholds(dtype: Dtype) -> Thresholds {
@@ -44,20 +46,31 @@ fn thresholds(dtype: Dtype) -> Thresholds {
         // blocks per multiprocessor) ran at 0.6× the small tiles' speed; big tiles paid from
         // about 240 per 132 SMs. The 64 × 128 tiles (four resident blocks) keep that product
         // size: twice the tiles.
+        //
+        // Splits of 64 K elements (four K tiles): on an H100 (2026-11-27, ladder with
+        // autotuning off, benches/results/split-k-small-*), 384³ ran in 17.5 µs against 28.8
+        // with splits of 256 (that is, none), 512³ in 23.9 against 34.6 and 256³ in 17.6
+        // against 21.7: 1.2–1.4× cuBLAS's speed where it was 0.8–1.0×; host to host, 192³ to
+        // 512³ ran 3–14% faster.
         Dtype::F32 => Thresholds {
             big_from: 480.0 / 132.0,
             split_below: 200.0 / 132.0,
             small_blocks_per_sm: 6,
+            min_k_per_split: 64,
         },
         // Measured on an H200 (tools/dgemm-lab): the 64 × 64 tiles (three resident blocks per
         // multiprocessor) beat the 128 × 64 ones up to about 4096 × 8192, and lose at 8192³
         // (39.5 against 50 TFLOP/s); split-K pays below about 200 small tiles, and three
         // blocks per multiprocessor give the best measured splits (2 at 512³, 3 for
         // 64 × 8192 × 8192 and 8192 × 8192 × 64).
+        // Splits of 64 gained 0–1.5 µs on the kernels at 128³–512³ in the same runs, but host
+        // to host the tuner then chose more panels at 768³ and 1024³ and ran up to 34% slower:
+        // 256 stays.
         Dtype::F64 => Thresholds {
             big_from: 40.0,
             split_below: 1.5,
             small_blocks_per_sm: 3,
+            min_k_per_split: 256,
         },
     }
 }
@@ -95,10 +108,11 @@ fn tiles(t: Target, config: TileConfig, m: usize, n: usize) -> usize {
 }
 
 /// Splits that bring `tiles` small-tile blocks to about one full wave on the target's
-/// multiprocessors, keeping at least [`MIN_K_PER_SPLIT`] of K per split.
+/// multiprocessors, keeping at least the element type's `min_k_per_split` of K per split.
 fn splits_for(t: Target, tiles: usize, k: usize) -> u32 {
-    let want = (thresholds(t.dtype).small_blocks_per_sm * t.sms) / tiles.max(1);
-    let most = (k / MIN_K_PER_SPLIT).clamp(1, MAX_SPLITS);
+    let th = thresholds(t.dtype);
+    let want = (th.small_blocks_per_sm * t.sms) / tiles.max(1);
+    let most = (k / th.min_k_per_split).clamp(1, MAX_SPLITS);
     want.clamp(1, most) as u32
 }
 
@@ -151,7 +165,7 @@ pub(crate) fn heuristic(t: Target, m: usize, k: usize, n: usize) -> Plan {
         };
     }
     let small = tiles(t, TileConfig::Small, m, n);
-    let splits = if (small as f64) < th.split_below * sms && k >= 2 * MIN_K_PER_SPLIT {
+    let splits = if (small as f64) < th.split_below * sms && k >= 2 * th.min_k_per_split {
         splits_for(t, small, k)
     } else {
         1
@@ -315,7 +329,8 @@ mod tests {
             } => assert!(splits > 1),
             other => panic!("{other:?}"),
         }
-        // Short K is never split below MIN_K_PER_SPLIT.
+        // Short K is never split below the element type's least K per split: 64 for f32,
+        // 256 for f64.
         assert_eq!(
             heuristic(256, 64, 256, 132),
             Plan::Tile {
@@ -323,6 +338,18 @@ mod tests {
                 splits: 1
             }
         );
+        assert!(matches!(
+            heuristic(512, 512, 512, 132),
+            Plan::Tile { config: TileConfig::Small, splits } if splits == 8
+        ));
+        let f64 = Target {
+            dtype: Dtype::F64,
+            ..H200
+        };
+        assert!(matches!(
+            super::heuristic(f64, 512, 511, 512),
+            Plan::Tile { splits: 1, .. }
+        ));
     }
 
     #[test]
@@ -331,7 +358,7 @@ mod tests {
             for k in [1, 255, 256, 4096, 1 << 20] {
                 let s = splits_for(tiles, k, 132) as usize;
                 assert!((1..=MAX_SPLITS).contains(&s));
-                assert!(s == 1 || k / s >= MIN_K_PER_SPLIT);
+                assert!(s == 1 || k / s >= thresholds(Dtype::F32).min_k_per_split);
             }
         }
     }
