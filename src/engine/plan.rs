@@ -7,8 +7,10 @@ use crate::element::Dtype;
 use crate::engine::table::{TileConfig, TileRow, WgRow};
 use crate::options::Precision;
 
-/// Fewest K elements one split of a warpgroup kernel's big tiles should get: below this the
-/// partial products and the reduction cost more than the extra blocks gain.
+/// Fewest K elements one split of a warpgroup kernel's big tiles gets in the heuristic's plan:
+/// below this the partial products and the reduction cost more than the extra blocks gain.
+/// (The tuner's other candidates split by [`splits_for`], with the element type's
+/// `min_k_per_split`, for every tile configuration.)
 const MIN_K_PER_SPLIT: usize = 256;
 /// Most K splits of one product.
 pub(crate) const MAX_SPLITS: usize = 64;

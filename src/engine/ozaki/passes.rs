@@ -29,6 +29,7 @@ pub(crate) enum OzError {
 /// What the guard found for one product: the output tiles of its INT8 GEMM, and those that
 /// no candidate count passed (then the whole product runs natively).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GuardReport {
     /// Output tiles the guard judged.
     pub tiles: usize,
@@ -37,8 +38,9 @@ pub struct GuardReport {
     /// (one of the few elements it decides first, from the operands, fails at every count, as
     /// when the inputs' scales pair along k), every tile counts.
     pub failed: usize,
-    /// The guard did not run on this product: it refused the last products of its shape
-    /// (twice in a row or more; see `GPU_DOT_GUARD_MEMORY`), so this one ran natively
+    /// The guard did not run on this product (for a product of host arrays in row panels,
+    /// on its first panel): it refused the last products of its shape (twice in a row or
+    /// more; see `GPU_DOT_GUARD_MEMORY`, which counts each panel), so this one ran natively
     /// without it, and `tiles` and `failed` are the last refusal's.
     pub skipped: bool,
 }
