@@ -441,18 +441,24 @@ fn a_product_ozaki_cannot_run_falls_back_to_native_and_says_so() {
 /// (scales paired along k), the next product of the shape runs natively without the guard,
 /// and says so; its result is the native one. Once the guard weighs the shape again and lets
 /// a product emulate (uniform inputs), the shape is forgotten: the next product emulates too.
+/// A product of host arrays in two row panels counts once, as one in a single panel does.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
-    use gpu_dot::accuracy::{emulated, Family};
-    use gpu_dot::GuardReport;
     let sm = match gpu_dot::device_status() {
         gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
         gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
     };
-    // Large enough that the default emulates it, host to host, in one panel, on any device
-    // with INT8 tensor cores.
-    let dims = (2560, 2560, 2560);
+    // Large enough that the default emulates them, host to host, on any device with INT8
+    // tensor cores: in one panel, and in two panels of 2048 rows.
+    remembered_refusals(sm, (2560, 2560, 2560), 1);
+    remembered_refusals(sm, (4096, 2560, 2560), 2);
+}
+
+/// The memory of refusals at `dims`, whose host product runs in `panels` row panels.
+fn remembered_refusals(sm: i32, dims: (usize, usize, usize), panels: usize) {
+    use gpu_dot::accuracy::{emulated, Family};
+    use gpu_dot::GuardReport;
     let opts = |precision| {
         DotOptions::builtin()
             .backend(Backend::Gpu)
@@ -462,8 +468,14 @@ fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
     };
     let guard_of = |route: &Route| match route {
         Route::Gpu {
-            guard, precision, ..
-        } => (*guard, *precision),
+            guard,
+            precision,
+            panels: p,
+            ..
+        } => {
+            assert_eq!(*p, panels, "{dims:?}: {route}");
+            (*guard, *precision)
+        }
         other => panic!("not on the GPU: {other}"),
     };
     gpu_dot::__testing::forget_guard_refusals();
@@ -475,7 +487,7 @@ fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
     for i in 0..4 {
         let p = a.gpu_dot_with(&b, &opts(Precision::Auto)).unwrap();
         let (guard, precision) = guard_of(&p.route);
-        let what = format!("paired-k product {i}: {}", p.route);
+        let what = format!("{dims:?} paired-k product {i}: {}", p.route);
         println!("{what}");
         assert_eq!(precision, Precision::Native, "{what}");
         // Native either way: the bits of the refused products' native kernel, and within
@@ -509,7 +521,11 @@ fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
         .map(|g| g.is_some_and(|g| g.skipped))
         .collect();
     // Refused twice, then one skips; the fourth is weighed (and refused) again.
-    assert_eq!(skipped, [false, false, true, false], "{reports:?}");
+    assert_eq!(
+        skipped,
+        [false, false, true, false],
+        "{dims:?}: {reports:?}"
+    );
     // Uniform inputs of the shape: skipped while the memory lasts (3 products after a third
     // refusal), then weighed and emulated; then forgotten.
     let (a, b) = Family::Uniform.operands::<f32>(dims, common::fresh_seed());
@@ -520,11 +536,12 @@ fn the_default_skips_the_guard_for_a_shape_it_keeps_refusing() {
         kinds.push(match guard {
             Some(g) if g.skipped => "skipped",
             _ if emulated(&p.route) => "emulated",
-            _ => panic!("uniform inputs refused: {}", p.route),
+            _ => panic!("{dims:?}: uniform inputs refused: {}", p.route),
         });
     }
     assert_eq!(
         kinds,
-        ["skipped", "skipped", "skipped", "emulated", "emulated"]
+        ["skipped", "skipped", "skipped", "emulated", "emulated"],
+        "{dims:?}"
     );
 }

@@ -13,7 +13,7 @@ use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
 use crate::engine::family::Family;
-use crate::engine::ozaki::{cost, recent, GuardReport, OzError, SharedB};
+use crate::engine::ozaki::{cost, recent, GuardReport, OzError, Recalled, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
 use crate::engine::table::{Aux, Gemv, SimpleRow, TileRow, WgRow};
 use crate::error::GpuDotError;
@@ -96,19 +96,34 @@ pub(crate) fn launch_plan<T: Element>(
             dtype: T::DTYPE,
             dims: (whole, k, n),
         };
+        // Whether this launch tells the memory of refusals what the guard found: a product's
+        // only launch, or the first of its panels to weigh emulation (the others follow its
+        // decision).
+        let mut remembers = false;
         let emulate = match args.precision.for_dtype(T::DTYPE) {
             Precision::Ozaki { moduli } => Some((moduli, false)),
             Precision::Auto
                 if emulation_pays_in_panels(T::DTYPE, gpu.kernel_sm(), (whole, k, n), rows)
                     && ozaki_ready(gpu) =>
             {
+                let decided = shared.as_ref().and_then(|s| s.recalled);
+                let recalled = decided.unwrap_or_else(|| {
+                    remembers = true;
+                    match recent::recent().and_then(|mut r| r.skip(shape)) {
+                        Some(report) => Recalled::Skip(report),
+                        None => Recalled::Weigh,
+                    }
+                });
+                if let Some(s) = shared.as_deref_mut() {
+                    s.recalled = Some(recalled);
+                }
                 // The guard refused this shape's last products: natively, without it.
-                match recent::recent().and_then(|mut r| r.skip(shape)) {
-                    Some(report) => {
+                match recalled {
+                    Recalled::Skip(report) => {
                         guard = Some(report);
                         None
                     }
-                    None => Some((0, true)),
+                    Recalled::Weigh => Some((0, true)),
                 }
             }
             _ => None,
@@ -123,14 +138,16 @@ pub(crate) fn launch_plan<T: Element>(
                 Err(OzError::Unavailable) => {}
                 // The guard refused it: natively, and the report says what the guard found.
                 Err(OzError::Guarded(report)) => {
-                    if let Some(mut r) = recent::recent() {
-                        r.refused(shape, report);
+                    if remembers {
+                        if let Some(mut r) = recent::recent() {
+                            r.refused(shape, report);
+                        }
                     }
                     guard = Some(report)
                 }
                 Err(OzError::Gpu(e)) => return Err(e),
                 Ok(ran) => {
-                    if guarded {
+                    if guarded && remembers {
                         if let Some(mut r) = recent::recent() {
                             r.passed(shape);
                         }

@@ -694,6 +694,9 @@ mod tests {
             panel_counts(&p, None, Some(75)),
             panel_counts(&p, None, None)
         );
+        // tests/ozaki.rs's two-panel shape for the guard's memory of refusals.
+        let two = product((4096, 2560, 2560), 110 << 20);
+        assert_eq!(panel_counts(&two, None, Some(90))[0], 2);
         // A product too small to emulate keeps its counts.
         let small = product((1024, 1024, 1024), 12 << 20);
         assert_eq!(panel_counts(&small, None, Some(90)), vec![1, 2, 4]);

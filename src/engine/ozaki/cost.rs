@@ -210,8 +210,9 @@ mod tests {
             (8192, 1024, 8192),
             (16384, 4096, 1024),
             (2048, 2048, 2048),
-            // tests/ozaki.rs's shape for the guard's memory of refusals.
+            // tests/ozaki.rs's shapes for the guard's memory of refusals.
             (2560, 2560, 2560),
+            (4096, 2560, 2560),
         ] {
             assert!(emulation_pays_on_hopper(Dtype::F32, dims), "{dims:?}");
         }

@@ -32,5 +32,5 @@ pub use guard::{guard_counts, refusal_lead};
 pub(crate) use launch::launch;
 pub use model::reference;
 pub use passes::GuardReport;
-pub(crate) use passes::{OzError, SharedB};
+pub(crate) use passes::{OzError, Recalled, SharedB};
 pub use scaling::auto_moduli;

@@ -38,10 +38,9 @@ pub struct GuardReport {
     /// (one of the few elements it decides first, from the operands, fails at every count, as
     /// when the inputs' scales pair along k), every tile counts.
     pub failed: usize,
-    /// The guard did not run on this product (for a product of host arrays in row panels,
-    /// on its first panel): it refused the last products of its shape (twice in a row or
-    /// more; see `GPU_DOT_GUARD_MEMORY`, which counts each panel), so this one ran natively
-    /// without it, and `tiles` and `failed` are the last refusal's.
+    /// The guard did not run on this product (on any of its row panels): it refused the last
+    /// products of its shape (twice in a row or more; see `GPU_DOT_GUARD_MEMORY`), so this
+    /// one ran natively without it, and `tiles` and `failed` are the last refusal's.
     pub skipped: bool,
 }
 
@@ -186,6 +185,18 @@ pub(crate) struct SharedB {
     pub(crate) rows: usize,
     pub(crate) panel_rows: usize,
     kept: Option<KeptB>,
+    /// What the default precision's memory of refusals decided for the product, on its first
+    /// panel that weighed emulation: the later panels follow it ([`super::recent`]).
+    pub(crate) recalled: Option<Recalled>,
+}
+
+/// The memory of refusals' decision for a product in row panels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recalled {
+    /// Every panel runs natively without the guard (its last refusal's report).
+    Skip(GuardReport),
+    /// Every panel is weighed by the guard; the first one's verdict is remembered.
+    Weigh,
 }
 
 impl SharedB {
@@ -195,6 +206,7 @@ impl SharedB {
             rows,
             panel_rows,
             kept: None,
+            recalled: None,
         }
     }
 

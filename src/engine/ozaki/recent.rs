@@ -7,10 +7,9 @@
 //! then the guard weighs the shape again. A product the guard lets emulate clears the
 //! shape's memory. Only ever native runs in place of the guard: no bound is loosened.
 //!
-//! What the memory counts is each call of the guard's launcher: a device product, or one row
-//! panel of a product of host arrays (its panels share the whole product's shape). So a
-//! product in two panels uses two of the skips, and its panels may differ: the first
-//! skipping, the second weighed. The route report shows the first panel's.
+//! A product of host arrays in row panels counts once: the first of its panels to weigh
+//! emulation asks the memory and tells it what the guard found, and the other panels follow
+//! its decision (all skip the guard, or all are weighed, each on its own rows).
 //!
 //! `GPU_DOT_GUARD_MEMORY=0` turns it off, and so does
 //! [`emulate_every_size`](crate::device::overrides::emulate_every_size) (the tests that
