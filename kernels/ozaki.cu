@@ -55,21 +55,25 @@
 //      double arithmetic; ozaki_split_int_{d,s}, with the same arguments and the same bytes,
 //      make them in 32-bit integers, for devices whose FP64 is slow.
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, unsigned char* R, Consts c, int pair_m): PA, PB the panels of step 2 for X
-//      (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a positive multiple of 128, 16-byte
-//      aligned);
+//      int Kp, unsigned char* R, Consts c, int pair_m, int z0, const int* gate, int lo,
+//      int hi): layers z0 .. c.count - 1 (0 <= z0 < c.count), and nothing where gate is not
+//      null and the guard's flags there do not hold (see `gate_holds`); PA, PB the panels of
+//      step 2 for X (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a positive multiple of
+//      128, 16-byte aligned);
 //      clusters of two blocks (compiled in): pair_m != 0 pairs tile rows (Mp a multiple of
 //      384 and Np of 256), else tile columns (Mp a multiple of 192 and Np of 512); the
 //      units of work are the pairs of tiles of every layer, (Mp/192) * (Np/256) / 2 *
-//      c.count; grid (2 * clusters, 1, 1), any number of clusters (each loops over every
-//      clusters-th unit; one more than can be resident at once leaves it idle until one
-//      finishes); writes R[l][M][N] whole. The host MUST raise the dynamic shared memory
-//      limit to the table's smem first.
+//      (c.count - z0); grid (2 * clusters, 1, 1), any number of clusters (each loops over
+//      every clusters-th unit; one more than can be resident at once leaves it idle until one
+//      finishes); writes R[l][M][N] whole for each of its layers l. The host MUST raise the
+//      dynamic shared memory limit to the table's smem first.
 // ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, unsigned char* R, Consts c): the INT8 GEMM on mma.sync (sm_80 on), from
-//      panels in tiles of 128 rows (TM = 128 for X and Y; Mp, Np multiples of 128); grid
-//      ((Mp/128) * (Np/128), 1, c.count), one block per tile and layer; writes R[l][M][N]
-//      whole. The host MUST raise the dynamic shared memory limit to the table's smem first.
+//      int Kp, unsigned char* R, Consts c, int z0, const int* gate, int lo, int hi): the INT8
+//      GEMM on mma.sync (sm_80 on), from panels in tiles of 128 rows (TM = 128 for X and Y;
+//      Mp, Np multiples of 128), layers and gate as ozaki_gemm's; grid ((Mp/128) * (Np/128),
+//      1, c.count - z0), one block per tile and layer; writes R[l][M][N] whole for each of
+//      its layers l. The host MUST raise the dynamic shared memory limit to the table's smem
+//      first.
 // ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const unsigned char* R, const int* EA,
 //      const int* EB, T* C, i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr,
 //      i64 bsk, Consts c): C (M x N at ldc) from step 3 (the entry of the fewest moduli
@@ -245,6 +249,14 @@ constexpr int F_LO = F_HI + MAX_CANDIDATES, FLAG_INTS = F_LO + MAX_CANDIDATES;
 // The candidate the early split splits for: the first, or the next where the lead is a later
 // one (the host passes the constants of those two).
 OZ_DEV int lead_of(const int* flags) { return min(flags[F_LEAD], 1); }
+
+// Whether a GEMM the host enqueued before reading the guard's verdict computes what the
+// verdict asks for (see ozaki_gemm's gate): nothing refused, every element surely within the
+// lead's bound, and the lead within [lo, hi], the leads whose residues the panels hold.
+OZ_DEV bool gate_holds(const int* flags, int lo, int hi) {
+    const int lead = flags[F_LEAD];
+    return flags[F_REFUSED] == 0 && flags[F_UNSURE] == 0 && lo <= lead && lead <= hi;
+}
 
 // x mod m for x < 2^31 + 2^10 and 173 <= m <= 256: q = floor(x * magic / 2^40) is floor(x / m)
 // (magic = 2^40/m + e, 0 <= e < 1: the excess x*e/2^40 < 2^-8.99 is below 1/m minus the
@@ -961,6 +973,7 @@ OZ_DEV uint2 quad_trade(unsigned w0, unsigned w1, int t) {
 struct ResidueTail {
     unsigned char* __restrict__ R;
     const Consts& c;
+    int z0;  // the first layer the launch computes: its z is layer z0 + z
 };
 // ... or the magnitudes' product itself, as int32 into S (M x N, row-major), for
 // ozaki_guard_judge.
@@ -1251,6 +1264,7 @@ OZ_DEV void epilogue_wg(const ResidueTail& tail, int z, int m0, int n0, const in
     const Consts& c = tail.c;
     unsigned m;
     unsigned long long mg;
+    z += tail.z0;
     modulus(c, z, m, mg);
     const unsigned off = acc_offset(m);
     unsigned char* rz = R + (i64)z * M * N;
@@ -1462,6 +1476,7 @@ OZ_DEV void epilogue_mma(const ResidueTail& tail, int z, int m0, int n0, int wm,
     const Consts& c = tail.c;
     unsigned m;
     unsigned long long mg;
+    z += tail.z0;
     modulus(c, z, m, mg);
     const unsigned off = acc_offset(m);
     const int g = lane >> 2, t = lane & 3;
@@ -2017,8 +2032,12 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
-               unsigned char* R, oz::Consts c, int pair_m) {
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, c.count, pair_m, oz::ResidueTail{R, c});
+               unsigned char* R, oz::Consts c, int pair_m, int z0, const int* gate, int lo,
+               int hi) {
+    // The cluster's two blocks alike, before any barrier.
+    if (gate != nullptr && !oz::gate_holds(gate, lo, hi)) return;
+    oz::gemm(M, N, PA + (i64)z0 * Mp * Kp, PB + (i64)z0 * Np * Kp, Mp, Np, Kp, c.count - z0,
+             pair_m, oz::ResidueTail{R, c, z0});
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
@@ -2036,8 +2055,11 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-                   int Kp, unsigned char* R, oz::Consts c) {
-    oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::ResidueTail{R, c});
+                   int Kp, unsigned char* R, oz::Consts c, int z0, const int* gate, int lo,
+                   int hi) {
+    if (gate != nullptr && !oz::gate_holds(gate, lo, hi)) return;
+    oz::gemm_mma(M, N, PA + (i64)z0 * Mp * Kp, PB + (i64)z0 * Np * Kp, Mp, Np, Kp,
+                 oz::ResidueTail{R, c, z0});
 }
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,

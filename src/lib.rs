@@ -615,8 +615,8 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 #[doc(hidden)]
 pub mod __testing {
     pub use crate::device::overrides::{
-        early_splits_at_next, emulate_every_size, pretend_compute_capability, split_early,
-        use_prebuilt_kernels,
+        early_splits_at_next, emulate_every_size, gemm_before_verdict, gemms_before_verdict_kept,
+        pretend_compute_capability, split_early, use_prebuilt_kernels,
     };
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::family::override_kernel_source;

@@ -193,16 +193,25 @@ fn guard_is_its_model<A: Element>(sm: i32) {
 /// refuses), with op(A) and op(B) in C and F order and as strided views, at k with a ragged
 /// last K tile and a guard's sample shorter than k; and on the ordinary kinds of input at
 /// k = 4096, where the early refusal's lead is the next count, and the products that run at
-/// it take the early split (normal, ReLU and log-normal inputs there do).
+/// it take the early split (normal, ReLU and log-normal inputs there do). Those that split
+/// early enqueue the INT8 GEMM of the first count's layers before the host reads the
+/// verdict, under the device's gate; they are bit for bit those that enqueue it after, and
+/// the gate holds on many of them (the uniform family's, at least).
 fn early_split_is_the_split<A: Element>(sm: i32) {
     use ndarray::s;
-    let run = |a: ndarray::ArrayView2<'_, A>, b: ndarray::ArrayView2<'_, A>, early: bool| {
+    let run = |a: ndarray::ArrayView2<'_, A>,
+               b: ndarray::ArrayView2<'_, A>,
+               early: bool,
+               before: bool| {
         gpu_dot::__testing::split_early(early);
+        gpu_dot::__testing::gemm_before_verdict(before);
         // Autotuning off: where the guard refuses, both runs take the same native kernel.
         let p = a.gpu_dot_with(&b, &options(Precision::Auto).autotune(false));
         gpu_dot::__testing::split_early(true);
-        p.unwrap_or_else(|e| panic!("default (early split {early}): {e}"))
+        gpu_dot::__testing::gemm_before_verdict(true);
+        p.unwrap_or_else(|e| panic!("default (early split {early}, GEMM before {before}): {e}"))
     };
+    let kept_before = gpu_dot::__testing::gemms_before_verdict_kept();
     let f_order = |x: &Array2<A>| x.t().as_standard_layout().into_owned().reversed_axes();
     let mut emulated_first = 0;
     let suite = Family::suite(A::DTYPE);
@@ -232,7 +241,23 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
                 ),
             ];
             for (layout, x, y) in layouts {
-                let (early, late) = (run(x, y, true), run(x, y, false));
+                let (early, late) = (run(x, y, true, true), run(x, y, false, true));
+                let after = run(x, y, true, false);
+                assert_eq!(
+                    early.route.to_string(),
+                    after.route.to_string(),
+                    "{layout}: the GEMM before the verdict"
+                );
+                assert!(
+                    early
+                        .c
+                        .iter()
+                        .zip(after.c.iter())
+                        .all(|(e, l)| e.into_f64().to_bits() == l.into_f64().to_bits()),
+                    "{} {} {dims:?} {layout}: the GEMM before the verdict changes bits",
+                    A::DTYPE,
+                    family.name()
+                );
                 let what = format!(
                     "{} {} {dims:?} {layout}: {} against {}",
                     A::DTYPE,
@@ -290,6 +315,15 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
     );
     if sm >= 90 {
         assert!(at_next >= 8, "{}: {at_next}", A::DTYPE);
+    }
+    // The GEMM before the verdict ran and was kept (where the early split runs).
+    let kept_before = gpu_dot::__testing::gemms_before_verdict_kept() - kept_before;
+    println!(
+        "{}: {kept_before} products kept the GEMM enqueued before the verdict",
+        A::DTYPE
+    );
+    if sm >= 90 {
+        assert!(kept_before >= 8, "{}: {kept_before}", A::DTYPE);
     }
 }
 

@@ -20,6 +20,10 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use crate::device::libraries::device_count;
 use crate::device::modules::{ModuleLoad, ModuleSpec, Modules, Readiness};
 use crate::error::GpuDotError;
+use crate::host::staging::PinnedBuf;
+
+/// The bytes of a buffer from [`Gpu::take_small_pinned`].
+pub(crate) const SMALL_PINNED: usize = 256;
 
 /// What the crate knows about the device it uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -344,6 +348,9 @@ pub(crate) struct Home {
 }
 
 pub(crate) struct Gpu {
+    /// Small page-locked buffers, for a few ints the host reads back while the device goes
+    /// on (`take_small_pinned`); freed before the context (fields drop in order).
+    small_pinned: Mutex<Vec<PinnedBuf>>,
     pub(crate) ctx: Arc<CudaContext>,
     /// Which context this is on its device (the device's generation count).
     pub(crate) generation: u64,
@@ -427,7 +434,31 @@ impl Gpu {
             streams: Mutex::new(Vec::new()),
             idle: Default::default(),
             high_water: HighWater::default(),
+            small_pinned: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A page-locked buffer of at least `SMALL_PINNED` bytes, for the caller alone until it
+    /// gives it back (`give_small_pinned`): one kept from before, or a new one.
+    pub(crate) fn take_small_pinned(&self) -> Result<PinnedBuf, GpuDotError> {
+        let kept = self
+            .small_pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match kept {
+            Some(buf) => Ok(buf),
+            None => PinnedBuf::new(&self.ctx, SMALL_PINNED),
+        }
+    }
+
+    /// Keeps a buffer from `take_small_pinned` for the next caller; the giver has waited for
+    /// the device's last copy into it.
+    pub(crate) fn give_small_pinned(&self, buf: PinnedBuf) {
+        self.small_pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(buf);
     }
 
     /// The compute capability kernels are chosen for: the device's, unless a test pretends

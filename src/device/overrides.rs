@@ -114,6 +114,36 @@ pub(crate) fn early_split() -> bool {
     !NO_EARLY_SPLIT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Whether a guarded Ozaki product whose guard split the operands early enqueues the INT8
+/// GEMM of the first count's layers before the host reads the guard's verdict (`true`, the
+/// default), under a gate that the device reads, or only after it (`false`): the tests
+/// compare the two bit for bit, and the benchmarks time them.
+pub fn gemm_before_verdict(on: bool) {
+    NO_GEMM_BEFORE_VERDICT.store(!on, std::sync::atomic::Ordering::SeqCst);
+}
+
+static NO_GEMM_BEFORE_VERDICT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the INT8 GEMM may run before the verdict ([`gemm_before_verdict`]).
+pub(crate) fn gemm_before_verdict_on() -> bool {
+    !NO_GEMM_BEFORE_VERDICT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Products whose INT8 GEMM, enqueued before the guard's verdict, ran and was kept (its gate
+/// held): the tests read it to see that path taken.
+pub fn gemms_before_verdict_kept() -> usize {
+    GEMMS_BEFORE_VERDICT_KEPT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+static GEMMS_BEFORE_VERDICT_KEPT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one product for [`gemms_before_verdict_kept`].
+pub(crate) fn count_gemm_before_verdict_kept() {
+    GEMMS_BEFORE_VERDICT_KEPT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Products whose guard split the operands early for the count after the first, because
 /// the early refusal's elements needed it, and ran at that count (no split after the
 /// verdict): the tests read it to see that path taken.

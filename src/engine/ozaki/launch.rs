@@ -15,14 +15,15 @@ use crate::options::{Precision, MAX_MODULI};
 
 use super::guard::guard_sample;
 use super::passes::{
-    early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gemm, GemmTail,
+    early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
     GuardReport, KeptB, KeyB, OzError, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA, MB, PA, PB,
     R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
 use super::verdict::{
-    clear_flags, refuse_first, verdict, GuardScale, Verdict, GUARD_ROWS_THREADS, MAX_CANDIDATES,
+    clear_flags, refuse_first, verdict, Before, GuardScale, Verdict, GUARD_ROWS_THREADS,
+    MAX_CANDIDATES,
 };
 
 /// How an Ozaki launch ended.
@@ -208,12 +209,63 @@ pub(crate) fn launch<T: Element>(
             false
         }
     };
+    let gemm = entry(match gemm_kind {
+        Gemm::Wg { .. } => OZAKI_GEMM.0,
+        Gemm::Mma => OZAKI_GEMM_MMA.0,
+    })?;
+    let (mi, ni, ki) = run.dims;
+    let kpi = kp as i32;
+    // Where the guard's passes split both operands early (or op(B)'s panels are kept from the
+    // panel before, split for the first count or the next), the GEMM of the first count's
+    // layers is enqueued before the host reads the verdict, under a gate the device reads:
+    // it runs where the sure test passes every element and the lead is one whose residues
+    // the panels hold, and else leaves at once. The layers are the same at every count: a
+    // count's moduli begin with the first count's.
+    let gate_leads = match kept {
+        _ if !(guarded
+            && early.is_some()
+            && crate::device::overrides::gemm_before_verdict_on()) =>
+        {
+            None
+        }
+        None => Some((0, early_candidate(candidates.len() - 1) as i32)),
+        Some(k) => candidates[..=early_candidate(candidates.len() - 1)]
+            .iter()
+            .position(|&c| c == k.split)
+            .map(|at| (at as i32, at as i32)),
+    };
+    let gate = gate_leads.map(|(lo, hi)| Gate {
+        flags: sec[FLAGS],
+        lo,
+        hi,
+    });
+    let before_gemm = || -> Result<(), OzError> {
+        let gate = gate.expect("enqueued only under a gate");
+        enqueue_gemm(
+            stream,
+            &gemm,
+            gemm_kind,
+            (mi, ni, mp, np, kpi, first),
+            (sec[PA], sec[PB]),
+            GemmTail::Residues {
+                r: sec[R],
+                consts: &first_consts,
+                z0: 0,
+                gate,
+            },
+        )
+    };
     // 2. The guard's verdict: the count every element passes at, or a refusal; and the
     // candidate the early split split for.
-    let (chosen, split_for, report) = if guarded {
+    let (chosen, split_for, report, gemm_ran) = if guarded {
+        let before = gate.map(|_| Before {
+            gpu,
+            enqueue: &before_gemm,
+        });
         let Verdict {
             chosen,
             lead,
+            flags,
             report,
         } = verdict(
             &run,
@@ -221,10 +273,12 @@ pub(crate) fn launch<T: Element>(
             (candidates.len(), &first_consts),
             kg,
             refused_first,
+            before,
         )?;
-        (chosen, early_candidate(lead), Some(report))
+        let ran = gate.is_some_and(|g| g.held(&flags));
+        (chosen, early_candidate(lead), Some(report), ran)
     } else {
-        (0, 0, None)
+        (0, 0, None, false)
     };
     let count = candidates[chosen];
     let consts = Consts::cached(count);
@@ -233,8 +287,6 @@ pub(crate) fn launch<T: Element>(
         sec[EA] + (4 * chosen * mp) as u64,
         sec[EB] + (4 * chosen * np) as u64,
     );
-    let (mi, ni, ki) = run.dims;
-    let kpi = kp as i32;
     // 3. Residue panels of op(A) and op(B)ᵀ, but for those the guard's passes split for the
     // count it chose, and op(B)'s kept where the panel before split it for as many moduli.
     let split = run.typed(if gpu.fast_fp64_split() {
@@ -274,19 +326,28 @@ pub(crate) fn launch<T: Element>(
         // rest, block (32, 8); `Consts` matches the kernel's struct by value.
         unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
     }
-    // 4. The INT8 GEMM of every modulus.
-    let gemm = entry(match gemm_kind {
-        Gemm::Wg { .. } => OZAKI_GEMM.0,
-        Gemm::Mma => OZAKI_GEMM_MMA.0,
-    })?;
-    enqueue_gemm(
-        stream,
-        &gemm,
-        gemm_kind,
-        (mi, ni, mp, np, kpi, count),
-        (sec[PA], sec[PB]),
-        GemmTail::Residues(sec[R], &consts),
-    )?;
+    // 4. The INT8 GEMM of every modulus, but for those the GEMM before the verdict ran.
+    let z0 = if gemm_ran {
+        crate::device::overrides::count_gemm_before_verdict_kept();
+        first
+    } else {
+        0
+    };
+    if count > z0 {
+        enqueue_gemm(
+            stream,
+            &gemm,
+            gemm_kind,
+            (mi, ni, mp, np, kpi, count - z0),
+            (sec[PA], sec[PB]),
+            GemmTail::Residues {
+                r: sec[R],
+                consts: &consts,
+                z0: z0 as i32,
+                gate: Gate::NONE,
+            },
+        )?;
+    }
     // 5. The reconstruction, for the fewest moduli that covers `count` (its limbs fit them).
     let upto = match count {
         0..=8 => 8,

@@ -370,7 +370,14 @@ pub(super) fn split_config(kp: usize, rows_p: usize) -> LaunchConfig {
 /// What an INT8 GEMM does with its products: residues modulo each modulus into R, or (the
 /// guard's) the int32 sums into an M × N array.
 pub(super) enum GemmTail<'a> {
-    Residues(u64, &'a Consts),
+    /// R, the constants of the product's count, the first layer this launch computes (it
+    /// computes `count - z0`), and its gate.
+    Residues {
+        r: u64,
+        consts: &'a Consts,
+        z0: i32,
+        gate: Gate,
+    },
     /// The product's array and the early refusal's int (the GEMM leaves at once where set).
     Sums(u64, u64),
     /// The sure test's keys of X's and Y's rows, its flag, and the early refusal's int.
@@ -379,6 +386,41 @@ pub(super) enum GemmTail<'a> {
         unsure: u64,
         refused: u64,
     },
+}
+
+/// Where an INT8 GEMM of residues runs only if the guard's flags hold (kernels/ozaki.cu,
+/// `gate_holds`): the FLAGS section, and the leads `lo ..= hi` whose residues the panels hold.
+/// A GEMM enqueued before the host has read the guard's verdict runs under one; `flags` 0
+/// runs it whatever they hold.
+#[derive(Clone, Copy)]
+pub(super) struct Gate {
+    pub(super) flags: u64,
+    pub(super) lo: i32,
+    pub(super) hi: i32,
+}
+
+impl Gate {
+    pub(super) const NONE: Gate = Gate {
+        flags: 0,
+        lo: 0,
+        hi: 0,
+    };
+
+    /// Pushes what the GEMMs of residues take last, `int z0, const int* gate, int lo, int
+    /// hi`: the first layer and this gate.
+    fn push<'a, 'b>(
+        &'b self,
+        builder: &'a mut LaunchArgs<'b>,
+        z0: &'b i32,
+    ) -> &'a mut LaunchArgs<'b> {
+        builder.arg(z0).arg(&self.flags).arg(&self.lo).arg(&self.hi)
+    }
+
+    /// Whether a GEMM under this gate ran, by the flags the host read back (as the kernel
+    /// decides it).
+    pub(super) fn held(&self, flags: &[i32]) -> bool {
+        self.flags != 0 && flags[0] == 0 && flags[1] == 0 && (self.lo..=self.hi).contains(&flags[2])
+    }
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
@@ -430,7 +472,12 @@ pub(super) fn enqueue_gemm(
                 .arg(&npi)
                 .arg(&kpi);
             match &tail {
-                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts).arg(&pair_mi),
+                GemmTail::Residues {
+                    r,
+                    consts,
+                    z0,
+                    gate,
+                } => gate.push(builder.arg(r).arg(*consts).arg(&pair_mi), z0),
                 GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(sums).arg(refused),
                 GemmTail::Sure {
                     keys: (kx, ky),
@@ -445,7 +492,10 @@ pub(super) fn enqueue_gemm(
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
-            // pair_m)`, or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
+            // pair_m, int z0, const int* gate, int lo, int hi)` (layers z0 .. c.count − 1,
+            // `layers` of them, read from PA and PB's layers from z0 on, written into R's;
+            // `gate` null or the FLAGS section, read only, which the launches before it on
+            // this stream wrote), or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
             // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S, const int*
             // refused)` (an int the launches before it wrote), or for the sure test
             // `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char*
@@ -485,7 +535,12 @@ pub(super) fn enqueue_gemm(
                 .arg(&npi)
                 .arg(&kpi);
             match &tail {
-                GemmTail::Residues(r, consts) => builder.arg(r).arg(*consts),
+                GemmTail::Residues {
+                    r,
+                    consts,
+                    z0,
+                    gate,
+                } => gate.push(builder.arg(r).arg(*consts), z0),
                 GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
                 GemmTail::Sure {
                     keys: (kx, ky),
@@ -494,7 +549,8 @@ pub(super) fn enqueue_gemm(
                 } => builder.arg(kx).arg(ky).arg(unsure).arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
-            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c)`, or
+            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
+            // z0, const int* gate, int lo, int hi)` (layers and gate as for `ozaki_gemm`), or
             // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
             // signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int
             // the launches before it wrote), or `ozaki_guard_sure_gemm_mma(int M, int N, const

@@ -935,3 +935,58 @@ fn workspace_sections_are_disjoint_and_op_b_sits_still() {
         }
     }
 }
+
+/// A count's constants of each modulus are those of every other count that uses it: the GEMM
+/// enqueued before the verdict computes the first count's layers with the first count's
+/// constants, and the product keeps them at a later count.
+#[test]
+fn a_moduluss_constants_are_the_same_at_every_count() {
+    let most = Consts::new(MAX_MODULI);
+    for count in MIN_MODULI..MAX_MODULI {
+        let c = Consts::new(count);
+        for l in 0..count {
+            assert_eq!(
+                (c.moduli[l], c.magic[l], c.p21[l], c.p42[l], c.off[l]),
+                (
+                    most.moduli[l],
+                    most.magic[l],
+                    most.p21[l],
+                    most.p42[l],
+                    most.off[l]
+                ),
+                "count {count}, layer {l}"
+            );
+            assert_eq!((c.p32[l], c.recip[l]), (most.p32[l], most.recip[l]));
+        }
+    }
+}
+
+/// The host reads a gate as kernels/ozaki.cu's `gate_holds` does: nothing refused, every
+/// element surely within, the lead within its leads; and a GEMM without a gate never counts
+/// as run before the verdict.
+#[test]
+fn a_gate_holds_as_the_kernel_reads_it() {
+    let gate = Gate {
+        flags: 0x1000,
+        lo: 0,
+        hi: 1,
+    };
+    let flags = |refused, unsure, lead| {
+        let mut f = [0i32; FLAG_INTS];
+        f[..3].copy_from_slice(&[refused, unsure, lead]);
+        f
+    };
+    assert!(gate.held(&flags(0, 0, 0)));
+    assert!(gate.held(&flags(0, 0, 1)));
+    assert!(!gate.held(&flags(0, 0, 2)));
+    assert!(!gate.held(&flags(1, 0, 0)));
+    assert!(!gate.held(&flags(0, 1, 0)));
+    assert!(!gate.held(&flags(0, 0, -1)));
+    let one = Gate {
+        lo: 1,
+        hi: 1,
+        ..gate
+    };
+    assert!(!one.held(&flags(0, 0, 0)) && one.held(&flags(0, 0, 1)));
+    assert!(!Gate::NONE.held(&flags(0, 0, 0)));
+}

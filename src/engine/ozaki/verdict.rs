@@ -3,14 +3,18 @@
 //! pass every element, the magnitudes' product judged tile by tile; then its verdict: the
 //! count of moduli the product runs on, or a refusal.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use std::sync::Arc;
 
+use cudarc::driver::{sys, CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::device::context::{Gpu, SMALL_PINNED};
 use crate::element::Element;
 use crate::engine::args::grid_x;
 use crate::engine::table::{
     OZAKI_GEMM_MMA_TILE, OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM,
     OZAKI_SURE_GEMM_MMA,
 };
+use crate::error::GpuDotError;
 
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
@@ -195,13 +199,15 @@ pub(super) fn refuse_first<T: Element>(
 /// pass did not take (over the first `kg` inner indices), the keys and the sure test's GEMM;
 /// where that does not pass every element, the guard's GEMM and its judge. Returns the
 /// [`Verdict`]; [`OzError::Guarded`] where some element passes at none (nothing more is
-/// enqueued then).
+/// enqueued then). With `before`, the host enqueues its work after the sure test's GEMM and
+/// before it waits for the sure test's flags (which come back into page-locked memory).
 pub(super) fn verdict<T: Element>(
     run: &Run<'_>,
     ops: &[Rows<'_, '_, T>; 2],
     (counts, first): (usize, &Consts),
     kg: usize,
     refused_first: bool,
+    before: Option<Before<'_>>,
 ) -> Result<Verdict, OzError> {
     let (stream, sec) = (run.stream, &run.sec);
     let (mi, ni, _) = run.dims;
@@ -305,13 +311,15 @@ pub(super) fn verdict<T: Element>(
         },
     )?;
     // The FLAGS section: `refused`, `unsure`, the lead and what settled it.
-    let mut flags = [0i32; FLAG_INTS];
-    read_back(
-        stream,
-        &mut flags,
-        refused,
-        "reading the Ozaki guard's sure test",
-    )?;
+    let what = "reading the Ozaki guard's sure test";
+    let flags = match before {
+        Some(before) => read_back_around(stream, refused, before, what)?,
+        None => {
+            let mut flags = [0i32; FLAG_INTS];
+            read_back(stream, &mut flags, refused, what)?;
+            flags
+        }
+    };
     if flags[0] != 0 {
         return Err(OzError::Guarded(GuardReport {
             tiles,
@@ -336,6 +344,7 @@ pub(super) fn verdict<T: Element>(
         return Ok(Verdict {
             chosen: lead,
             lead,
+            flags,
             report: GuardReport {
                 tiles,
                 failed: 0,
@@ -399,8 +408,65 @@ pub(super) fn verdict<T: Element>(
     Ok(Verdict {
         chosen,
         lead,
+        flags,
         report,
     })
+}
+
+/// What the host enqueues between the sure test's GEMM and reading its flags back: the INT8
+/// GEMM of the first count's layers under its [`Gate`](super::passes::Gate), so that the
+/// device goes on while the host waits for the verdict.
+pub(super) struct Before<'a> {
+    pub(super) gpu: &'a Gpu,
+    pub(super) enqueue: &'a dyn Fn() -> Result<(), OzError>,
+}
+
+/// The FLAGS section read back as `read_back` reads it, but through page-locked memory and an
+/// event, with `before`'s work enqueued between the copy and the wait.
+fn read_back_around(
+    stream: &Arc<CudaStream>,
+    src: u64,
+    before: Before<'_>,
+    what: &'static str,
+) -> Result<[i32; FLAG_INTS], OzError> {
+    const _: () = assert!(4 * FLAG_INTS <= SMALL_PINNED);
+    let fail = |e| OzError::Gpu(GpuDotError::at(what)(e));
+    let host = before.gpu.take_small_pinned().map_err(OzError::Gpu)?;
+    // SAFETY: `host` is page-locked memory of SMALL_PINNED ≥ 4·FLAG_INTS bytes, aligned for
+    // ints (cuMemHostAlloc's pages), this call's alone until it is given back below; the
+    // event below completes the copy into it before the ints are read, the buffer given back
+    // or this slice dropped; where waiting fails, the buffer is leaked rather than reused.
+    let dst = unsafe { std::slice::from_raw_parts_mut(host.addr() as *mut i32, FLAG_INTS) };
+    // SAFETY: `src` holds FLAG_INTS ints of the workspace written by launches before it on
+    // this stream, and the copy is ordered after them; `dst` as above.
+    let copied = unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+        .map_err(fail)
+        .and_then(|()| {
+            stream
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(fail)
+        });
+    let event = match copied {
+        Ok(event) => event,
+        Err(e) => {
+            // Nothing may still be copying into it: synchronise before keeping it.
+            if stream.synchronize().is_ok() {
+                before.gpu.give_small_pinned(host);
+            } else {
+                host.leak();
+            }
+            return Err(e);
+        }
+    };
+    let enqueued = (before.enqueue)();
+    if let Err(e) = event.synchronize() {
+        host.leak();
+        return Err(fail(e));
+    }
+    let mut flags = [0i32; FLAG_INTS];
+    flags.copy_from_slice(dst);
+    before.gpu.give_small_pinned(host);
+    enqueued.map(|()| flags)
 }
 
 /// The guard's verdict on a product it lets run emulated.
@@ -412,6 +478,8 @@ pub(super) struct Verdict {
     /// (the passes that split early split for
     /// [`early_candidate`](super::passes::early_candidate) of it).
     pub(super) lead: usize,
+    /// The FLAGS section as the host read it after the sure test.
+    pub(super) flags: [i32; FLAG_INTS],
     pub(super) report: GuardReport,
 }
 
