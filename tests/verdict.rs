@@ -1,0 +1,100 @@
+//! The default precision's INT8 GEMM enqueued before the host reads the guard's verdict, under
+//! a gate the device reads: the products it serves are bit for bit those whose GEMM is
+//! enqueued after the verdict, where the gate holds (the first count, or the next with one
+//! modulus added after the verdict) and where it does not (refused, unsure). Small shapes,
+//! so that the sanitizers run the binary; a binary of its own, since it sets the crate's
+//! process-wide test switches.
+
+mod common;
+
+use gpu_dot::accuracy::Family;
+use gpu_dot::{Backend, DotOptions, Element, GpuDot, Precision, Route};
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_gemm_before_the_verdict_gives_the_bits_of_the_gemm_after() {
+    let sm = match gpu_dot::device_status() {
+        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
+        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+    };
+    // The guard weighs every size (and the memory of refusals is off): these shapes are far
+    // below where the default emulates.
+    gpu_dot::__testing::emulate_every_size(true);
+    let kept = gpu_dot::__testing::gemms_before_verdict_kept();
+    let f64_kinds = before_and_after::<f64>();
+    let f32_kinds = before_and_after::<f32>();
+    let kept = gpu_dot::__testing::gemms_before_verdict_kept() - kept;
+    gpu_dot::__testing::emulate_every_size(false);
+    println!("f64 {f64_kinds:?}, f32 {f32_kinds:?}; {kept} GEMMs before the verdict kept");
+    if sm >= 90 {
+        // Where the guard's passes split early (Hopper), the uniform products keep the GEMM
+        // before the verdict, and the paired-k ones are refused (the gated GEMM left at
+        // once) in both types.
+        assert!(kept >= 4, "{kept} kept");
+        assert!(f64_kinds.emulated >= 2 && f32_kinds.emulated >= 2);
+        assert!(f64_kinds.refused >= 2 && f32_kinds.refused >= 2);
+    }
+}
+
+/// How the products of one type ran.
+#[derive(Debug, Default)]
+struct Kinds {
+    emulated: usize,
+    refused: usize,
+}
+
+fn before_and_after<A: Element>() -> Kinds {
+    let opts = DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .precision(Precision::Auto)
+        .autotune(false)
+        .poison_output(true);
+    let mut kinds = Kinds::default();
+    let cases = [
+        // The first count: the GEMM before the verdict is the whole GEMM.
+        (Family::Uniform, (200, 301, 330)),
+        (Family::Uniform, (130, 1000, 260)),
+        // Normal inputs at k = 4096: where the early refusal's lead is the next count, the
+        // GEMM before the verdict is kept and one modulus's GEMM follows it.
+        (Family::Normal, (96, 4096, 80)),
+        (Family::LogNormal, (64, 2048, 72)),
+        // Refused, or unsure: the gated GEMM leaves at once.
+        (Family::PairedK(20), (200, 301, 330)),
+        (Family::PairedK(40), (130, 1000, 260)),
+        (Family::OneHuge(40), (200, 301, 330)),
+    ];
+    for (family, dims) in cases {
+        let (a, b) = family.operands::<A>(dims, common::fresh_seed());
+        let run = |before: bool| {
+            gpu_dot::__testing::gemm_before_verdict(before);
+            let p = a.gpu_dot_with(&b, &opts);
+            gpu_dot::__testing::gemm_before_verdict(true);
+            p.unwrap_or_else(|e| panic!("{} {dims:?} (GEMM before {before}): {e}", family.name()))
+        };
+        let (before, after) = (run(true), run(false));
+        let what = format!(
+            "{} {} {dims:?}: {} against {}",
+            A::DTYPE,
+            family.name(),
+            before.route,
+            after.route
+        );
+        assert_eq!(before.route.to_string(), after.route.to_string(), "{what}");
+        let differ = before
+            .c
+            .iter()
+            .zip(after.c.iter())
+            .position(|(x, y)| x.into_f64().to_bits() != y.into_f64().to_bits());
+        assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+        match &before.route {
+            Route::Gpu {
+                precision: Precision::Ozaki { .. },
+                ..
+            } => kinds.emulated += 1,
+            Route::Gpu { guard: Some(g), .. } if g.failed > 0 => kinds.refused += 1,
+            _ => {}
+        }
+        println!("{what}");
+    }
+    kinds
+}
