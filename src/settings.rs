@@ -338,6 +338,19 @@ impl Setting {
         }
     }
 
+    /// The setting read from the environment as an on/off switch ([`Setting::switch`]):
+    /// `default` where it is unset, and where its value is no switch's, with a warning that
+    /// ends `; {otherwise}` (what the crate does instead).
+    pub(crate) fn switch_from_env(&self, default: bool, otherwise: &str) -> bool {
+        let Ok(value) = std::env::var(self.name) else {
+            return default;
+        };
+        self.switch(&value).unwrap_or_else(|e| {
+            log::warn!("{e}; {otherwise}");
+            default
+        })
+    }
+
     /// `value` read as an on/off switch (`1`, `on`, `true`, `yes`; `0`, `off`, `false`, `no`;
     /// any case, spaces around ignored).
     pub(crate) fn switch(&self, value: &str) -> Result<bool, GpuDotError> {

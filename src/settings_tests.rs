@@ -27,12 +27,16 @@ fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
         crate::host::crew::parse_count(value).map(drop)
     } else if name == settings::PREBUILT.name {
         crate::device::overrides::parse_prebuilt(value).map(drop)
-    } else if name == settings::TRACE.name {
-        crate::pipeline::ends::parse_trace(value).map(drop)
-    } else if name == settings::SPARE_RESULT.name {
-        crate::host::fresh::parse_spare(value).map(drop)
-    } else if name == settings::GUARD_MEMORY.name {
-        crate::engine::ozaki::recent::parse_memory(value).map(drop)
+    } else if let Some(switch) = [
+        &settings::TRACE,
+        &settings::SPARE_RESULT,
+        &settings::GUARD_MEMORY,
+    ]
+    .into_iter()
+    .find(|s| s.name == name)
+    {
+        // The on/off switches, each read by `Setting::switch_from_env`.
+        switch.switch(value).map(drop)
     } else if name == settings::CACHE_DIR.name {
         // Every value is a folder or turns the cache off (the cache's own tests say which).
         Ok(())

@@ -108,20 +108,8 @@ const PAGE: usize = 4 << 10;
 /// `GPU_DOT_SPARE_RESULT`: whether loops of large products get their next result's memory
 /// ready in the background (on unless switched off; any other value is ignored, with a
 /// warning).
-static SPARE_ON: Lazy<bool> = Lazy::new(|| {
-    let Ok(value) = std::env::var(crate::settings::SPARE_RESULT.name) else {
-        return true;
-    };
-    parse_spare(&value).unwrap_or_else(|e| {
-        log::warn!("{e}; the spare result stays on");
-        true
-    })
-});
-
-/// A value of `GPU_DOT_SPARE_RESULT`: an on/off switch.
-pub(crate) fn parse_spare(value: &str) -> Result<bool, GpuDotError> {
-    crate::settings::SPARE_RESULT.switch(value)
-}
+static SPARE_ON: Lazy<bool> =
+    Lazy::new(|| crate::settings::SPARE_RESULT.switch_from_env(true, "the spare result stays on"));
 
 /// Memory for the next result, its pages faulted in.
 struct Spare {

@@ -16,20 +16,8 @@ use crate::layout::{classify, Layout};
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are
 /// logged at trace level in any case). Any value but an on/off switch's is ignored, with a
 /// warning.
-pub(crate) static TRACE: Lazy<bool> = Lazy::new(|| {
-    let Ok(value) = std::env::var(crate::settings::TRACE.name) else {
-        return false;
-    };
-    parse_trace(&value).unwrap_or_else(|e| {
-        log::warn!("{e}; phase times are not printed");
-        false
-    })
-});
-
-/// A value of `GPU_DOT_TRACE`: an on/off switch.
-pub(crate) fn parse_trace(value: &str) -> Result<bool, GpuDotError> {
-    crate::settings::TRACE.switch(value)
-}
+pub(crate) static TRACE: Lazy<bool> =
+    Lazy::new(|| crate::settings::TRACE.switch_from_env(false, "phase times are not printed"));
 
 /// A matrix already on the device, as a kernel reads it.
 pub(crate) struct DevMat<'a, T> {

@@ -21,7 +21,6 @@ use std::sync::Mutex;
 use once_cell::sync::Lazy;
 
 use crate::element::Dtype;
-use crate::error::GpuDotError;
 
 use super::GuardReport;
 
@@ -119,19 +118,8 @@ pub fn forget() {
 /// `GPU_DOT_GUARD_MEMORY`: on unless switched off; any other value is ignored, with a
 /// warning.
 static MEMORY_ON: Lazy<bool> = Lazy::new(|| {
-    let Ok(value) = std::env::var(crate::settings::GUARD_MEMORY.name) else {
-        return true;
-    };
-    parse_memory(&value).unwrap_or_else(|e| {
-        log::warn!("{e}; the guard's memory of refusals stays on");
-        true
-    })
+    crate::settings::GUARD_MEMORY.switch_from_env(true, "the guard's memory of refusals stays on")
 });
-
-/// A value of `GPU_DOT_GUARD_MEMORY`: an on/off switch.
-pub(crate) fn parse_memory(value: &str) -> Result<bool, GpuDotError> {
-    crate::settings::GUARD_MEMORY.switch(value)
-}
 
 #[cfg(test)]
 mod tests {
