@@ -8,13 +8,14 @@
 //!         [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
 //!         [--paired-k S | --inputs uniform|positive|normal|relu|lognormal]
-//!         [--split-after-verdict] [--gemm-after-verdict]
+//!         [--split-after-verdict] [--gemm-after-verdict] [--plain-launches]
 //!
 //! `--split-after-verdict` has the guard's passes write only the magnitudes, so that every
 //! operand is split after the verdict, as on devices without fast FP64 (to check and time
 //! that path on a Hopper). `--gemm-after-verdict` keeps the early split but enqueues the
 //! INT8 GEMM only once the host has read the guard's verdict (to time the GEMM enqueued
-//! before it).
+//! before it). `--plain-launches` launches each Ozaki kernel only after the one before has
+//! finished (to time the programmatic launches of sm_90).
 //!
 //! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
 //! accuracy suite's hostile family: the default precision's guard sends them to the native
@@ -645,6 +646,7 @@ fn main() {
             "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
             "--split-after-verdict" => gpu_dot::__testing::split_early(false),
             "--gemm-after-verdict" => gpu_dot::__testing::gemm_before_verdict(false),
+            "--plain-launches" => gpu_dot::__testing::programmatic_launches(false),
             "--paired-k" => {
                 let s = args.next().expect("--paired-k takes a spread like 20");
                 let s = s.parse().expect("--paired-k: a whole number");
@@ -693,7 +695,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S | --inputs KIND] [--split-after-verdict] [--gemm-after-verdict]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S | --inputs KIND] [--split-after-verdict] [--gemm-after-verdict] [--plain-launches]"
             ),
         }
     }

@@ -249,11 +249,7 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
                     "{layout}: the GEMM before the verdict"
                 );
                 assert!(
-                    early
-                        .c
-                        .iter()
-                        .zip(after.c.iter())
-                        .all(|(e, l)| e.into_f64().to_bits() == l.into_f64().to_bits()),
+                    common::first_bit_difference(&early.c, &after.c).is_none(),
                     "{} {} {dims:?} {layout}: the GEMM before the verdict changes bits",
                     A::DTYPE,
                     family.name()
@@ -287,11 +283,7 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
                     (late_precision, refused(late_guard)),
                     "{what}"
                 );
-                let differ = early
-                    .c
-                    .iter()
-                    .zip(late.c.iter())
-                    .position(|(e, l)| e.into_f64().to_bits() != l.into_f64().to_bits());
+                let differ = common::first_bit_difference(&early.c, &late.c);
                 assert!(differ.is_none(), "{what}: differ at element {differ:?}");
                 let first = gpu_dot::__testing::ozaki_auto_moduli(A::DTYPE, dims.1);
                 emulated_first += (*precision
@@ -382,10 +374,7 @@ fn panels_share_op_b<A: Element>(sm: i32) {
                 alone.route
             );
             let got = p.c.slice(ndarray::s![i * rows..(i + 1) * rows, ..]);
-            let differ = got
-                .iter()
-                .zip(alone.c.iter())
-                .position(|(g, w)| g.into_f64().to_bits() != w.into_f64().to_bits());
+            let differ = common::first_bit_difference(got.iter(), &alone.c);
             if let Some(at) = differ {
                 panic!(
                     "{what}: panel {i} ({}, alone {}) differs from its rows' product alone at \

@@ -1,28 +1,40 @@
 //! The default precision's INT8 GEMM enqueued before the host reads the guard's verdict, under
 //! a gate the device reads: the products it serves are bit for bit those whose GEMM is
 //! enqueued after the verdict, where the gate holds (the first count, or the next with one
-//! modulus added after the verdict) and where it does not (refused, unsure). Small shapes,
-//! so that the sanitizers run the binary; a binary of its own, since it sets the crate's
-//! process-wide test switches.
+//! modulus added after the verdict) and where it does not (refused, unsure). Likewise the
+//! Ozaki kernels launched programmatically (each let in while the one before finishes)
+//! against plain launches. Small shapes, so that the sanitizers run the binary; a binary of
+//! its own, since it sets the crate's process-wide test switches (its tests take turns).
 
 mod common;
+
+use std::sync::Mutex;
 
 use gpu_dot::accuracy::Family;
 use gpu_dot::{Backend, DotOptions, Element, GpuDot, Precision, Route};
 
+/// The tests' turns: each sets process-wide switches.
+static TURN: Mutex<()> = Mutex::new(());
+
+fn compute_capability() -> i32 {
+    match gpu_dot::device_status() {
+        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
+        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_gemm_before_the_verdict_gives_the_bits_of_the_gemm_after() {
-    let sm = match gpu_dot::device_status() {
-        gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
-        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
-    };
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let sm = compute_capability();
     // The guard weighs every size (and the memory of refusals is off): these shapes are far
     // below where the default emulates.
     gpu_dot::__testing::emulate_every_size(true);
     let kept = gpu_dot::__testing::gemms_before_verdict_kept();
-    let f64_kinds = before_and_after::<f64>();
-    let f32_kinds = before_and_after::<f32>();
+    let switch = gpu_dot::__testing::gemm_before_verdict;
+    let f64_kinds = on_and_off::<f64>(switch, "GEMM before the verdict");
+    let f32_kinds = on_and_off::<f32>(switch, "GEMM before the verdict");
     let kept = gpu_dot::__testing::gemms_before_verdict_kept() - kept;
     gpu_dot::__testing::emulate_every_size(false);
     println!("f64 {f64_kinds:?}, f32 {f32_kinds:?}; {kept} GEMMs before the verdict kept");
@@ -36,6 +48,24 @@ fn the_gemm_before_the_verdict_gives_the_bits_of_the_gemm_after() {
     }
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn programmatic_launches_give_the_bits_of_plain_launches() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let sm = compute_capability();
+    gpu_dot::__testing::emulate_every_size(true);
+    let switch = gpu_dot::__testing::programmatic_launches;
+    let f64_kinds = on_and_off::<f64>(switch, "programmatic launches");
+    let f32_kinds = on_and_off::<f32>(switch, "programmatic launches");
+    gpu_dot::__testing::emulate_every_size(false);
+    println!("f64 {f64_kinds:?}, f32 {f32_kinds:?}");
+    if sm >= 90 {
+        // Programmatic launches run on Hopper: both the emulated and the refused chains.
+        assert!(f64_kinds.emulated >= 2 && f32_kinds.emulated >= 2);
+        assert!(f64_kinds.refused >= 2 && f32_kinds.refused >= 2);
+    }
+}
+
 /// How the products of one type ran.
 #[derive(Debug, Default)]
 struct Kinds {
@@ -43,7 +73,8 @@ struct Kinds {
     refused: usize,
 }
 
-fn before_and_after<A: Element>() -> Kinds {
+/// Each case's product with `switch` on (its default) and off: the same route and bits.
+fn on_and_off<A: Element>(switch: fn(bool), what: &str) -> Kinds {
     let opts = DotOptions::builtin()
         .backend(Backend::Gpu)
         .precision(Precision::Auto)
@@ -65,26 +96,22 @@ fn before_and_after<A: Element>() -> Kinds {
     ];
     for (family, dims) in cases {
         let (a, b) = family.operands::<A>(dims, common::fresh_seed());
-        let run = |before: bool| {
-            gpu_dot::__testing::gemm_before_verdict(before);
+        let run = |on: bool| {
+            switch(on);
             let p = a.gpu_dot_with(&b, &opts);
-            gpu_dot::__testing::gemm_before_verdict(true);
-            p.unwrap_or_else(|e| panic!("{} {dims:?} (GEMM before {before}): {e}", family.name()))
+            switch(true);
+            p.unwrap_or_else(|e| panic!("{} {dims:?} ({what} {on}): {e}", family.name()))
         };
         let (before, after) = (run(true), run(false));
         let what = format!(
-            "{} {} {dims:?}: {} against {}",
+            "{what}: {} {} {dims:?}: {} against {}",
             A::DTYPE,
             family.name(),
             before.route,
             after.route
         );
         assert_eq!(before.route.to_string(), after.route.to_string(), "{what}");
-        let differ = before
-            .c
-            .iter()
-            .zip(after.c.iter())
-            .position(|(x, y)| x.into_f64().to_bits() != y.into_f64().to_bits());
+        let differ = common::first_bit_difference(&before.c, &after.c);
         assert!(differ.is_none(), "{what}: differ at element {differ:?}");
         match &before.route {
             Route::Gpu {

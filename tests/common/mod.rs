@@ -178,6 +178,17 @@ pub fn fresh_seed() -> u64 {
     )
 }
 
+/// The first position at which two sequences of elements differ in their bits (their values
+/// as `f64`, which keeps every `f32`'s bits), or `None` where they agree bit for bit.
+pub fn first_bit_difference<'a, T: Element + 'a>(
+    x: impl IntoIterator<Item = &'a T>,
+    y: impl IntoIterator<Item = &'a T>,
+) -> Option<usize> {
+    x.into_iter()
+        .zip(y)
+        .position(|(x, y)| x.into_f64().to_bits() != y.into_f64().to_bits())
+}
+
 /// A value drawn uniformly from `[lo, hi)` in `T`'s own precision.
 pub fn uniform<T: TestElem>(rng: &mut impl Rng, lo: f64, hi: f64) -> T {
     rng.random_range(T::from_f64(lo)..T::from_f64(hi))

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, CudaViewMut, DevicePtr, LaunchConfig};
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
@@ -13,6 +13,7 @@ use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GUARD_ROWS_SMEM};
 use crate::error::GpuDotError;
 use crate::options::{Precision, MAX_MODULI};
 
+use super::enqueue::{programmatic_on, Launch};
 use super::guard::guard_sample;
 use super::passes::{
     early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
@@ -131,6 +132,7 @@ pub(crate) fn launch<T: Element>(
         padded: (mp, np),
         dims: (m as i32, n as i32, k as i32),
         sec: at.map(|o| base + o as u64),
+        programmatic: programmatic_on(sm),
     };
     let sec = &run.sec;
     let row_bytes = (k * std::mem::size_of::<T>()).next_multiple_of(16) + kgp;
@@ -242,7 +244,7 @@ pub(crate) fn launch<T: Element>(
     let before_gemm = || -> Result<(), OzError> {
         let gate = gate.expect("enqueued only under a gate");
         enqueue_gemm(
-            stream,
+            (stream, run.programmatic),
             &gemm,
             gemm_kind,
             (mi, ni, mp, np, kpi, first),
@@ -308,7 +310,7 @@ pub(crate) fn launch<T: Element>(
     for (op, e) in to_split {
         let cfg = split_config(kp, op.padded);
         let rp = op.padded as i32;
-        let mut builder = stream.launch_builder(&split);
+        let mut builder = Launch::new(stream, &split, run.programmatic);
         op.push_rows(&mut builder, &ki);
         builder
             .arg(&e)
@@ -335,7 +337,7 @@ pub(crate) fn launch<T: Element>(
     };
     if count > z0 {
         enqueue_gemm(
-            stream,
+            (stream, run.programmatic),
             &gemm,
             gemm_kind,
             (mi, ni, mp, np, kpi, count - z0),
@@ -363,7 +365,7 @@ pub(crate) fn launch<T: Element>(
     let ldc = args.ldc();
     let r = sec[R];
     let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);
-    let mut builder = stream.launch_builder(&rebuild);
+    let mut builder = Launch::new(stream, &rebuild, run.programmatic);
     builder
         .arg(&mi)
         .arg(&ni)
@@ -371,12 +373,12 @@ pub(crate) fn launch<T: Element>(
         .arg(&r)
         .arg(&ea)
         .arg(&eb)
-        .arg(&mut *c)
+        .view(&*c)
         .arg(&ldc)
-        .arg(a_buf)
+        .view(a_buf)
         .arg(&asr)
         .arg(&ask)
-        .arg(b_buf)
+        .view(b_buf)
         .arg(&bsr)
         .arg(&bsk)
         .arg(&consts);
@@ -453,11 +455,11 @@ fn scale<T: Element>(
         };
         let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
         let refused_ptr = refused.unwrap_or(0);
-        let mut builder = stream.launch_builder(&rows_fn);
+        let mut builder = Launch::new(stream, &rows_fn, run.programmatic);
         builder
             .arg(&rows)
             .arg(&ki)
-            .arg(x)
+            .view(x)
             .arg(&sr)
             .arg(weighed)
             .arg(&e)
@@ -509,7 +511,7 @@ fn scale<T: Element>(
     match how {
         Scaling::Plain { bits, bound } => {
             let scale = run.typed("ozaki_scale")?;
-            let mut builder = stream.launch_builder(&scale);
+            let mut builder = Launch::new(stream, &scale, run.programmatic);
             op.push_rows(&mut builder, &ki);
             builder.arg(bits).arg(bound).arg(&e);
             // SAFETY: arguments match `ozaki_scale_{d,s}(int R, int K, const T* X, i64
@@ -525,7 +527,7 @@ fn scale<T: Element>(
         Scaling::Guard { weighed, .. } => {
             let guard_scale = run.typed("ozaki_guard_scale")?;
             let lde = rows_p as i32;
-            let mut builder = stream.launch_builder(&guard_scale);
+            let mut builder = Launch::new(stream, &guard_scale, run.programmatic);
             op.push_rows(&mut builder, &ki);
             builder.arg(weighed).arg(&e).arg(&lde).arg(&s).arg(&l);
             // SAFETY: arguments match `ozaki_guard_scale_{d,s}(int R, int K, const T* X,

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, DriverError, LaunchArgs, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, DriverError, LaunchConfig};
 
 use crate::engine::args::grid_x;
 use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE};
 use crate::error::GpuDotError;
 
+use super::enqueue::Launch;
 use super::scheme::Consts;
 
 /// Why an Ozaki launch launched nothing, or failed.
@@ -295,18 +294,18 @@ pub(super) fn early_candidate(lead: usize) -> usize {
 impl<T> Rows<'_, '_, T> {
     /// Pushes what every pass over the operand's rows takes first, `int R, int K, const T* X,
     /// i64 sr, i64 sk`: its rows, `k` (the product's K), its elements and their strides.
-    pub(super) fn push_rows<'b>(&'b self, builder: &mut LaunchArgs<'b>, k: &'b i32) {
+    pub(super) fn push_rows<'b>(&'b self, builder: &mut Launch<'b>, k: &'b i32) {
         let (sr, sk) = &self.strides;
-        builder.arg(&self.rows).arg(k).arg(self.x).arg(sr).arg(sk);
+        builder.arg(&self.rows).arg(k).view(self.x).arg(sr).arg(sk);
     }
 }
 
 /// Pushes both operands' elements and strides, `const T* X, i64 xsr, i64 xsk, const T* Y,
 /// i64 ysr, i64 ysk`, as the guard's early refusals take them.
-pub(super) fn push_pair<'b, T>(builder: &mut LaunchArgs<'b>, [x, y]: &'b [Rows<'_, '_, T>; 2]) {
+pub(super) fn push_pair<'b, T>(builder: &mut Launch<'b>, [x, y]: &'b [Rows<'_, '_, T>; 2]) {
     for op in [x, y] {
         let (sr, sk) = &op.strides;
-        builder.arg(op.x).arg(sr).arg(sk);
+        builder.view(op.x).arg(sr).arg(sk);
     }
 }
 
@@ -326,6 +325,8 @@ pub(super) struct Run<'r> {
     pub(super) dims: (i32, i32, i32),
     /// The address of each section of the workspace (by [`EA`] … [`KEYS`]).
     pub(super) sec: [u64; SECTIONS],
+    /// Whether its kernels launch programmatically (see [`enqueue`](super::enqueue)).
+    pub(super) programmatic: bool,
 }
 
 impl Run<'_> {
@@ -408,11 +409,7 @@ impl Gate {
 
     /// Pushes what the GEMMs of residues take last, `int z0, const int* gate, int lo, int
     /// hi`: the first layer and this gate.
-    fn push<'a, 'b>(
-        &'b self,
-        builder: &'a mut LaunchArgs<'b>,
-        z0: &'b i32,
-    ) -> &'a mut LaunchArgs<'b> {
+    fn push<'a, 'b>(&'b self, builder: &'a mut Launch<'b>, z0: &'b i32) -> &'a mut Launch<'b> {
         builder.arg(z0).arg(&self.flags).arg(&self.lo).arg(&self.hi)
     }
 
@@ -424,9 +421,10 @@ impl Gate {
 }
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
-/// (persistent clusters of two) or the mma.sync one, with its tail's arguments.
+/// (persistent clusters of two) or the mma.sync one, with its tail's arguments, on `stream`,
+/// launched programmatically where `programmatic` (see [`enqueue`](super::enqueue)).
 pub(super) fn enqueue_gemm(
-    stream: &Arc<CudaStream>,
+    (stream, programmatic): (&Arc<CudaStream>, bool),
     func: &CudaFunction,
     kind: Gemm,
     (mi, ni, mp, np, kpi, layers): (i32, i32, usize, usize, i32, usize),
@@ -462,7 +460,7 @@ pub(super) fn enqueue_gemm(
                 shared_mem_bytes,
             };
             let pair_mi = pair_m as i32;
-            let mut builder = stream.launch_builder(func);
+            let mut builder = Launch::new(stream, func, programmatic);
             builder
                 .arg(&mi)
                 .arg(&ni)
@@ -525,7 +523,7 @@ pub(super) fn enqueue_gemm(
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: OZAKI_GEMM_MMA.1,
             };
-            let mut builder = stream.launch_builder(func);
+            let mut builder = Launch::new(stream, func, programmatic);
             builder
                 .arg(&mi)
                 .arg(&ni)

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaStream, LaunchConfig};
 
 use crate::device::context::{Gpu, SMALL_PINNED};
 use crate::element::Element;
@@ -16,6 +16,7 @@ use crate::engine::table::{
 };
 use crate::error::GpuDotError;
 
+use super::enqueue::Launch;
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
     enqueue_gemm, fail, push_pair, read_back, split_config, Gemm, GemmTail, GuardReport, OzError,
@@ -168,7 +169,7 @@ pub(super) fn refuse_first<T: Element>(
         shared_mem_bytes: row_bytes as u32,
     };
     let (x_rows, y_rows) = (gathered[0] as i32, gathered[1] as i32);
-    let mut builder = run.stream.launch_builder(&refuse);
+    let mut builder = Launch::new(run.stream, &refuse, run.programmatic);
     builder.arg(&mi).arg(&ni).arg(&ki).arg(&kgi);
     push_pair(&mut builder, ops);
     builder
@@ -236,7 +237,7 @@ pub(super) fn verdict<T: Element>(
             block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut builder = stream.launch_builder(&refuse);
+        let mut builder = Launch::new(stream, &refuse, run.programmatic);
         builder.arg(&mi).arg(&ni).arg(&kgi);
         push_pair(&mut builder, ops);
         builder.arg(&guard).arg(&refused);
@@ -268,7 +269,7 @@ pub(super) fn verdict<T: Element>(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut builder = stream.launch_builder(&keys);
+    let mut builder = Launch::new(stream, &keys, run.programmatic);
     builder
         .arg(&guard)
         .arg(&mi)
@@ -294,7 +295,7 @@ pub(super) fn verdict<T: Element>(
         })?;
         let dims = (mi, ni, mp, np, kgpi, 1);
         enqueue_gemm(
-            stream,
+            (stream, run.programmatic),
             &f,
             run.gemm,
             dims,
@@ -364,7 +365,7 @@ pub(super) fn verdict<T: Element>(
         shared_mem_bytes: 0,
     };
     let (tmi, tni) = (tm as i32, tn as i32);
-    let mut builder = stream.launch_builder(&judge);
+    let mut builder = Launch::new(stream, &judge, run.programmatic);
     builder
         .arg(&mi)
         .arg(&ni)
@@ -505,7 +506,7 @@ fn magnitudes<T: Element>(
     };
     let cfg = split_config(grid_k, op.padded);
     let function = run.typed("ozaki_magnitudes")?;
-    let mut builder = run.stream.launch_builder(&function);
+    let mut builder = Launch::new(run.stream, &function, run.programmatic);
     op.push_rows(&mut builder, &ki);
     builder
         .arg(&op.sigmas)
