@@ -14,8 +14,8 @@
 //! operand is split after the verdict, as on devices without fast FP64 (to check and time
 //! that path on a Hopper). `--gemm-after-verdict` keeps the early split but enqueues the
 //! INT8 GEMM only once the host has read the guard's verdict (to time the GEMM enqueued
-//! before it). `--plain-launches` launches each Ozaki kernel only after the one before has
-//! finished (to time the programmatic launches of sm_90).
+//! before it). `--plain-launches` launches each kernel only after the one before on its
+//! stream has finished (to time the programmatic launches of sm_90).
 //!
 //! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
 //! accuracy suite's hostile family: the default precision's guard sends them to the native

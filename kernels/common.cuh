@@ -13,6 +13,20 @@ typedef long long i64;
 // Every device helper of the headers is inlined into its kernels.
 #define GD_DEV __device__ __forceinline__
 
+// The first statement of every entry point, before anything else it does (an early return
+// included). On sm_90 on, the host may launch an entry programmatically after the kernel
+// before it on its stream (src/engine/enqueue.rs): the entry is then let in as soon as every
+// block of that kernel has started, and it waits here until that kernel has finished and its
+// writes are visible. Since every entry waits here, each one that passes this point has
+// every kernel before it on the stream finished, not only the last. Without a programmatic
+// launch (or below sm_90, where it is empty) both instructions do nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GD_AFTER_PREVIOUS() \
+    asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define GD_AFTER_PREVIOUS() ((void)0)
+#endif
+
 // Offset of element (r, c) of a matrix with leading dimension `ld`: row-major when TRANS is
 // false, column-major (the transpose of a row-major matrix) when TRANS is true. 64-bit, so a
 // matrix may hold more than 2^31 elements.
@@ -120,18 +134,22 @@ __device__ __forceinline__ void relu_backward(i64 N, T* __restrict__ G, const T*
 #define GD_AUX_ENTRIES(T, REDUCE, AXPBY, RELU, RELU_BACKWARD)                                    \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         REDUCE(int M, int N, int splits, const T* __restrict__ W, T* __restrict__ C, i64 ldc) { \
+        GD_AFTER_PREVIOUS();                                                                    \
         gd::splitk_reduce<T>(M, N, splits, W, C, ldc);                                          \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) AXPBY(                                    \
         int M, int N, T alpha, const T* __restrict__ X, i64 ldx, T beta, T* __restrict__ C,     \
         i64 ldc) {                                                                              \
+        GD_AFTER_PREVIOUS();                                                                    \
         gd::axpby<T>(M, N, alpha, X, ldx, beta, C, ldc);                                        \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) RELU(i64 N, T* __restrict__ X) {         \
+        GD_AFTER_PREVIOUS();                                                                    \
         gd::relu<T>(N, X);                                                                      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(256)                                           \
         RELU_BACKWARD(i64 N, T* __restrict__ G, const T* __restrict__ H) {                      \
+        GD_AFTER_PREVIOUS();                                                                    \
         gd::relu_backward<T>(N, G, H);                                                          \
     }
 
@@ -142,6 +160,7 @@ __device__ __forceinline__ void relu_backward(i64 N, T* __restrict__ G, const T*
 // or B[k] (TB true).
 #define GD_GEMV_M1(T, NS, NAME, TA, TB)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(T)) {                       \
+        GD_AFTER_PREVIOUS();                                                            \
         (void)M;                                                                        \
         (void)ldc;                                                                      \
         const i64 sa = TA ? lda : 1;                                                    \
@@ -152,6 +171,7 @@ __device__ __forceinline__ void relu_backward(i64 N, T* __restrict__ G, const T*
     }
 #define GD_GEMV_N1(T, NS, NAME, TA, TB)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(T)) {                       \
+        GD_AFTER_PREVIOUS();                                                            \
         (void)N;                                                                        \
         const i64 sb = TB ? 1 : ldb;                                                    \
         if (TA)                                                                         \

@@ -730,14 +730,17 @@ DGM_DEV void gemv_cols(int Cn, int K, const double* __restrict__ X, long long ld
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define DGM_TC_ENTRY(NAME, CFG, TA, TB, AL)                                                  \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(double)) {   \
+        GD_AFTER_PREVIOUS();                                                                 \
         dgm::tc_body<CFG, TA, TB, AL, false, CFG::PIPE>(M, N, K, A, lda, B, ldb, C, ldc, 0); \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
         NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
+        GD_AFTER_PREVIOUS();                                                                 \
         dgm::tc_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);   \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                         \
         NAME##_batched(GEMM_PARAMS(double), GD_BATCH_PARAMS) {                               \
+        GD_AFTER_PREVIOUS();                                                                 \
         GD_BATCH_OFFSETS;                                                                    \
         dgm::tc_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);            \
     }
@@ -748,14 +751,17 @@ GD_LAYOUT_ENTRIES(DGM_TC_ENTRY, dgemm_tc_64x64, dgm::TcSmall)
 
 #define DGM_SIMT_ENTRY(NAME, TA, TB)                                                         \
     extern "C" __global__ void __launch_bounds__(256) NAME(GEMM_PARAMS(double)) {                  \
+        GD_AFTER_PREVIOUS();                                                                 \
         dgm::simt_body<TA, TB, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                        \
         NAME##_splitk(GEMM_PARAMS(double), int k_per_split) {                                      \
+        GD_AFTER_PREVIOUS();                                                                 \
         dgm::simt_body<TA, TB, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);          \
     }                                                                                        \
     extern "C" __global__ void __launch_bounds__(256)                                        \
         NAME##_batched(GEMM_PARAMS(double), GD_BATCH_PARAMS) {                               \
+        GD_AFTER_PREVIOUS();                                                                 \
         GD_BATCH_OFFSETS;                                                                    \
         dgm::simt_body<TA, TB, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }

@@ -22,6 +22,7 @@ __device__ __forceinline__ void gemm_naive(GEMM_PARAMS(T)) {
 
 #define NAIVE_ENTRY(L, T, SUFFIX, TA, TB)                                  \
     extern "C" __global__ void L##gemm_naive_##SUFFIX(GEMM_PARAMS(T)) {    \
+        GD_AFTER_PREVIOUS();                                              \
         gemm_naive<T, TA, TB>(GEMM_ARGS);                                 \
     }
 #define NAIVE_ENTRIES(L, T)                  \

@@ -163,20 +163,6 @@
 
 #define OZ_DEV GD_DEV
 
-// The first statement of every entry, before anything else it does (an early return
-// included). On sm_90 on, the host may launch an entry programmatically after the kernel
-// before it on the stream (src/engine/ozaki/passes.rs, `Launch`): the entry is then let in
-// as soon as every block of that kernel has started, and it waits here until that kernel
-// has finished and its writes are visible. Since every entry waits here, each one that
-// passes this point has every kernel before it on the stream finished, not only the last.
-// Without a programmatic launch (or below sm_90, where it is empty) both instructions do
-// nothing.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define OZ_AFTER_PREVIOUS() \
-    asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
-#else
-#define OZ_AFTER_PREVIOUS() ((void)0)
-#endif
 
 namespace oz {
 
@@ -1977,49 +1963,49 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
 extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_d(int R, int K, const double* X,
                                                                 i64 sr, i64 sk, int bits,
                                                                 double bound, int* E) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::scale<oz::RowSize>(R, K, X, sr, sk, oz::ShiftOut{E, bits, bound});
 }
 extern "C" __global__ void __launch_bounds__(1024) ozaki_scale_s(int R, int K, const float* X,
                                                                 i64 sr, i64 sk, int bits,
                                                                 double bound, int* E) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::scale<oz::RowSize>(R, K, X, sr, sk, oz::ShiftOut{E, bits, bound});
 }
 extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_scale_d(int R, int K, const double* X, i64 sr, i64 sk, oz::GuardScale g, int* E,
                         int ldE, int* S, double* L) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::scale<oz::GuardSize>(R, K, X, sr, sk, oz::GuardOut{E, ldE, S, L, g});
 }
 extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_scale_s(int R, int K, const float* X, i64 sr, i64 sk, oz::GuardScale g, int* E,
                         int ldE, int* S, double* L) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::scale<oz::GuardSize>(R, K, X, sr, sk, oz::GuardOut{E, ldE, S, L, g});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, int TM, oz::Consts c) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResidues{E, c});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E, signed char* P,
                   int Rp, int Kp, int TM, oz::Consts c) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResidues{E, c});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_int_d(int R, int K, const double* X, i64 sr, i64 sk, const int* E,
                       signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResiduesInt{E, c});
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
     ozaki_split_int_s(int R, int K, const float* X, i64 sr, i64 sk, const int* E,
                       signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::panels(R, K, X, sr, sk, P, Rp, Kp, TM, oz::SplitResiduesInt{E, c});
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
@@ -2027,7 +2013,7 @@ extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
                        signed char* RP, int Rp, int Kp, oz::Consts c, oz::Consts c1,
                        const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
                    c1, refused);
 }
@@ -2036,7 +2022,7 @@ extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
                        int* S, double* L, signed char* P, int Kg, int Kgp, int TM,
                        signed char* RP, int Rp, int Kp, oz::Consts c, oz::Consts c1,
                        const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::guard_rows(R, K, X, sr, oz::GuardOut{E, ldE, S, L, g}, P, Kg, Kgp, TM, RP, Rp, Kp, c,
                    c1, refused);
 }
@@ -2045,7 +2031,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                        signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
                        int Kp, int TM, const int* refused, oz::Consts c,
                        oz::Consts c1) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c, c1);
 }
 extern "C" __global__ void __launch_bounds__(256, 4)
@@ -2053,7 +2039,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                        signed char* PM, int Kg, int Kgp, const int* E, signed char* P, int Rp,
                        int Kp, int TM, const int* refused, oz::Consts c,
                        oz::Consts c1) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::magnitudes(R, K, X, sr, sk, S, PM, Kg, Kgp, E, P, Rp, Kp, TM, refused, c, c1);
 }
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -2061,7 +2047,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
                unsigned char* R, oz::Consts c, int pair_m, int z0, const int* gate, int lo,
                int hi) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     // The cluster's two blocks alike, before any barrier.
     if (gate != nullptr && !oz::gate_holds(gate, lo, hi)) return;
     oz::gemm(M, N, PA + (i64)z0 * Mp * Kp, PB + (i64)z0 * Np * Kp, Mp, Np, Kp, c.count - z0,
@@ -2070,7 +2056,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
                      int Kp, int pair_m, int* S, const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;  // the cluster's two blocks alike, before any barrier
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
 }
@@ -2078,7 +2064,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1
     ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
                           int Np, int Kp, int pair_m, const oz::Key* KX, const oz::Key* KY,
                           int* unsure, const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;  // the cluster's two blocks alike, before any barrier
     oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::SureTail{KX, KY, unsure});
 }
@@ -2087,7 +2073,7 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
                    int Kp, unsigned char* R, oz::Consts c, int z0, const int* gate, int lo,
                    int hi) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (gate != nullptr && !oz::gate_holds(gate, lo, hi)) return;
     oz::gemm_mma(M, N, PA + (i64)z0 * Mp * Kp, PB + (i64)z0 * Np * Kp, Mp, Np, Kp,
                  oz::ResidueTail{R, c, z0});
@@ -2095,7 +2081,7 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
                          int Np, int Kp, int* S, const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;
     oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::GuardTail{S});
 }
@@ -2103,48 +2089,48 @@ extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)
     ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
                               int Np, int Kp, const oz::Key* KX, const oz::Key* KY, int* unsure,
                               const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;
     oz::gemm_mma(M, N, PA, PB, Mp, Np, Kp, oz::SureTail{KX, KY, unsure});
 }
 extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_keys(oz::Guard g, int M, int Mp, int N, int Np, oz::Key* KX, oz::Key* KY,
                      const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;
     oz::keys(g, M, Mp, N, Np, KX, KY, refused[oz::F_LEAD]);
 }
 extern "C" __global__ void __launch_bounds__(256)
     ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, oz::Guard g,
                       const int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     if (*refused) return;
     oz::judge(M, N, S, tm, tn, g);
 }
 extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_refuse_d(int M, int N, int Kg, const double* X, i64 xsr, i64 xsk, const double* Y,
                          i64 ysr, i64 ysk, oz::Guard g, int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_refuse_rows_d(int M, int N, int K, int Kg, const double* X, i64 xsr, i64 xsk,
                               const double* Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
                               oz::Guard g, oz::GuardScale gs, int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::refuse_rows(M, N, K, Kg, X, xsr, xsk, Y, ysr, ysk, x_rows, y_rows, g, gs, refused);
 }
 extern "C" __global__ void __launch_bounds__(oz::ROWS_NT)
     ozaki_guard_refuse_rows_s(int M, int N, int K, int Kg, const float* X, i64 xsr, i64 xsk,
                               const float* Y, i64 ysr, i64 ysk, int x_rows, int y_rows,
                               oz::Guard g, oz::GuardScale gs, int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::refuse_rows(M, N, K, Kg, X, xsr, xsk, Y, ysr, ysk, x_rows, y_rows, g, gs, refused);
 }
 extern "C" __global__ void __launch_bounds__(1024)
     ozaki_guard_refuse_s(int M, int N, int Kg, const float* X, i64 xsr, i64 xsk, const float* Y,
                          i64 ysr, i64 ysk, oz::Guard g, int* refused) {
-    OZ_AFTER_PREVIOUS();
+    GD_AFTER_PREVIOUS();
     oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
 }
 // ozaki_rebuildN_*: up to N moduli.
@@ -2153,7 +2139,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         NAME(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB, T* C, \
              i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr, i64 bsk,           \
              oz::Consts c) {                                                                  \
-        OZ_AFTER_PREVIOUS();                                                                  \
+        GD_AFTER_PREVIOUS();                                                                  \
         oz::rebuild<T, P, WL, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);    \
     }
 OZ_REBUILD(ozaki_rebuild8_d, double, 4, 2, 3, 4)

@@ -414,14 +414,17 @@ SGF_DEV void gemv_cols(int Cn, int K, const float* __restrict__ X, long long ldx
 // ---------------------------------------------------------------------------------------------
 #define SGF_GEMM_ENTRY(NAME, CFG, TA, TB, AL)                                               \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(float)) {    \
+        GD_AFTER_PREVIOUS();                                                                \
         sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
     }                                                                                       \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
         NAME##_splitk(GEMM_PARAMS(float), int k_per_split) {                                       \
+        GD_AFTER_PREVIOUS();                                                                 \
         sgf::gemm_body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split); \
     }                                                                                       \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                        \
         NAME##_batched(GEMM_PARAMS(float), GD_BATCH_PARAMS) {                               \
+        GD_AFTER_PREVIOUS();                                                                \
         GD_BATCH_OFFSETS;                                                                   \
         sgf::gemm_body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);         \
     }

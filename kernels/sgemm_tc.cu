@@ -260,14 +260,17 @@ SGT_DEV void body(int M, int N, int K, const float* __restrict__ A, long long ld
 
 #define SGT_ENTRY(NAME, CFG, TA, TB, AL)                                                         \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB) NAME(GEMM_PARAMS(float)) {    \
+        GD_AFTER_PREVIOUS();                                                                     \
         sgt::body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                             \
         NAME##_splitk(GEMM_PARAMS(float), int k_per_split) {                                     \
+        GD_AFTER_PREVIOUS();                                                                     \
         sgt::body<CFG, TA, TB, AL, true>(M, N, K, A, lda, B, ldb, C, ldc, k_per_split);          \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(CFG::NT, CFG::MINB)                             \
         NAME##_batched(GEMM_PARAMS(float), GD_BATCH_PARAMS) {                                    \
+        GD_AFTER_PREVIOUS();                                                                     \
         GD_BATCH_OFFSETS;                                                                        \
         sgt::body<CFG, TA, TB, AL, false>(M, N, K, A, lda, B, ldb, C, ldc, 0);                   \
     }

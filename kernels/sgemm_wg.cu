@@ -705,6 +705,7 @@ SGW_DEV void direct(int M, int N, int K, const float* __restrict__ X, i64 xr, i6
 extern "C" __global__ void __launch_bounds__(256) sgemm_wg_pack(int R, int K, const float* X,
                                                                 i64 sr, i64 sk, float* P, int Rp,
                                                                 int Kp, int x3) {
+    GD_AFTER_PREVIOUS();
     sgw::pack(R, K, X, sr, sk, P, Rp, Kp, x3);
 }
 
@@ -712,6 +713,7 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_wg_pack(int R, int K, co
     extern "C" __global__ void __launch_bounds__(sgw::NT, 1)                                    \
         NAME(int M, int N, int K, const float* __restrict__ PA, const float* __restrict__ PB, \
              int Kp, float* __restrict__ C, i64 ldc, int kt_per_split) {                       \
+        GD_AFTER_PREVIOUS();                                                                  \
         sgw::gemm<X3, BN>(M, N, K, PA, PB, Kp, C, ldc, kt_per_split);                         \
     }
 
@@ -723,6 +725,7 @@ SGW_ENTRY(sgemm_wg_tf32_128x256, false, 256)
         NAME(int M, int N, int K, const float* __restrict__ X, i64 xr, i64 xk,                 \
              const float* __restrict__ Y, i64 yr, i64 yk, float* __restrict__ C, i64 crs,       \
              i64 ccs, i64 layer, int kt_per_split) {                                           \
+        GD_AFTER_PREVIOUS();                                                                    \
         sgw::direct<X3>(M, N, K, X, xr, xk, Y, yr, yk, C, crs, ccs, layer, kt_per_split);       \
     }
 

@@ -54,6 +54,7 @@ __device__ __forceinline__ void gemm_tiled(GEMM_PARAMS(T)) {
 #define TILED_ENTRY(L, T, TILE, SUFFIX, TA, TB)                                  \
     extern "C" __global__ void __launch_bounds__(TILE * TILE)                      \
         L##gemm_tiled_##TILE##_##SUFFIX(GEMM_PARAMS(T)) {                          \
+        GD_AFTER_PREVIOUS();                                                      \
         gemm_tiled<T, TILE, TA, TB>(GEMM_ARGS);                                   \
     }
 #define TILED_ENTRIES(L, T, TILE)                  \

@@ -2,8 +2,8 @@
 //! a gate the device reads: the products it serves are bit for bit those whose GEMM is
 //! enqueued after the verdict, where the gate holds (the first count, or the next with one
 //! modulus added after the verdict) and where it does not (refused, unsure). Likewise the
-//! Ozaki kernels launched programmatically (each let in while the one before finishes)
-//! against plain launches. Small shapes, so that the sanitizers run the binary; a binary of
+//! kernels launched programmatically (each let in while the one before finishes) against
+//! plain launches, on guarded Ozaki products and on native ones. Small shapes, so that the sanitizers run the binary; a binary of
 //! its own, since it sets the crate's process-wide test switches (its tests take turns).
 
 mod common;
@@ -63,6 +63,38 @@ fn programmatic_launches_give_the_bits_of_plain_launches() {
         // Programmatic launches run on Hopper: both the emulated and the refused chains.
         assert!(f64_kinds.emulated >= 2 && f32_kinds.emulated >= 2);
         assert!(f64_kinds.refused >= 2 && f32_kinds.refused >= 2);
+    }
+    // The native chains: split-K products and their reduction, the warpgroup GEMM's packed
+    // panels, a product of host arrays in row panels.
+    native_on_and_off::<f64>(&[Precision::Native]);
+    native_on_and_off::<f32>(&[Precision::Native, Precision::Tf32x3]);
+}
+
+/// Native products of `A` at each precision, launched programmatically and plainly: the same
+/// route and bits.
+fn native_on_and_off<A: Element>(precisions: &[Precision]) {
+    let switch = gpu_dot::__testing::programmatic_launches;
+    for &precision in precisions {
+        let opts = DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .autotune(false)
+            .poison_output(true);
+        for dims in [(64, 4096, 80), (300, 1000, 260), (1024, 768, 1100), (4100, 512, 300)] {
+            let (a, b) = Family::Uniform.operands::<A>(dims, common::fresh_seed());
+            let run = |on: bool| {
+                switch(on);
+                let p = a.gpu_dot_with(&b, &opts);
+                switch(true);
+                p.unwrap_or_else(|e| panic!("{} {precision:?} {dims:?} ({on}): {e}", A::DTYPE))
+            };
+            let (on, off) = (run(true), run(false));
+            let what = format!("{} {precision:?} {dims:?}: {}", A::DTYPE, on.route);
+            assert_eq!(on.route.to_string(), off.route.to_string(), "{what}");
+            let differ = common::first_bit_difference(&on.c, &off.c);
+            assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+            println!("programmatic launches: {what}");
+        }
     }
 }
 

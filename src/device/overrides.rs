@@ -130,10 +130,10 @@ pub(crate) fn gemm_before_verdict_on() -> bool {
     !NO_GEMM_BEFORE_VERDICT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Whether a product's Ozaki kernels launch programmatically on sm_90 (`true`, the default),
-/// each let in while the kernel before it finishes, or plainly, each after the one before
+/// Whether the kernels launch programmatically on sm_90 (`true`, the default), each let in
+/// while the kernel before it on its stream finishes, or plainly, each after the one before
 /// (`false`): the tests compare the two bit for bit, and the benchmarks time them (see
-/// `engine::ozaki::enqueue`).
+/// `engine::enqueue`).
 pub fn programmatic_launches(on: bool) {
     NO_PROGRAMMATIC_LAUNCHES.store(!on, std::sync::atomic::Ordering::SeqCst);
 }
@@ -141,7 +141,7 @@ pub fn programmatic_launches(on: bool) {
 static NO_PROGRAMMATIC_LAUNCHES: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether the Ozaki kernels may launch programmatically ([`programmatic_launches`]).
+/// Whether the kernels may launch programmatically ([`programmatic_launches`]).
 pub(crate) fn programmatic_launches_on() -> bool {
     !NO_PROGRAMMATIC_LAUNCHES.load(std::sync::atomic::Ordering::SeqCst)
 }

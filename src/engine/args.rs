@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceSlice, LaunchArgs, LaunchConfig,
-    PushKernelArg,
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceSlice, LaunchConfig,
 };
 
 use crate::element::Element;
+use crate::engine::enqueue::Launch;
 use crate::error::GpuDotError;
 use crate::options::Precision;
 
@@ -282,7 +282,7 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
     }
 
     /// Pushes the nine arguments in order onto `builder`, with `c` as C.
-    pub(super) fn push<'b>(&'b self, builder: &mut LaunchArgs<'b>, c: &'b mut CudaViewMut<'_, T>)
+    pub(super) fn push<'b>(&'b self, builder: &mut Launch<'b>, c: &CudaViewMut<'_, T>)
     where
         T: Element,
     {
@@ -290,11 +290,11 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
             .arg(&self.m)
             .arg(&self.n)
             .arg(&self.k)
-            .arg(&self.a.buf)
+            .view(&self.a.buf)
             .arg(&self.lda)
-            .arg(&self.b.buf)
+            .view(&self.b.buf)
             .arg(&self.ldb)
-            .arg(c)
+            .view(c)
             .arg(&self.ldc);
     }
 }

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::grid_stride;
+use crate::engine::enqueue::{programmatic_on, Launch};
 use crate::engine::family::Family;
 use crate::engine::table::Aux;
 use crate::error::GpuDotError;
@@ -34,13 +35,13 @@ pub(crate) fn axpby<T: Element>(
     let cfg = grid_stride(rows * cols);
     let (m, n, ldt, ldc) = (rows as i32, cols as i32, cols as i64, ldc as i64);
     let null = 0u64;
-    let mut builder = stream.launch_builder(&func);
+    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
     builder.arg(&m).arg(&n).arg(&alpha);
     match t {
-        Some(t) => builder.arg(t),
+        Some(t) => builder.view(t),
         None => builder.arg(&null),
     };
-    builder.arg(&ldt).arg(&beta).arg(c).arg(&ldc);
+    builder.arg(&ldt).arg(&beta).view(c).arg(&ldc);
     // SAFETY: arguments match `{s,d}gemm_axpby(int M, int N, T alpha, const T* T, long long
     // ldt, T beta, T* C, long long ldc)` in order and type (a null T is a 64-bit zero); T
     // holds rows·cols elements at leading dimension cols and C covers rows × cols at ldc
@@ -77,8 +78,8 @@ pub(crate) fn elementwise<T: Element>(
         Elementwise::Relu(x) => {
             assert!(x.len() >= len, "buffer too small");
             let func = aux(gpu, Aux::Relu, T::DTYPE)?;
-            let mut builder = stream.launch_builder(&func);
-            builder.arg(&n).arg(x);
+            let mut builder = Launch::new(&stream, &func, programmatic_on(gpu.kernel_sm()));
+            builder.arg(&n).view(x);
             // SAFETY: arguments match `{,d}elem_relu(long long N, T* X)` in order and type; X
             // holds at least N elements (asserted above); the kernel loops over all N
             // elements whatever the grid.
@@ -87,8 +88,8 @@ pub(crate) fn elementwise<T: Element>(
         Elementwise::ReluBackward { g, h } => {
             assert!(g.len() >= len && h.len() >= len, "buffer too small");
             let func = aux(gpu, Aux::ReluBackward, T::DTYPE)?;
-            let mut builder = stream.launch_builder(&func);
-            builder.arg(&n).arg(g).arg(h);
+            let mut builder = Launch::new(&stream, &func, programmatic_on(gpu.kernel_sm()));
+            builder.arg(&n).view(g).view(h);
             // SAFETY: arguments match `{,d}elem_relu_backward(long long N, T* G, const T* H)`
             // in order and type; G and H hold at least N elements each (asserted above) and
             // are different buffers (one borrowed mutably); the kernel loops over all N

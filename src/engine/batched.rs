@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
+use crate::engine::enqueue::{programmatic_on, Launch};
 use crate::engine::launch::{launch_plan, launch_simple};
 use crate::engine::plan::Plan;
 use crate::engine::table::{SimpleRow, TileConfig, TileRow};
@@ -119,15 +120,15 @@ pub(crate) fn launch_batched<T: Element>(
     while z0 < batch.items {
         let items = (batch.items - z0).min(MAX_GRID_Z);
         let (a, b) = item(z0);
-        let mut c = c.slice_mut(z0 * batch.c..);
+        let c = c.slice_mut(z0 * batch.c..);
         let args = GemmArgs::new((m, k, n), &a, &b, &c, ldc)?;
         let cfg = LaunchConfig {
             grid_dim: (grid_tiles, 1, items as u32),
             block_dim: (row.threads, 1, 1),
             shared_mem_bytes: row.smem,
         };
-        let mut builder = stream.launch_builder(&func);
-        args.push(&mut builder, &mut c);
+        let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+        args.push(&mut builder, &c);
         builder.arg(&strides[0]).arg(&strides[1]).arg(&strides[2]);
         // SAFETY: arguments of `GEMM_PARAMS(T)` then `GD_BATCH_PARAMS` (three 64-bit element
         // strides) in order and type; the entry's layout suffix matches the operands, and the

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 
 use crate::device::context::Gpu;
 use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
+use crate::engine::enqueue::{programmatic_on, Launch};
 use crate::engine::family::Family;
 use crate::engine::ozaki::{cost, recent, GuardReport, OzError, Recalled, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
@@ -41,7 +40,7 @@ pub(crate) fn launch_simple<T: Element>(
         block_dim: (bx, by, 1),
         shared_mem_bytes: 0,
     };
-    let mut builder = stream.launch_builder(&func);
+    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
     args.push(&mut builder, c);
     // SAFETY: `GemmArgs` pushes the arguments of `GEMM_PARAMS(T)` in order and type, with T
     // the element type the row was looked up for; the entry's layout suffix matches the
@@ -270,7 +269,7 @@ fn launch_native<T: Element>(
                 block_dim: (Gemv::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut builder = stream.launch_builder(&func);
+            let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
             args.push(&mut builder, c);
             // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
             // suffix matches the operands; m == 1 (row GEMV) or n == 1 (column GEMV), asserted
@@ -311,7 +310,7 @@ fn launch_native<T: Element>(
                     shared_mem_bytes: row.smem,
                 };
                 let kps = k.max(1).next_multiple_of(row.bk) as i32;
-                let mut builder = stream.launch_builder(&func);
+                let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
                 args.push(&mut builder, c);
                 builder.arg(&kps);
                 // SAFETY: as for the unsplit entry below, plus the trailing `int
@@ -329,7 +328,7 @@ fn launch_native<T: Element>(
                     block_dim: block,
                     shared_mem_bytes: row.smem,
                 };
-                let mut builder = stream.launch_builder(&func);
+                let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
                 args.push(&mut builder, c);
                 // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
                 // suffix matches the operands, and the 16-byte-load entry is chosen only when
@@ -353,7 +352,7 @@ fn launch_native<T: Element>(
                 len * std::mem::size_of::<T>(),
                 &gpu.high_water.device,
             )?;
-            let mut work = work.view_mut::<T>(len);
+            let work = work.view_mut::<T>(len);
             let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
             let cfg = LaunchConfig {
                 grid_dim: (grid_tiles, 1, parts as u32),
@@ -363,8 +362,8 @@ fn launch_native<T: Element>(
             // The partial products go to the workspace with leading dimension n.
             let partial = args.with_ldc(n);
             let kps = k_per_split as i32;
-            let mut builder = stream.launch_builder(&func);
-            partial.push(&mut builder, &mut work);
+            let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+            partial.push(&mut builder, &work);
             builder.arg(&kps);
             // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
             // multiple of the row's K tile; gridDim.z = ceil(K / k_per_split) ≤ MAX_SPLITS, so
@@ -377,13 +376,13 @@ fn launch_native<T: Element>(
             let cfg = grid_stride(m * n);
             let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
             let work = work.as_view();
-            let mut builder = stream.launch_builder(&reduce);
+            let mut builder = Launch::new(stream, &reduce, programmatic_on(gpu.kernel_sm()));
             builder
                 .arg(&mi)
                 .arg(&ni)
                 .arg(&parts_i)
-                .arg(&work)
-                .arg(c)
+                .view(&work)
+                .view(c)
                 .arg(&ldc);
             // SAFETY: arguments match `{s,d}gemm_splitk_reduce(int M, int N, int splits, const
             // T* W, T* C, long long ldc)`; W holds splits·m·n elements written by the launch
@@ -443,7 +442,7 @@ fn launch_wg<T: Element>(
     let fail = |what: &'static str| move |e| WgError::Gpu(GpuDotError::at(what)(e));
     let mut work = work.view_mut::<T>(len);
     let (mut pa, mut rest) = work.split_at_mut(panels / (mp + np) * mp);
-    let (mut pb, mut part) = rest.split_at_mut(panels / (mp + np) * np);
+    let (mut pb, part) = rest.split_at_mut(panels / (mp + np) * np);
 
     // Panels: op(A) (m × k) and op(B)ᵀ (n × k); element (r, k) at X[r·sr + k·sk].
     let x3 = (wg.precision == Precision::Tf32x3) as i32;
@@ -458,14 +457,14 @@ fn launch_wg<T: Element>(
             shared_mem_bytes: 0,
         };
         let (r, kk, rp, kpi) = (rows as i32, k as i32, rows_p as i32, kp as i32);
-        let mut builder = stream.launch_builder(&pack);
+        let mut builder = Launch::new(stream, &pack, programmatic_on(gpu.kernel_sm()));
         builder
             .arg(&r)
             .arg(&kk)
-            .arg(x)
+            .view(x)
             .arg(&sr)
             .arg(&sk)
-            .arg(p)
+            .view(p)
             .arg(&rp)
             .arg(&kpi)
             .arg(&x3);
@@ -488,18 +487,18 @@ fn launch_wg<T: Element>(
     let (mi, ni, ki, kpi, kps) = (m as i32, n as i32, k as i32, kp as i32, per_split as i32);
     let (pa, pb) = (pa.as_view(), pb.as_view());
     let ldn = n as i64;
-    let mut builder = stream.launch_builder(&func);
+    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
     builder
         .arg(&mi)
         .arg(&ni)
         .arg(&ki)
-        .arg(&pa)
-        .arg(&pb)
+        .view(&pa)
+        .view(&pb)
         .arg(&kpi);
     if parts > 1 {
-        builder.arg(&mut part).arg(&ldn);
+        builder.view(&part).arg(&ldn);
     } else {
-        builder.arg(&mut *c).arg(&args.ldc);
+        builder.view(&*c).arg(&args.ldc);
     }
     builder.arg(&kps);
     // SAFETY: arguments match `sgemm_wg_*(int M, int N, int K, const float* PA, const float*
@@ -545,13 +544,13 @@ fn reduce_wg<T: Element>(
     let (m, _, n) = args.dims();
     let cfg = grid_stride(m * n);
     let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
-    let mut builder = stream.launch_builder(&reduce);
+    let mut builder = Launch::new(stream, &reduce, programmatic_on(gpu.kernel_sm()));
     builder
         .arg(&mi)
         .arg(&ni)
         .arg(&parts_i)
-        .arg(part)
-        .arg(c)
+        .view(part)
+        .view(c)
         .arg(&ldc);
     // SAFETY: arguments match `sgemm_splitk_reduce(int M, int N, int splits, const float* W,
     // float* C, long long ldc)` (T is f32: the callers' assertion); W holds parts·m·n partials
@@ -628,20 +627,20 @@ fn launch_direct<T: Element>(
         shared_mem_bytes: wg.smem,
     };
     let (ri, ci, ki, kps) = (rows as i32, cols as i32, k as i32, per_split as i32);
-    let mut builder = stream.launch_builder(&func);
+    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
     builder
         .arg(&ri)
         .arg(&ci)
         .arg(&ki)
-        .arg(x)
+        .view(x)
         .arg(&xr)
         .arg(&xk)
-        .arg(y)
+        .view(y)
         .arg(&yr)
         .arg(&yk);
     match work.as_mut() {
-        Some(w) => builder.arg(w),
-        None => builder.arg(&mut *c),
+        Some(w) => builder.view(w),
+        None => builder.view(&*c),
     };
     builder.arg(&crs).arg(&ccs).arg(&layer).arg(&kps);
     // SAFETY: arguments match `sgemm_wg_*_128x64(int M, int N, int K, const float* X, i64 xr,

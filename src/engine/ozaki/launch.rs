@@ -13,7 +13,6 @@ use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GUARD_ROWS_SMEM};
 use crate::error::GpuDotError;
 use crate::options::{Precision, MAX_MODULI};
 
-use super::enqueue::{programmatic_on, Launch};
 use super::guard::guard_sample;
 use super::passes::{
     early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
@@ -26,6 +25,7 @@ use super::verdict::{
     clear_flags, refuse_first, verdict, Before, GuardScale, Verdict, GUARD_ROWS_THREADS,
     MAX_CANDIDATES,
 };
+use crate::engine::enqueue::{programmatic_on, Launch};
 
 /// How an Ozaki launch ended.
 pub(crate) struct Emulated {

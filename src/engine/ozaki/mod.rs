@@ -12,13 +12,11 @@
 //! (the count of moduli and each row's shift), [`guard`] (whether an element is within
 //! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
 //! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`](mod@launch) (one
-//! product's passes in order), [`enqueue`] (a kernel's arguments and its launch, programmatic
-//! on sm_90), [`model`] (the exact CPU model the tests compare the
+//! product's passes in order), [`model`] (the exact CPU model the tests compare the
 //! kernels with), [`cost`] (where the default precision's guarded product pays on a
 //! Hopper) and [`recent`] (the shapes the guard refused lately, which skip it).
 
 pub(crate) mod cost;
-pub(crate) mod enqueue;
 pub(crate) mod guard;
 pub(crate) mod launch;
 pub(crate) mod model;

@@ -10,8 +10,8 @@ use crate::engine::args::grid_x;
 use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GEMM_MMA_TILE, OZAKI_GEMM_TILE};
 use crate::error::GpuDotError;
 
-use super::enqueue::Launch;
 use super::scheme::Consts;
+use crate::engine::enqueue::Launch;
 
 /// Why an Ozaki launch launched nothing, or failed.
 pub(crate) enum OzError {
@@ -325,7 +325,7 @@ pub(super) struct Run<'r> {
     pub(super) dims: (i32, i32, i32),
     /// The address of each section of the workspace (by [`EA`] … [`KEYS`]).
     pub(super) sec: [u64; SECTIONS],
-    /// Whether its kernels launch programmatically (see [`enqueue`](super::enqueue)).
+    /// Whether its kernels launch programmatically (see [`enqueue`](crate::engine::enqueue)).
     pub(super) programmatic: bool,
 }
 
@@ -422,7 +422,7 @@ impl Gate {
 
 /// Enqueues an INT8 GEMM of `layers` layers of the panels at `(pa, pb)`: the warpgroup one
 /// (persistent clusters of two) or the mma.sync one, with its tail's arguments, on `stream`,
-/// launched programmatically where `programmatic` (see [`enqueue`](super::enqueue)).
+/// launched programmatically where `programmatic` (see [`enqueue`](crate::engine::enqueue)).
 pub(super) fn enqueue_gemm(
     (stream, programmatic): (&Arc<CudaStream>, bool),
     func: &CudaFunction,

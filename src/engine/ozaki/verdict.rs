@@ -16,13 +16,13 @@ use crate::engine::table::{
 };
 use crate::error::GpuDotError;
 
-use super::enqueue::Launch;
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
     enqueue_gemm, fail, push_pair, read_back, split_config, Gemm, GemmTail, GuardReport, OzError,
     Rows, Run, EA, EB, FLAGS, FLAG_INTS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
 };
 use super::scheme::{norm_bound, scaling_bits, Consts};
+use crate::engine::enqueue::Launch;
 
 /// The guard's arguments to the scaling pass (`oz::GuardScale`): the candidate counts'
 /// scaling bits and norm bounds, `n` of them.

@@ -1,14 +1,17 @@
-//! How the Ozaki passes go onto a stream: a kernel's arguments and its launch, programmatic
-//! where the device and the kernels allow it.
+//! How the engine's kernels go onto a stream: a kernel's arguments and its launch,
+//! programmatic where the device and the kernels allow it.
 //!
-//! A guarded product is a chain of about ten kernels on one stream, most of them short at
-//! mid sizes. Launched plainly, each waits for the one before to finish before the device
-//! even starts it. Launched programmatically (`cuLaunchKernelEx` with programmatic stream
-//! serialization, sm_90 on), a kernel is let in as soon as every block of the one before
-//! has started, and its blocks wait at their first statement (`OZ_AFTER_PREVIOUS` in
-//! kernels/ozaki.cu) until that kernel has finished and its writes are visible: the launch
-//! and the ramp overlap the kernel before, and nothing reads early. Every Ozaki entry begins
-//! with that wait, and only Ozaki entries are launched this way.
+//! A product is often a chain of kernels on one stream: a GEMM and its split-K reduction, the
+//! packing of panels and the GEMM that reads them, a training step's GEMMs and element-wise
+//! kernels, and the dozen passes of a guarded Ozaki product, most of them short at mid sizes.
+//! Launched plainly, each kernel waits for the one before to finish before the device even
+//! starts it. Launched programmatically (`cuLaunchKernelEx` with programmatic stream
+//! serialization, sm_90), a kernel is let in as soon as every block of the one before has
+//! started, and its blocks wait at their first statement (`GD_AFTER_PREVIOUS` in
+//! kernels/common.cuh) until that kernel has finished and its writes are visible: the launch
+//! and the ramp overlap the kernel before, and nothing reads early. Every entry point of the
+//! kernel families begins with that wait; the fault tests' own kernels (`device::testing`)
+//! do not, and launch plainly through cudarc.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -18,16 +21,16 @@ use cudarc::driver::{
     sys, CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig,
 };
 
-/// Whether a product's Ozaki kernels on a device of compute capability `sm` launch
-/// programmatically: on sm_90, whose module (the `sm_90a` image) holds the waits, unless
+/// Whether kernels compiled for compute capability `sm` (`Gpu::kernel_sm`) launch
+/// programmatically: on sm_90 (H100, H200), whose modules hold the waits, unless
 /// `__testing::programmatic_launches(false)`. Other devices keep plain launches.
-pub(super) fn programmatic_on(sm: u32) -> bool {
+pub(crate) fn programmatic_on(sm: u32) -> bool {
     sm == 90 && crate::device::overrides::programmatic_launches_on()
 }
 
-/// One launch of an Ozaki entry: its arguments, in order, each borrowed for as long as the
-/// launch is being built (as cudarc's own builder borrows them).
-pub(super) struct Launch<'a> {
+/// One launch of an entry point of the kernel families: its arguments, in order, each borrowed
+/// for as long as the launch is being built (as cudarc's own builder borrows them).
+pub(crate) struct Launch<'a> {
     stream: &'a Arc<CudaStream>,
     func: &'a CudaFunction,
     programmatic: bool,
@@ -44,7 +47,7 @@ enum Arg {
 impl<'a> Launch<'a> {
     /// A launch of `func` on `stream`, programmatic where `programmatic` (see
     /// [`programmatic_on`]).
-    pub(super) fn new(
+    pub(crate) fn new(
         stream: &'a Arc<CudaStream>,
         func: &'a CudaFunction,
         programmatic: bool,
@@ -59,14 +62,14 @@ impl<'a> Launch<'a> {
     }
 
     /// The next argument, passed by value.
-    pub(super) fn arg<T: DeviceRepr>(&mut self, value: &'a T) -> &mut Self {
+    pub(crate) fn arg<T: DeviceRepr>(&mut self, value: &'a T) -> &mut Self {
         self.args.push(Arg::Value(value as *const T as *mut c_void));
         self
     }
 
     /// The next argument, the device address of a view (or slice). The context tracks no
     /// events (see `device::context`), so the address is all the launch needs.
-    pub(super) fn view<T, V: DevicePtr<T>>(&mut self, view: &V) -> &mut Self {
+    pub(crate) fn view<T, V: DevicePtr<T>>(&mut self, view: &V) -> &mut Self {
         let (ptr, _sync) = view.device_ptr(self.stream);
         self.args.push(Arg::Address(ptr));
         self
@@ -78,8 +81,8 @@ impl<'a> Launch<'a> {
     /// The arguments must be, in order and by type, those the entry takes, and every address
     /// among them must stay valid, with the extent the entry reads or writes, until the
     /// kernel has finished. A programmatic launch is only for entries that begin with
-    /// `OZ_AFTER_PREVIOUS` (every Ozaki entry).
-    pub(super) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+    /// `GD_AFTER_PREVIOUS` (every entry point of the kernel families).
+    pub(crate) unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
         self.stream.context().bind_to_thread()?;
         // One pointer a parameter: to the borrowed value, or to the address held in `args`
         // (which no longer changes).
