@@ -136,7 +136,8 @@ impl Config {
 }
 
 const USAGE: &str = "usage: mlp [--quick] [--samples N] [--inputs N] [--hidden N] [--outputs N] \
-                     [--batch N] [--epochs N] [--lr X] [--seed N] [--json PATH] [--no-torch]";
+                     [--batch N] [--epochs N] [--lr X] [--seed N] [--json PATH] [--no-torch] \
+                     [--plain-launches]";
 
 /// Reads the command line: `--quick` picks the small sizes, the other flags override sizes.
 fn parse_args(args: &[String]) -> Result<Config, String> {
@@ -152,6 +153,12 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         }
         if flag == "--no-torch" {
             cfg.torch = false;
+            continue;
+        }
+        if flag == "--plain-launches" {
+            // Each kernel only after the one before on its stream has finished (to time the
+            // programmatic launches of sm_90).
+            gpu_dot::__testing::programmatic_launches(false);
             continue;
         }
         if flag == "--help" || flag == "-h" {
