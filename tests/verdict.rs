@@ -80,7 +80,12 @@ fn native_on_and_off<A: Element>(precisions: &[Precision]) {
             .precision(precision)
             .autotune(false)
             .poison_output(true);
-        for dims in [(64, 4096, 80), (300, 1000, 260), (1024, 768, 1100), (4100, 512, 300)] {
+        for dims in [
+            (64, 4096, 80),
+            (300, 1000, 260),
+            (1024, 768, 1100),
+            (4100, 512, 300),
+        ] {
             let (a, b) = Family::Uniform.operands::<A>(dims, common::fresh_seed());
             let run = |on: bool| {
                 switch(on);
