@@ -7,7 +7,7 @@
 //! on-disk cache.
 //!
 //!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
-//!         [--sizes 256,1024] [--no-first-call] [--dtype f32|f64]
+//!         [--sizes 256,1024] [--no-first-call] [--dtype f32|f64] [--plain-launches]
 //!
 //! Each point also shows its floor: the longer direction's bytes at the page-locked link
 //! speed measured at the start of the run, plus a 25 µs round trip.
@@ -293,6 +293,11 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let no_torch = args.iter().any(|a| a == "--no-torch");
+    if args.iter().any(|a| a == "--plain-launches") {
+        // Each kernel only after the one before on its stream has finished (to time the
+        // programmatic launches of sm_90).
+        gpu_dot::__testing::programmatic_launches(false);
+    }
     let value = |flag: &str| common::flag_value(&args, flag);
     let json_path = value("--json");
     let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
