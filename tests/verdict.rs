@@ -28,15 +28,12 @@ fn compute_capability() -> i32 {
 fn the_gemm_before_the_verdict_gives_the_bits_of_the_gemm_after() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let sm = compute_capability();
-    // The guard weighs every size (and the memory of refusals is off): these shapes are far
-    // below where the default emulates.
-    gpu_dot::__testing::emulate_every_size(true);
     let kept = gpu_dot::__testing::gemms_before_verdict_kept();
-    let switch = gpu_dot::__testing::gemm_before_verdict;
-    let f64_kinds = on_and_off::<f64>(switch, "GEMM before the verdict");
-    let f32_kinds = on_and_off::<f32>(switch, "GEMM before the verdict");
+    let (f64_kinds, f32_kinds) = both_types(
+        gpu_dot::__testing::gemm_before_verdict,
+        "GEMM before the verdict",
+    );
     let kept = gpu_dot::__testing::gemms_before_verdict_kept() - kept;
-    gpu_dot::__testing::emulate_every_size(false);
     println!("f64 {f64_kinds:?}, f32 {f32_kinds:?}; {kept} GEMMs before the verdict kept");
     if sm >= 90 {
         // Where the guard's passes split early (Hopper), the uniform products keep the GEMM
@@ -53,11 +50,10 @@ fn the_gemm_before_the_verdict_gives_the_bits_of_the_gemm_after() {
 fn programmatic_launches_give_the_bits_of_plain_launches() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let sm = compute_capability();
-    gpu_dot::__testing::emulate_every_size(true);
-    let switch = gpu_dot::__testing::programmatic_launches;
-    let f64_kinds = on_and_off::<f64>(switch, "programmatic launches");
-    let f32_kinds = on_and_off::<f32>(switch, "programmatic launches");
-    gpu_dot::__testing::emulate_every_size(false);
+    let (f64_kinds, f32_kinds) = both_types(
+        gpu_dot::__testing::programmatic_launches,
+        "programmatic launches",
+    );
     println!("f64 {f64_kinds:?}, f32 {f32_kinds:?}");
     if sm >= 90 {
         // Programmatic launches run on Hopper: both the emulated and the refused chains.
@@ -68,6 +64,19 @@ fn programmatic_launches_give_the_bits_of_plain_launches() {
     // panels, a product of host arrays in row panels.
     native_on_and_off::<f64>(&[Precision::Native]);
     native_on_and_off::<f32>(&[Precision::Native, Precision::Tf32x3]);
+}
+
+/// Guarded products of both types (`f64`, then `f32`) with `switch` on and off. The guard
+/// weighs every size (and the memory of refusals is off): these shapes are far below where
+/// the default emulates.
+fn both_types(switch: fn(bool), what: &str) -> (Kinds, Kinds) {
+    gpu_dot::__testing::emulate_every_size(true);
+    let kinds = (
+        on_and_off::<f64>(switch, what),
+        on_and_off::<f32>(switch, what),
+    );
+    gpu_dot::__testing::emulate_every_size(false);
+    kinds
 }
 
 /// Native products of `A` at each precision, launched programmatically and plainly: the same

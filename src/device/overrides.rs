@@ -100,18 +100,57 @@ pub(crate) fn emulating_every_size() -> bool {
     EMULATE_EVERY_SIZE.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// A switch of the tests that is on until one turns it off.
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl Switch {
+    const fn new() -> Self {
+        // Holds "off", so that the zeroed start is "on".
+        Switch(std::sync::atomic::AtomicBool::new(false))
+    }
+
+    fn set(&self, on: bool) {
+        self.0.store(!on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn on(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A count of products that took a path the tests look for.
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl Count {
+    const fn new() -> Self {
+        Count(std::sync::atomic::AtomicUsize::new(0))
+    }
+
+    fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+static EARLY_SPLIT: Switch = Switch::new();
+static GEMM_BEFORE_VERDICT: Switch = Switch::new();
+static PROGRAMMATIC_LAUNCHES: Switch = Switch::new();
+static GEMMS_BEFORE_VERDICT_KEPT: Count = Count::new();
+static EARLY_SPLITS_AT_NEXT: Count = Count::new();
+
 /// Whether a guarded Ozaki product's guard passes also split the operands for the first
 /// count (`true`, the default), or leave every split until after the verdict (`false`): the
 /// tests compare the two bit for bit.
 pub fn split_early(on: bool) {
-    NO_EARLY_SPLIT.store(!on, std::sync::atomic::Ordering::SeqCst);
+    EARLY_SPLIT.set(on);
 }
-
-static NO_EARLY_SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether the guard's passes split early ([`split_early`]).
 pub(crate) fn early_split() -> bool {
-    !NO_EARLY_SPLIT.load(std::sync::atomic::Ordering::SeqCst)
+    EARLY_SPLIT.on()
 }
 
 /// Whether a guarded Ozaki product whose guard split the operands early enqueues the INT8
@@ -119,15 +158,12 @@ pub(crate) fn early_split() -> bool {
 /// default), under a gate that the device reads, or only after it (`false`): the tests
 /// compare the two bit for bit, and the benchmarks time them.
 pub fn gemm_before_verdict(on: bool) {
-    NO_GEMM_BEFORE_VERDICT.store(!on, std::sync::atomic::Ordering::SeqCst);
+    GEMM_BEFORE_VERDICT.set(on);
 }
-
-static NO_GEMM_BEFORE_VERDICT: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 /// Whether the INT8 GEMM may run before the verdict ([`gemm_before_verdict`]).
 pub(crate) fn gemm_before_verdict_on() -> bool {
-    !NO_GEMM_BEFORE_VERDICT.load(std::sync::atomic::Ordering::SeqCst)
+    GEMM_BEFORE_VERDICT.on()
 }
 
 /// Whether the kernels launch programmatically on sm_90 (`true`, the default), each let in
@@ -135,42 +171,33 @@ pub(crate) fn gemm_before_verdict_on() -> bool {
 /// (`false`): the tests compare the two bit for bit, and the benchmarks time them (see
 /// `engine::enqueue`).
 pub fn programmatic_launches(on: bool) {
-    NO_PROGRAMMATIC_LAUNCHES.store(!on, std::sync::atomic::Ordering::SeqCst);
+    PROGRAMMATIC_LAUNCHES.set(on);
 }
-
-static NO_PROGRAMMATIC_LAUNCHES: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 /// Whether the kernels may launch programmatically ([`programmatic_launches`]).
 pub(crate) fn programmatic_launches_on() -> bool {
-    !NO_PROGRAMMATIC_LAUNCHES.load(std::sync::atomic::Ordering::SeqCst)
+    PROGRAMMATIC_LAUNCHES.on()
 }
 
 /// Products whose INT8 GEMM, enqueued before the guard's verdict, ran and was kept (its gate
 /// held): the tests read it to see that path taken.
 pub fn gemms_before_verdict_kept() -> usize {
-    GEMMS_BEFORE_VERDICT_KEPT.load(std::sync::atomic::Ordering::SeqCst)
+    GEMMS_BEFORE_VERDICT_KEPT.get()
 }
-
-static GEMMS_BEFORE_VERDICT_KEPT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
 
 /// Counts one product for [`gemms_before_verdict_kept`].
 pub(crate) fn count_gemm_before_verdict_kept() {
-    GEMMS_BEFORE_VERDICT_KEPT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    GEMMS_BEFORE_VERDICT_KEPT.add();
 }
 
 /// Products whose guard split the operands early for the count after the first, because
 /// the early refusal's elements needed it, and ran at that count (no split after the
 /// verdict): the tests read it to see that path taken.
 pub fn early_splits_at_next() -> usize {
-    EARLY_SPLITS_AT_NEXT.load(std::sync::atomic::Ordering::SeqCst)
+    EARLY_SPLITS_AT_NEXT.get()
 }
-
-static EARLY_SPLITS_AT_NEXT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
 
 /// Counts one product for [`early_splits_at_next`].
 pub(crate) fn count_early_split_at_next() {
-    EARLY_SPLITS_AT_NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    EARLY_SPLITS_AT_NEXT.add();
 }

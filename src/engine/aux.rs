@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut}
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::grid_stride;
-use crate::engine::enqueue::{programmatic_on, Launch};
+use crate::engine::enqueue::Launch;
 use crate::engine::family::Family;
 use crate::engine::table::Aux;
 use crate::error::GpuDotError;
@@ -35,7 +35,7 @@ pub(crate) fn axpby<T: Element>(
     let cfg = grid_stride(rows * cols);
     let (m, n, ldt, ldc) = (rows as i32, cols as i32, cols as i64, ldc as i64);
     let null = 0u64;
-    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+    let mut builder = Launch::on(gpu, stream, &func);
     builder.arg(&m).arg(&n).arg(&alpha);
     match t {
         Some(t) => builder.view(t),
@@ -78,7 +78,7 @@ pub(crate) fn elementwise<T: Element>(
         Elementwise::Relu(x) => {
             assert!(x.len() >= len, "buffer too small");
             let func = aux(gpu, Aux::Relu, T::DTYPE)?;
-            let mut builder = Launch::new(&stream, &func, programmatic_on(gpu.kernel_sm()));
+            let mut builder = Launch::on(gpu, &stream, &func);
             builder.arg(&n).view(x);
             // SAFETY: arguments match `{,d}elem_relu(long long N, T* X)` in order and type; X
             // holds at least N elements (asserted above); the kernel loops over all N
@@ -88,7 +88,7 @@ pub(crate) fn elementwise<T: Element>(
         Elementwise::ReluBackward { g, h } => {
             assert!(g.len() >= len && h.len() >= len, "buffer too small");
             let func = aux(gpu, Aux::ReluBackward, T::DTYPE)?;
-            let mut builder = Launch::new(&stream, &func, programmatic_on(gpu.kernel_sm()));
+            let mut builder = Launch::on(gpu, &stream, &func);
             builder.arg(&n).view(g).view(h);
             // SAFETY: arguments match `{,d}elem_relu_backward(long long N, T* G, const T* H)`
             // in order and type; G and H hold at least N elements each (asserted above) and

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig};
 use crate::device::context::Gpu;
 use crate::element::Element;
 use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
-use crate::engine::enqueue::{programmatic_on, Launch};
+use crate::engine::enqueue::Launch;
 use crate::engine::launch::{launch_plan, launch_simple};
 use crate::engine::plan::Plan;
 use crate::engine::table::{SimpleRow, TileConfig, TileRow};
@@ -127,7 +127,7 @@ pub(crate) fn launch_batched<T: Element>(
             block_dim: (row.threads, 1, 1),
             shared_mem_bytes: row.smem,
         };
-        let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+        let mut builder = Launch::on(gpu, stream, &func);
         args.push(&mut builder, &c);
         builder.arg(&strides[0]).arg(&strides[1]).arg(&strides[2]);
         // SAFETY: arguments of `GEMM_PARAMS(T)` then `GD_BATCH_PARAMS` (three 64-bit element

@@ -14,8 +14,9 @@
 //! do not, and launch plainly through cudarc.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::sync::Arc;
+
+use crate::device::context::Gpu;
 
 use cudarc::driver::{
     sys, CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig,
@@ -35,7 +36,6 @@ pub(crate) struct Launch<'a> {
     func: &'a CudaFunction,
     programmatic: bool,
     args: Vec<Arg>,
-    _borrows: PhantomData<&'a ()>,
 }
 
 /// An argument: a borrowed value, or a device address held here.
@@ -57,8 +57,13 @@ impl<'a> Launch<'a> {
             func,
             programmatic,
             args: Vec::with_capacity(24),
-            _borrows: PhantomData,
         }
+    }
+
+    /// A launch of `func` on `stream` for `gpu`: programmatic where its kernels allow
+    /// ([`programmatic_on`]).
+    pub(crate) fn on(gpu: &Gpu, stream: &'a Arc<CudaStream>, func: &'a CudaFunction) -> Self {
+        Self::new(stream, func, programmatic_on(gpu.kernel_sm()))
     }
 
     /// The next argument, passed by value.

@@ -10,7 +10,7 @@ use crate::device::context::Gpu;
 use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
 use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
-use crate::engine::enqueue::{programmatic_on, Launch};
+use crate::engine::enqueue::Launch;
 use crate::engine::family::Family;
 use crate::engine::ozaki::{cost, recent, GuardReport, OzError, Recalled, SharedB};
 use crate::engine::plan::{Plan, MAX_SPLITS};
@@ -40,7 +40,7 @@ pub(crate) fn launch_simple<T: Element>(
         block_dim: (bx, by, 1),
         shared_mem_bytes: 0,
     };
-    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+    let mut builder = Launch::on(gpu, stream, &func);
     args.push(&mut builder, c);
     // SAFETY: `GemmArgs` pushes the arguments of `GEMM_PARAMS(T)` in order and type, with T
     // the element type the row was looked up for; the entry's layout suffix matches the
@@ -269,7 +269,7 @@ fn launch_native<T: Element>(
                 block_dim: (Gemv::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+            let mut builder = Launch::on(gpu, stream, &func);
             args.push(&mut builder, c);
             // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
             // suffix matches the operands; m == 1 (row GEMV) or n == 1 (column GEMV), asserted
@@ -310,7 +310,7 @@ fn launch_native<T: Element>(
                     shared_mem_bytes: row.smem,
                 };
                 let kps = k.max(1).next_multiple_of(row.bk) as i32;
-                let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+                let mut builder = Launch::on(gpu, stream, &func);
                 args.push(&mut builder, c);
                 builder.arg(&kps);
                 // SAFETY: as for the unsplit entry below, plus the trailing `int
@@ -328,7 +328,7 @@ fn launch_native<T: Element>(
                     block_dim: block,
                     shared_mem_bytes: row.smem,
                 };
-                let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+                let mut builder = Launch::on(gpu, stream, &func);
                 args.push(&mut builder, c);
                 // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
                 // suffix matches the operands, and the 16-byte-load entry is chosen only when
@@ -362,7 +362,7 @@ fn launch_native<T: Element>(
             // The partial products go to the workspace with leading dimension n.
             let partial = args.with_ldc(n);
             let kps = k_per_split as i32;
-            let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+            let mut builder = Launch::on(gpu, stream, &func);
             partial.push(&mut builder, &work);
             builder.arg(&kps);
             // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
@@ -376,7 +376,7 @@ fn launch_native<T: Element>(
             let cfg = grid_stride(m * n);
             let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
             let work = work.as_view();
-            let mut builder = Launch::new(stream, &reduce, programmatic_on(gpu.kernel_sm()));
+            let mut builder = Launch::on(gpu, stream, &reduce);
             builder
                 .arg(&mi)
                 .arg(&ni)
@@ -457,7 +457,7 @@ fn launch_wg<T: Element>(
             shared_mem_bytes: 0,
         };
         let (r, kk, rp, kpi) = (rows as i32, k as i32, rows_p as i32, kp as i32);
-        let mut builder = Launch::new(stream, &pack, programmatic_on(gpu.kernel_sm()));
+        let mut builder = Launch::on(gpu, stream, &pack);
         builder
             .arg(&r)
             .arg(&kk)
@@ -487,7 +487,7 @@ fn launch_wg<T: Element>(
     let (mi, ni, ki, kpi, kps) = (m as i32, n as i32, k as i32, kp as i32, per_split as i32);
     let (pa, pb) = (pa.as_view(), pb.as_view());
     let ldn = n as i64;
-    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+    let mut builder = Launch::on(gpu, stream, &func);
     builder
         .arg(&mi)
         .arg(&ni)
@@ -544,7 +544,7 @@ fn reduce_wg<T: Element>(
     let (m, _, n) = args.dims();
     let cfg = grid_stride(m * n);
     let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
-    let mut builder = Launch::new(stream, &reduce, programmatic_on(gpu.kernel_sm()));
+    let mut builder = Launch::on(gpu, stream, &reduce);
     builder
         .arg(&mi)
         .arg(&ni)
@@ -627,7 +627,7 @@ fn launch_direct<T: Element>(
         shared_mem_bytes: wg.smem,
     };
     let (ri, ci, ki, kps) = (rows as i32, cols as i32, k as i32, per_split as i32);
-    let mut builder = Launch::new(stream, &func, programmatic_on(gpu.kernel_sm()));
+    let mut builder = Launch::on(gpu, stream, &func);
     builder
         .arg(&ri)
         .arg(&ci)
