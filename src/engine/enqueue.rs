@@ -16,11 +16,11 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use crate::device::context::Gpu;
-
 use cudarc::driver::{
     sys, CudaFunction, CudaStream, DevicePtr, DeviceRepr, DriverError, LaunchConfig,
 };
+
+use crate::device::context::Gpu;
 
 /// Whether kernels compiled for compute capability `sm` (`Gpu::kernel_sm`) launch
 /// programmatically: on sm_90 (H100, H200), whose modules hold the waits, unless
