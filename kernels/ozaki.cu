@@ -44,9 +44,10 @@
 // @launch ozaki_gemm_mma tile=128x128 block=256 smem=98432 bk=128 minsm=80
 //
 // ozaki_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, int bits, double bound,
-//      int* E): element (r, k) of the R x K operand at X[r*sr + k*sk]; grid (ceil(R/32), y):
-//      when sr == 1 and sk != 1 (rows along the contiguous index) block (32, y') with
-//      y' <= 32 and y = 1, else block (32, 8) and y from 1 to 4; writes E[r] for r < R.
+//      int* E): element (r, k) of the R x K operand at X[r*sr + k*sk]; when sr == 1 and
+//      sk != 1 (rows along the contiguous index) block (x', y') with x' <= 32 rows a block
+//      and y' <= 32 (which sets the order of a row's sums), grid (ceil(R/x'), 1), else block
+//      (32, 8) and grid (ceil(R/32), y) with y from 1 to 4; writes E[r] for r < R.
 // ozaki_split_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, const int* E, signed char* P,
 //      int Rp, int Kp, int TM, Consts c): block (32, 8), grid (Kp/64, any y <= Rp/32: the
 //      kernel loops over the rest); P holds c.count * Rp * Kp bytes and is written whole (Rp a
@@ -446,7 +447,8 @@ struct ShiftOut {
     int* E;
     int bits;
     double bound;
-    OZ_DEV void operator()(int r, const RowSize& z) const { E[r] = z.shift(bits, bound); }
+    static constexpr int PARTS = 1;  // one part: see GuardOut
+    OZ_DEV int part(int, int r, const RowSize& z) const { return E[r] = z.shift(bits, bound); }
 };
 // The guard's magnitude shift of a row: its largest magnitude times 2^sigma in [2^6, 2^7);
 // FLAG for a zero row or one holding Inf or NaN.
@@ -459,44 +461,57 @@ OZ_DEV double scaled_norm(const GuardSize& z, int sigma) {
     // anchor are within the margins.
     return fma(scale_t(z.l1, z.anchor + sigma), 1.0 + 0x1p-30, 0x1p-30);
 }
+// A row's shift for candidate count c < MAX_CANDIDATES, its bits and bound picked by selects
+// rather than by indexing with c, so that threads of a warp holding the same row, each with
+// its own c, compute their shifts at once rather than one after another.
+OZ_DEV int candidate_shift(const GuardSize& z, const GuardScale& g, int c) {
+    int bits = g.bits[0];
+    double bound = g.bound[0];
+#pragma unroll
+    for (int i = 1; i < MAX_CANDIDATES; ++i)
+        if (c == i) {
+            bits = g.bits[i];
+            bound = g.bound[i];
+        }
+    return z.shift(bits, bound);
+}
 struct GuardOut {
     int* E;
     int ldE;
     int* S;
     double* L;
     const GuardScale& g;
-    OZ_DEV void operator()(int r, const GuardSize& z) const {
-#pragma unroll
-        for (int c = 0; c < MAX_CANDIDATES; ++c)
-            if (c < g.n) E[(i64)c * ldE + r] = z.shift(g.bits[c], g.bound[c]);
-        norms(r, z);
-    }
-    // The same shared among a warp's lanes, each holding z: lane c < g.n writes candidate c's
-    // shift, lane 31 sigma and the norm.
-    OZ_DEV void by_lanes(int r, const GuardSize& z, int lane) const {
-#pragma unroll
-        for (int c = 0; c < MAX_CANDIDATES; ++c)
-            if (c < g.n && lane == c) E[(i64)c * ldE + r] = z.shift(g.bits[c], g.bound[c]);
-        if (lane == 31) norms(r, z);
-    }
-    OZ_DEV void norms(int r, const GuardSize& z) const {
-        const int sigma = sigma_of(z);
-        S[r] = sigma;
-        L[r] = scaled_norm(z, sigma);
+    // What is written of a row comes in PARTS parts, which threads holding the same z share
+    // (`part`): part c < MAX_CANDIDATES is candidate c's shift (written where c < g.n,
+    // returned either way), part MAX_CANDIDATES the row's sigma and norm, and any other
+    // part nothing.
+    static constexpr int PARTS = MAX_CANDIDATES + 1;
+    OZ_DEV int part(int p, int r, const GuardSize& z) const {
+        if (p < MAX_CANDIDATES) {
+            const int e = candidate_shift(z, g, p);
+            if (p < g.n) E[(i64)p * ldE + r] = e;
+            return e;
+        }
+        if (p == MAX_CANDIDATES) {
+            const int sigma = sigma_of(z);
+            S[r] = sigma;
+            L[r] = scaled_norm(z, sigma);
+        }
+        return 0;
     }
 };
 
 template <typename Z, typename T, typename Out>
 OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const Out& out) {
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int r0 = blockIdx.x * 32;
     if (sk != 1 && sr == 1) {
-        // Rows along the contiguous index: thread column tx is row r0 + tx, the block's
-        // blockDim.y (at most 32) rows of threads take every blockDim.y-th k.
+        // Rows along the contiguous index: thread column tx is row r0 + tx (blockDim.x rows a
+        // block), the block's blockDim.y (at most 32) rows of threads take every
+        // blockDim.y-th k.
         __shared__ double part_mx[32][33], part_s[32][33];
         __shared__ int part_a[32][33], part_bad[32][33];
         __shared__ double part_l1[Z::L1 ? 32 : 1][33];
-        const int r = r0 + tx, ny = blockDim.y;
+        const int r = blockIdx.x * blockDim.x + tx, ny = blockDim.y;
         Z z;
         if (r < R) z.add_row(X + (i64)r * sr, sk, ty, ny, K);
         part_mx[ty][tx] = z.mx;
@@ -512,11 +527,35 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const O
                 else
                     z.merge(part_mx[i][tx], part_s[i][tx], part_a[i][tx], part_bad[i][tx]);
             }
-            out(r, z);
+            if constexpr (Out::PARTS == 1) out.part(0, r, z);
+        }
+        if constexpr (Out::PARTS > 1) {
+            // The row's size back to row 0 of the parts, and its parts shared among the
+            // threads of its column (ty), which read it from there.
+            __syncthreads();  // every thread has read its row of the parts
+            if (ty == 0) {
+                part_mx[0][tx] = z.mx;
+                part_s[0][tx] = z.s;
+                part_a[0][tx] = z.anchor;
+                part_bad[0][tx] = z.bad;
+                if constexpr (Z::L1) part_l1[0][tx] = z.l1;
+            }
+            __syncthreads();
+            if (r < R && ty < Out::PARTS) {
+                Z w;
+                w.mx = part_mx[0][tx];
+                w.s = part_s[0][tx];
+                w.anchor = part_a[0][tx];
+                w.bad = part_bad[0][tx];
+                if constexpr (Z::L1) w.l1 = part_l1[0][tx];
+                for (int p = ty; p < Out::PARTS; p += ny) out.part(p, r, w);
+            }
         }
     } else {
         // K along the contiguous index (or neither): a warp per row, the block's 32 rows
-        // shared among gridDim.y blocks.
+        // shared among gridDim.y blocks. Every lane ends with the same z (the merges are
+        // symmetric), so lanes share the row's parts.
+        const int r0 = blockIdx.x * 32;
 #pragma unroll 1
         for (int i = blockIdx.y; i < 4; i += gridDim.y) {
             const int r = r0 + ty + 8 * i;
@@ -524,7 +563,7 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const O
             if (r < R) z.add_row(X + (i64)r * sr, sk, tx, 32, K);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) z.merge_lane(o);
-            if (tx == 0 && r < R) out(r, z);
+            if (tx < Out::PARTS && r < R) out.part(tx, r, z);
         }
     }
 }
@@ -861,8 +900,9 @@ OZ_DEV GuardSize row_guard_size(const T* row, int K) {
 // anchor that gives (RowSize's last: max(-1000, ilogb(mx))), its sum of squares and 1-norm,
 // each thread with two partial sums. That is RowSize's arithmetic but for the order of its
 // sums (and no rescaling on the way), without its per-element branches. One warp writes the
-// shifts, sigma and norm as ozaki_guard_scale_* does (a lane a count), and the block the
-// row's layer of magnitudes (Kgp bytes, zero from Kg on, and for padding rows r >= R) as
+// shifts, sigma and norm as ozaki_guard_scale_* does (a lane a count), while the block,
+// every thread with sigma from the row's largest magnitude, makes the row's layer of
+// magnitudes (Kgp bytes, zero from Kg on, and for padding rows r >= R) as
 // ozaki_magnitudes_* does. Where `refused` is given and set, it leaves at once.
 template <typename T>
 OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const GuardOut& out,
@@ -875,28 +915,27 @@ OZ_DEV void guard_rows(int R, int K, const T* __restrict__ X, i64 sr, const Guar
     extern __shared__ __align__(16) unsigned char rows_smem[];
     T* row = reinterpret_cast<T*>(rows_smem);
     unsigned char* mag = rows_smem + ((K * (int)sizeof(T) + 15) & ~15);
-    __shared__ int row_sigma, row_shift;
+    __shared__ int row_shift;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int sg = FLAG, sh = 0;
+    int sg = FLAG;
     if (r < R) {
         load_row(row, X + (i64)r * sr, K);
         const GuardSize z = row_guard_size(row, K);
+        // Sigma needs only the largest magnitude, which every thread holds: the magnitudes
+        // below start at once, while warp 0 writes the row's parts, a lane each (the lead's
+        // shift kept for the residues).
+        sg = sigma_of(z);
         if (warp == 0) {
-            out.by_lanes(r, z, lane);
-            if (lane == 0) {
-                row_sigma = sigma_of(z);
-                row_shift = z.shift(out.g.bits[lead], out.g.bound[lead]);
-            }
+            const int e = out.part(lane, r, z);
+            if (lane == lead) row_shift = e;
         }
-        __syncthreads();
-        sg = row_sigma;
-        sh = row_shift;
     }
     // The magnitudes into shared memory a byte a thread (conflict-free reads of the row), then
     // to the panel 8 bytes a thread.
     for (int k = tid; k < Kgp; k += ROWS_NT)
         mag[k] = (unsigned char)(k < Kg && r < R ? magnitude((double)row[k], sg) : 0u);
-    __syncthreads();
+    __syncthreads();  // the magnitudes and row_shift
+    const int sh = r < R ? row_shift : 0;
     for (int c = tid; c < Kgp / 8; c += ROWS_NT)
         *reinterpret_cast<uint2*>(panel_at(P, r, 8 * c, Kgp, TM)) =
             *reinterpret_cast<const uint2*>(mag + 8 * c);
@@ -1731,15 +1770,18 @@ OZ_DEV bool refusal_side(int n, int K, const T* __restrict__ X, i64 xsr, bool ga
         for (int t = 0; t < REFUSE_TRIES && at + t < n; ++t) {
             load_row(row, X + (i64)(at + t) * xsr, K);
             const GuardSize z = row_guard_size(row, K);
-            if (tid == 0) {
+            if (tid < 32) {
+                // Warp 0 (which holds z whole): lane c the candidate c's ratio, all at once.
                 Side a;
                 a.sigma = sigma_of(z);
                 a.l1 = scaled_norm(z, a.sigma);
+                const double pc = tid < gs.n ? exp2i(a.sigma - candidate_shift(z, gs, tid)) : 0.0;
 #pragma unroll
-                for (int c = 0; c < MAX_CANDIDATES; ++c)
-                    a.p[c] = c < gs.n ? exp2i(a.sigma - z.shift(gs.bits[c], gs.bound[c])) : 0.0;
-                out = a;
-                pick = at + t;
+                for (int c = 0; c < MAX_CANDIDATES; ++c) a.p[c] = __shfl_sync(0xffffffffu, pc, c);
+                if (tid == 0) {
+                    out = a;
+                    pick = at + t;
+                }
             }
             __syncthreads();
             if (out.sigma != FLAG) return true;

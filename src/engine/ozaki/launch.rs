@@ -27,6 +27,12 @@ use super::verdict::{
 };
 use crate::engine::enqueue::{programmatic_on, Launch};
 
+/// Rows a block of the scaling (`ozaki_scale_*`, `ozaki_guard_scale_*`) takes where rows run
+/// along the contiguous index: eight rows of 32 threads each give the card four times the
+/// blocks that 32 rows a block would, while each 32-byte sector a warp reads stays whole (8
+/// f32 rows, or two sectors of 8 f64 ones).
+const ALONG_R_ROWS: u32 = 8;
+
 /// How an Ozaki launch ended.
 pub(crate) struct Emulated {
     /// The precision it ran in (`Ozaki` with its count).
@@ -496,16 +502,18 @@ fn scale<T: Element>(
             .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
         return Ok(());
     }
-    // Rows along the contiguous index: one block of 32 × 32 threads per 32 rows; else a
-    // warp per row.
+    // Rows along the contiguous index: one block of ALONG_R_ROWS × 32 threads per
+    // ALONG_R_ROWS rows (each row's 32 threads in the kernel's order of sums); else a warp
+    // per row, 32 rows a block.
     let along_r = sk != 1 && sr == 1;
+    let rows_per_block = if along_r { ALONG_R_ROWS } else { 32 };
     let cfg = LaunchConfig {
         grid_dim: (
-            grid_x((rows as usize).div_ceil(32)).map_err(OzError::Gpu)?,
+            grid_x((rows as usize).div_ceil(rows_per_block as usize)).map_err(OzError::Gpu)?,
             if along_r { 1 } else { 4 },
             1,
         ),
-        block_dim: (32, if along_r { 32 } else { 8 }, 1),
+        block_dim: (rows_per_block, if along_r { 32 } else { 8 }, 1),
         shared_mem_bytes: 0,
     };
     match how {
@@ -519,9 +527,10 @@ fn scale<T: Element>(
             // entry's element type by its suffix); element (r, k) of the R × K operand at
             // X[r·sr + k·sk] lies in the buffer (the operand covers its matrix, checked
             // when the arguments were made) and the kernel reads only r < R, k < K; E is
-            // the workspace's section of Rp ≥ R ints; one block per 32 rows, of (32, 32)
-            // threads and grid y 1 where rows run along the contiguous index (the
-            // kernel's own test), else of (32, 8) and grid y 4; static shared memory only.
+            // the workspace's section of Rp ≥ R ints; one block per ALONG_R_ROWS rows, of
+            // (ALONG_R_ROWS, 32) threads and grid y 1 where rows run along the contiguous
+            // index (the kernel's own test), else one per 32 rows, of (32, 8) and grid y 4;
+            // static shared memory only (32 × 33 entries a part, ALONG_R_ROWS ≤ 32).
             unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki scaling"))?;
         }
         Scaling::Guard { weighed, .. } => {
