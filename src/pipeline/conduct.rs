@@ -94,6 +94,10 @@ pub(crate) struct Endpoints {
 /// Host-side times of one run, in seconds from its start, for `GPU_DOT_TRACE`.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Trace {
+    /// When the first up parcel was seen packed, and how many pieces the conductor had packed
+    /// by then.
+    pub(crate) first_packed: f64,
+    pub(crate) conductor_first: usize,
     pub(crate) first_copy: f64,
     pub(crate) inputs_issued: f64,
     pub(crate) kernels_enqueued: f64,
@@ -493,6 +497,17 @@ impl<L: Link> Conductor<'_, '_, L> {
         let mut down_waits: VecDeque<usize> = VecDeque::new();
         let mut idle = 0u32;
         let c_host = !down.transfers.is_empty();
+        // Records the inputs mark of every panel whose up parcels are all among the first
+        // `issued` (separate lanes only: on one stream the kernels follow the copies anyway).
+        let record_inputs = |recorded: &mut usize, issued: usize| -> Result<(), GpuDotError> {
+            if separate {
+                while *recorded < panels && sched.panel_inputs[*recorded] <= issued {
+                    link.record(Mark::Inputs(*recorded), Lane::Up)?;
+                    *recorded += 1;
+                }
+            }
+            Ok(())
+        };
         link.stamp(Lane::Compute, Stamp::Start)?;
         loop {
             if self.watch.helper_panicked() {
@@ -524,6 +539,10 @@ impl<L: Link> Conductor<'_, '_, L> {
                         _ => {}
                     }
                 }
+                if issued_up == 0 {
+                    trace.first_packed = self.now();
+                    trace.conductor_first = trace.pieces_by_conductor;
+                }
                 let len = parcel.len();
                 let ring = self.run.up_ring.expect("a ring for the up transfers");
                 let src = ring.at(parcel.offset, len);
@@ -551,18 +570,18 @@ impl<L: Link> Conductor<'_, '_, L> {
                     trace.first_copy = self.now();
                 }
                 issued_up += 1;
+                // A panel's inputs mark follows the copy that completes them, before any later
+                // panel's copies: its kernels then wait for their own inputs only, however
+                // many packed parcels this pass issues.
+                record_inputs(&mut inputs_recorded, issued_up)?;
                 if issued_up == up.parcels.len() {
                     trace.inputs_issued = self.now();
                     link.stamp(Lane::Up, Stamp::InputsLanded)?;
                 }
                 progressed = true;
             }
-            if separate {
-                while inputs_recorded < panels && sched.panel_inputs[inputs_recorded] <= issued_up {
-                    link.record(Mark::Inputs(inputs_recorded), Lane::Up)?;
-                    inputs_recorded += 1;
-                }
-            }
+            // Panels whose inputs need no copy (or none that this pass issued).
+            record_inputs(&mut inputs_recorded, issued_up)?;
 
             // 2. Each panel's kernels, once its inputs are on their way and its output slot is
             //    free.

@@ -697,8 +697,9 @@ impl Times {
         let at = |s: f64| ms(self.loop_start) + s * 1e3;
         let t = &self.run;
         format!(
-            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}) \
-             total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} first_copy={:.3} \
+            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}, {} before the \
+             first copy) total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} \
+             first_packed={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
              touched={:.3} issue={:.3} launch={:.3} poll={:.3}{}",
             planned.sched.panels.len(),
@@ -706,10 +707,12 @@ impl Times {
             t.helpers,
             t.pieces,
             t.pieces_by_conductor,
+            t.conductor_first,
             ms(self.total),
             ms(self.schedule),
             ms(self.buffers),
             ms(self.loop_start),
+            at(t.first_packed),
             at(t.first_copy),
             at(t.inputs_issued),
             at(t.kernels_enqueued),
