@@ -6,7 +6,8 @@
 //! - the driver's copies between device and host: page-locked (async) against pageable
 //!   (the driver stages those itself), at sizes from 256 KiB to 64 MiB, each synchronised;
 //! - back-to-back page-locked copies of 32 MiB in chunks of 64 KiB to 4 MiB, each direction
-//!   alone and both at once: the cost of cutting a transfer into parcels;
+//!   alone, up on two streams taking the chunks in turn, and both directions at once: the
+//!   cost of cutting a transfer into parcels;
 //! - with `--register`, pageable memory page-locked in place (`cuMemHostRegister`): what the
 //!   registration and its undoing cost, in small and in huge pages, touched and fresh, and how
 //!   fast the copies from and to it run.
@@ -210,11 +211,14 @@ fn link(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
 }
 
 /// Back-to-back asynchronous copies of 32 MiB in chunks of each size, on one stream with one
-/// synchronisation at the end (as a pipeline issues them), each direction alone and both at
-/// once on two streams.
+/// synchronisation at the end (as a pipeline issues them), each direction alone, up on two
+/// streams taking the chunks in turn, and both directions at once on two streams.
 fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
-    println!("\n| chunk bytes | H2D GB/s | D2H GB/s | both at once, GB/s each way |");
-    println!("|---|---|---|---|");
+    println!(
+        "\n| chunk bytes | H2D GB/s | H2D on two streams, chunks alternating, GB/s | D2H GB/s | \
+         both at once, GB/s each way |"
+    );
+    println!("|---|---|---|---|---|");
     let total = 32 * MIB / 4;
     // SAFETY: uninitialised device memory, only copied into and out of.
     let dev_up = unsafe { stream.alloc::<f32>(total) }.expect("device memory");
@@ -236,16 +240,19 @@ fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
         4 * MIB,
     ] {
         let floats = chunk / 4;
-        let h2d = |on: &CudaStream, src: &mut Pinned| {
+        // Up, the chunks alternating between the streams of `on`.
+        let h2d_on = |on: &[&CudaStream], src: &mut Pinned| {
             for (i, part) in src.slice().chunks(floats).enumerate() {
+                let lane = on[i % on.len()];
                 // SAFETY: the device buffer holds `total` floats and part `i` lies at
                 // `i·floats` inside it; `src` outlives the copies (synchronised below).
                 unsafe {
-                    result::memcpy_htod_async(up_ptr + (i * chunk) as u64, part, on.cu_stream())
+                    result::memcpy_htod_async(up_ptr + (i * chunk) as u64, part, lane.cu_stream())
                 }
                 .expect("copy");
             }
         };
+        let h2d = |on: &CudaStream, src: &mut Pinned| h2d_on(&[on], src);
         let d2h = |on: &CudaStream, dst: &mut Pinned| {
             for (i, part) in dst.slice().chunks_mut(floats).enumerate() {
                 // SAFETY: as above, from the second device buffer into `dst`.
@@ -263,6 +270,11 @@ fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
             d2h(stream, &mut dst);
             stream.synchronize().expect("synchronising");
         });
+        let up_two = time(10, || {
+            h2d_on(&[stream, &other], &mut src);
+            stream.synchronize().expect("synchronising");
+            other.synchronize().expect("synchronising");
+        });
         let both = time(10, || {
             h2d(stream, &mut src);
             d2h(&other, &mut dst);
@@ -271,12 +283,14 @@ fn chunked(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
         });
         let gbs = |s: f64| (total * 4) as f64 / s / 1e9;
         println!(
-            "| {chunk} | {:.1} | {:.1} | {:.1} |",
+            "| {chunk} | {:.1} | {:.1} | {:.1} | {:.1} |",
             gbs(up),
+            gbs(up_two),
             gbs(down),
             gbs(both)
         );
         out.push(json!({"chunk_bytes": chunk, "h2d_gb_per_s": gbs(up),
+            "h2d_two_streams_gb_per_s": gbs(up_two),
             "d2h_gb_per_s": gbs(down), "duplex_gb_per_s_each": gbs(both)}));
     }
     out
