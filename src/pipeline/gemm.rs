@@ -934,6 +934,14 @@ mod tests {
                 &mut Trace::default(),
             )
             .unwrap_or_else(|e| panic!("{what}: {e}"));
+            // Each panel's inputs mark follows the copy that completes its inputs, not a later
+            // panel's copies (its kernels would wait for those too).
+            for (i, copies) in run.link.inputs_marks() {
+                assert_eq!(
+                    copies, sched.panel_inputs[i],
+                    "{what}: panel {i}'s inputs mark after {copies} copies up"
+                );
+            }
             let got = match output {
                 0 => unsafe { fresh_c.assume_init() },
                 1 => c_old,

@@ -35,6 +35,10 @@ struct State {
 pub(crate) struct SimLink {
     separate: bool,
     state: RefCell<State>,
+    /// Copies enqueued on the up lane so far, and for each panel's inputs mark recorded, the
+    /// panel and how many there were then.
+    up_copies: std::cell::Cell<usize>,
+    inputs_marks: RefCell<Vec<(usize, usize)>>,
 }
 
 impl SimLink {
@@ -48,7 +52,14 @@ impl SimLink {
                 generation: 0,
                 rng: seed | 1,
             }),
+            up_copies: std::cell::Cell::new(0),
+            inputs_marks: RefCell::new(Vec::new()),
         }
+    }
+
+    /// For each panel's inputs mark recorded, the panel and the up copies enqueued before it.
+    pub(crate) fn inputs_marks(&self) -> Vec<(usize, usize)> {
+        self.inputs_marks.borrow().clone()
     }
 
     fn lane(&self, lane: Lane) -> usize {
@@ -130,6 +141,7 @@ impl Link for SimLink {
     }
 
     unsafe fn copy_up(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), GpuDotError> {
+        self.up_copies.set(self.up_copies.get() + 1);
         self.push(
             Lane::Up,
             Op::Copy {
@@ -154,6 +166,11 @@ impl Link for SimLink {
     }
 
     fn record(&self, mark: Mark, lane: Lane) -> Result<(), GpuDotError> {
+        if let (Mark::Inputs(i), Lane::Up) = (mark, lane) {
+            self.inputs_marks
+                .borrow_mut()
+                .push((i, self.up_copies.get()));
+        }
         let gen = {
             let mut st = self.state.borrow_mut();
             st.generation += 1;
