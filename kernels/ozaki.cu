@@ -531,8 +531,9 @@ OZ_DEV void scale(int R, int K, const T* __restrict__ X, i64 sr, i64 sk, const O
         }
         if constexpr (Out::PARTS > 1) {
             // The row's size back to row 0 of the parts, and its parts shared among the
-            // threads of its column (ty), which read it from there.
-            __syncthreads();  // every thread has read its row of the parts
+            // threads of its column (ty), which read it from there. Only the column's thread
+            // ty = 0 reads or writes its slots between the barrier above and the one below,
+            // so row 0 is free to take the merged size.
             if (ty == 0) {
                 part_mx[0][tx] = z.mx;
                 part_s[0][tx] = z.s;
