@@ -1,6 +1,8 @@
 //! Host-to-host figures in one run: for squares from 16 to 4096 (8192 unless `--quick`) and a
 //! few rectangles, the time of `gpu_dot` with default settings, of ndarray's `dot`, of the GPU
-//! path forced (`Backend::Gpu`), and of PyTorch's
+//! path forced (`Backend::Gpu`), of the GPU path into an existing array (`general_mat_mul`:
+//! taken in the same rotation as the others, so that its ratio to the GPU path is what a fresh
+//! result costs, and back to back), and of PyTorch's
 //! `(torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()` (TF32 off) run
 //! through `python3` in the same call; then the first-call costs of a fresh process (context
 //! creation, NVRTC, module load) and of a second one that finds the compiled kernels in the
@@ -188,8 +190,8 @@ fn sweep<A: Element>(
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let mut records = Vec::new();
-    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | floor ms | gpu_dot / floor | torch / gpu_dot | route |", A::DTYPE);
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | into, back to back ms | floor ms | gpu_dot / floor | GPU path / into | torch / gpu_dot | route |", A::DTYPE);
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix_of::<A>(m, k, 1 + i as u64);
         let b = random_matrix_of::<A>(k, n, 100 + i as u64);
@@ -211,58 +213,57 @@ fn sweep<A: Element>(
         let route = warm();
         a.gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
-        // The three in a fresh random order each round, so that none always follows the same
-        // one (a GPU product leaves the caches cold for whatever runs next).
+        // The four in a fresh random order each round, so that none always follows the same
+        // one (a GPU product leaves the caches cold for whatever runs next, and ndarray's
+        // threads leave the crate's helpers parked): `dot`, the GPU path and `gpu_dot` into
+        // fresh results, and the GPU path into an existing array. A fresh result's own cost
+        // is the GPU path's time against the last one's, both taken in the same rotation.
         let huge = gpu_dot::flops(m, k, n) > 300_000_000_000; // 8192³ on the CPU: seconds
-        let (mut nd_t, mut path_t, mut dot_t) = (Vec::new(), Vec::new(), Vec::new());
-        const ORDERS: [[usize; 3]; 6] = [
-            [0, 1, 2],
-            [0, 2, 1],
-            [1, 0, 2],
-            [1, 2, 0],
-            [2, 0, 1],
-            [2, 1, 0],
-        ];
+        let mut c = ndarray::Array2::<A>::zeros((m, n));
+        let mut times: [Vec<f64>; 4] = Default::default();
         let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (m * 31 + k * 7 + n) as u64;
-        median_ms(3.0 * budget, || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            for which in ORDERS[(state >> 33) as usize % 6] {
+        median_ms(4.0 * budget, || {
+            let mut order = [0usize, 1, 2, 3];
+            for i in (1..order.len()).rev() {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                order.swap(i, (state >> 33) as usize % (i + 1));
+            }
+            for which in order {
                 let start = Instant::now();
                 match which {
-                    0 if !huge => {
-                        drop(a.dot(&b));
-                        nd_t.push(start.elapsed().as_secs_f64() * 1e3);
-                    }
-                    0 => {}
-                    1 => {
-                        drop(a.gpu_dot_with(&b, &gpu).expect("GPU path"));
-                        path_t.push(start.elapsed().as_secs_f64() * 1e3);
-                    }
-                    _ => {
-                        drop(a.gpu_dot(&b));
-                        dot_t.push(start.elapsed().as_secs_f64() * 1e3);
-                    }
+                    0 if huge => continue,
+                    0 => drop(a.dot(&b)),
+                    1 => drop(a.gpu_dot_with(&b, &gpu).expect("GPU path")),
+                    2 => drop(a.gpu_dot(&b)),
+                    _ => drop(
+                        gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu)
+                            .expect("into"),
+                    ),
                 }
+                times[which].push(start.elapsed().as_secs_f64() * 1e3);
             }
         });
+        let [mut nd_t, path_t, dot_t, into_t] = times;
         if nd_t.is_empty() {
             nd_t.push(median_ms(1.0, || drop(a.dot(&b))));
         }
-        let (ndarray_ms, gpu_path_ms, gpu_dot_ms) = (median(nd_t), median(path_t), median(dot_t));
-        // Into an existing array (no fresh pages to fault in).
-        let mut c = ndarray::Array2::<A>::zeros((m, n));
-        let into_ms = median_ms(budget, || {
+        let (ndarray_ms, gpu_path_ms, gpu_dot_ms, into_ms) =
+            (median(nd_t), median(path_t), median(dot_t), median(into_t));
+        // Into an existing array, back to back: the crate's helpers still awake from the
+        // product before.
+        let into_loop_ms = median_ms(budget, || {
             gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu).expect("into");
         });
         let torch_ms = torch.as_ref().map(|t| t[i]);
         let width = std::mem::size_of::<A>();
         let floor = common::link::floor_ms(link, (m * k + k * n) * width, m * n * width);
         println!(
-            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {floor:.3} | {:.2} | {} | {route} |",
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {into_loop_ms:.3} | {floor:.3} | {:.2} | {:.2} | {} | {route} |",
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
             gpu_dot_ms / floor,
+            gpu_path_ms / into_ms,
             torch_ms.map_or("-".into(), |t| format!("{:.2}", t / gpu_dot_ms)),
         );
         records.push(json!({
@@ -272,6 +273,7 @@ fn sweep<A: Element>(
             "gpu_path_ms": gpu_path_ms,
             "torch_ms": torch_ms,
             "gpu_into_ms": into_ms,
+            "gpu_into_loop_ms": into_loop_ms,
             "floor_ms": floor,
             "route": route.to_string(),
         }));
