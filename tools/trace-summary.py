@@ -5,6 +5,9 @@ field (phase times in ms, counts), over all the lines of that shape.
     tools/trace-summary.py trace.txt [SHAPE ...]     # e.g. 256x256x256
 
 Reads the crate's trace lines, `gpu-dot trace: MxKxN key=value ...`; values may carry `ms`.
+The pieces logged of the first up parcel and the last down parcel (`first_parcel=` and
+`last_parcel=`, `who:claimed-done` in µs each) give each line's first claim and last finish
+of that parcel, in ms (`first_parcel_claimed`, `first_parcel_done`, and so on).
 """
 import re
 import statistics
@@ -22,7 +25,14 @@ def main():
             continue
         shape = m.group(1)
         counts[shape] += 1
-        for key, value in re.findall(r"(\w+)=([-\d.]+)(?:ms)?", m.group(2)):
+        rest = m.group(2)
+        for key, pieces in re.findall(r"(first_parcel|last_parcel)=(\S+)", rest):
+            times = re.findall(r"\w+:([\d.]+)-([\d.]+)", pieces)
+            if times:
+                fields[shape][key + "_claimed"].append(min(float(c) for c, _ in times) / 1e3)
+                fields[shape][key + "_done"].append(max(float(d) for _, d in times) / 1e3)
+        rest = re.sub(r"(first_parcel|last_parcel)=\S+", "", rest)
+        for key, value in re.findall(r"(\w+)=([-\d.]+)(?:ms)?", rest):
             try:
                 fields[shape][key].append(float(value))
             except ValueError:

@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
@@ -106,6 +106,12 @@ pub(crate) struct Trace {
     /// When the last page of a fresh result was touched (0 without one).
     pub(crate) touched: f64,
     pub(crate) helpers: usize,
+    /// Helpers that had entered the run when the first up parcel was seen packed.
+    pub(crate) arrived_by_first_packed: usize,
+    /// The pieces of the first up parcel and of the last down parcel (the first
+    /// [`LOGGED_PIECES`] of each): who did each, when it was claimed and when done.
+    pub(crate) first_parcel: [PieceTime; LOGGED_PIECES],
+    pub(crate) last_parcel: [PieceTime; LOGGED_PIECES],
     pub(crate) pieces_by_conductor: usize,
     pub(crate) pieces: usize,
     /// Host seconds spent issuing copies (with their events), enqueueing panels' kernels, and
@@ -117,6 +123,61 @@ pub(crate) struct Trace {
     /// panel's kernels began, the last panel's kernels ended, the last result landed; each
     /// where it was timed (traced runs on a device).
     pub(crate) device: [Option<f64>; Stamp::COUNT - 1],
+}
+
+/// Pieces of a parcel whose times a trace keeps.
+pub(crate) const LOGGED_PIECES: usize = 16;
+
+/// Who did a piece of host work (a helper's index, or `CONDUCTOR`), when it was claimed and
+/// when it was done, in seconds from the run's start (0 where it was not done).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PieceTime {
+    pub(crate) who: usize,
+    pub(crate) claimed: f64,
+    pub(crate) done: f64,
+}
+
+/// [`PieceTime::who`] of the conductor.
+pub(crate) const CONDUCTOR: usize = usize::MAX;
+
+/// The times of the first [`LOGGED_PIECES`] pieces of one parcel, as the threads record them.
+struct PieceLog([(AtomicUsize, AtomicU64, AtomicU64); LOGGED_PIECES]);
+
+impl PieceLog {
+    fn new() -> PieceLog {
+        PieceLog(
+            [const { (AtomicUsize::new(0), AtomicU64::new(0), AtomicU64::new(0)) }; LOGGED_PIECES],
+        )
+    }
+
+    /// Runs `work`, piece `at` of the parcel, recording who did it and when (nanoseconds
+    /// since `start`).
+    fn time(&self, at: usize, who: usize, start: Instant, work: impl FnOnce()) {
+        let ns = || start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let Some((by, claimed, done)) = self.0.get(at) else {
+            return work();
+        };
+        by.store(who, SeqCst);
+        claimed.store(ns(), SeqCst);
+        work();
+        done.store(ns(), SeqCst);
+    }
+
+    /// The times, in seconds from `origin` (the conductor's start, `offset` after `start`).
+    fn read(&self, offset: f64) -> [PieceTime; LOGGED_PIECES] {
+        std::array::from_fn(|i| {
+            let (by, claimed, done) = &self.0[i];
+            let done = done.load(SeqCst);
+            if done == 0 {
+                return PieceTime::default();
+            }
+            PieceTime {
+                who: by.load(SeqCst),
+                claimed: claimed.load(SeqCst) as f64 * 1e-9 - offset,
+                done: done as f64 * 1e-9 - offset,
+            }
+        })
+    }
 }
 
 /// Runs `f`, adding its duration to `acc` (seconds).
@@ -151,7 +212,7 @@ struct Board<'r> {
     touched: Vec<AtomicBool>,
     touched_units: AtomicUsize,
     /// Nanoseconds from `start` to the last touch unit's end.
-    touched_ns: std::sync::atomic::AtomicU64,
+    touched_ns: AtomicU64,
     start: Instant,
     /// Per down piece, the touch units it lies in.
     piece_units: Vec<Range<usize>>,
@@ -163,6 +224,11 @@ struct Board<'r> {
     down_unpacked: Vec<AtomicUsize>,
     unpacked: AtomicUsize,
     abort: AtomicBool,
+    /// Helpers that have entered the run, and the times of the first up parcel's pieces and
+    /// the last down parcel's (for the trace).
+    arrived: AtomicUsize,
+    first_parcel: PieceLog,
+    last_parcel: PieceLog,
 }
 
 enum Step {
@@ -199,7 +265,7 @@ impl<'r> Board<'r> {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             touched_units: AtomicUsize::new(0),
-            touched_ns: std::sync::atomic::AtomicU64::new(0),
+            touched_ns: AtomicU64::new(0),
             start: Instant::now(),
             touch_units,
             piece_units,
@@ -208,6 +274,9 @@ impl<'r> Board<'r> {
             down_unpacked: counters(sched.down.parcels.len()),
             unpacked: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
+            arrived: AtomicUsize::new(0),
+            first_parcel: PieceLog::new(),
+            last_parcel: PieceLog::new(),
         }
     }
 
@@ -227,8 +296,9 @@ impl<'r> Board<'r> {
 
     /// Does one piece of work if one is ready: packing first, then unpacking, then touching
     /// a fresh result. (Touching first on half the helpers was measured: it slowed the
-    /// packing three times over and finished the faults no sooner, on an H200 host.)
-    fn step(&self) -> Step {
+    /// packing three times over and finished the faults no sooner, on an H200 host.) `who`
+    /// does it: a helper's index, or [`CONDUCTOR`].
+    fn step(&self, who: usize) -> Step {
         if self.abort.load(SeqCst) {
             return Step::Finished;
         }
@@ -237,7 +307,11 @@ impl<'r> Board<'r> {
         if let Some(i) = Self::claim(&self.up_next, up.pieces.len(), |i| {
             up.pieces[i].parcel < free
         }) {
-            self.pack(i);
+            if up.pieces[i].parcel == 0 {
+                self.first_parcel.time(i, who, self.start, || self.pack(i));
+            } else {
+                self.pack(i);
+            }
             return Step::Worked;
         }
         let landed = self.down_landed.load(SeqCst);
@@ -247,7 +321,13 @@ impl<'r> Board<'r> {
                     .clone()
                     .all(|u| self.touched[u].load(SeqCst))
         }) {
-            self.unpack(i);
+            let last = &down.parcels[down.parcels.len() - 1].pieces;
+            if last.contains(&i) {
+                self.last_parcel
+                    .time(i - last.start, who, self.start, || self.unpack(i));
+            } else {
+                self.unpack(i);
+            }
             return Step::Worked;
         }
         if self.touch() {
@@ -432,10 +512,11 @@ pub(crate) fn conduct<L: Link>(
         (sched.host_elements() * ends.width / run.bytes_per_helper.max(1)).min(crew.helpers());
     trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
-    let work = |_: usize| {
+    let work = |index: usize| {
+        board.arrived.fetch_add(1, SeqCst);
         let mut waited = 0;
         loop {
-            match board.step() {
+            match board.step(index) {
                 Step::Worked => waited = 0,
                 Step::Idle => crew::pause(&mut waited),
                 Step::Finished => return,
@@ -542,6 +623,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 if issued_up == 0 {
                     trace.first_packed = self.now();
                     trace.conductor_first = trace.pieces_by_conductor;
+                    trace.arrived_by_first_packed = board.arrived.load(SeqCst);
                 }
                 let len = parcel.len();
                 let ring = self.run.up_ring.expect("a ring for the up transfers");
@@ -710,12 +792,16 @@ impl<L: Link> Conductor<'_, '_, L> {
             if finished {
                 trace.unpacked = self.now();
                 trace.touched = board.touched_ns.load(SeqCst) as f64 * 1e-9;
+                // The board's clock starts just before the conductor's.
+                let offset = (self.start - board.start).as_secs_f64();
+                trace.first_parcel = board.first_parcel.read(offset);
+                trace.last_parcel = board.last_parcel.read(offset);
                 return Ok(());
             }
             if progressed {
                 idle = 0;
             } else {
-                match board.step() {
+                match board.step(CONDUCTOR) {
                     Step::Worked => {
                         trace.pieces_by_conductor += 1;
                         idle = 0;
@@ -750,6 +836,27 @@ impl<L: Link> Conductor<'_, '_, L> {
 mod tests {
     use super::*;
     use crate::pipeline::schedule::Residency;
+
+    #[test]
+    fn a_piece_log_keeps_who_did_each_piece_and_when() {
+        let log = PieceLog::new();
+        let start = Instant::now();
+        let mut ran = 0;
+        log.time(3, 7, start, || ran += 1);
+        log.time(0, CONDUCTOR, start, || ran += 1);
+        // Pieces past the logged ones still run, unlogged.
+        log.time(LOGGED_PIECES, 1, start, || ran += 1);
+        assert_eq!(ran, 3);
+        let times = log.read(0.0);
+        assert_eq!((times[3].who, times[0].who), (7, CONDUCTOR));
+        for t in [times[0], times[3]] {
+            assert!(t.done > 0.0 && t.claimed <= t.done, "{t:?}");
+        }
+        assert!(times.iter().filter(|t| t.done > 0.0).count() == 2);
+        // Read against an origin later than the log's: earlier by that much.
+        let later = log.read(1e-3);
+        assert!((times[3].done - later[3].done - 1e-3).abs() < 1e-12);
+    }
 
     #[test]
     fn only_mid_sized_transfers_bypass_the_caches() {

@@ -8,7 +8,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream};
 use ndarray::ArrayView2;
 
-use super::conduct::{Endpoints, Run, Trace};
+use super::conduct::{Endpoints, PieceTime, Run, Trace, CONDUCTOR};
 use super::ends::*;
 use super::link::{CudaLink, Streams};
 use super::schedule::{Residency, Schedule, What};
@@ -701,7 +701,8 @@ impl Times {
              first copy) total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} \
              first_packed={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
-             touched={:.3} issue={:.3} launch={:.3} poll={:.3}{}",
+             touched={:.3} issue={:.3} launch={:.3} poll={:.3} arrived_by_first_packed={} \
+             first_parcel={} last_parcel={}{}",
             planned.sched.panels.len(),
             planned.choice.plan.map_or("-".into(), |p| p.to_string()),
             t.helpers,
@@ -722,8 +723,34 @@ impl Times {
             t.issue * 1e3,
             t.launch * 1e3,
             t.poll * 1e3,
+            t.arrived_by_first_packed,
+            piece_times(&t.first_parcel, &at),
+            piece_times(&t.last_parcel, &at),
             device_times(&t.device, at),
         )
+    }
+}
+
+/// A parcel's logged pieces for its trace line: `who:claimed-done` each, in µs on the line's
+/// axis (`at` places seconds from the run's start in ms), `c` for the conductor; `-` where
+/// none was logged.
+fn piece_times(pieces: &[PieceTime], at: &impl Fn(f64) -> f64) -> String {
+    let done: Vec<String> = pieces
+        .iter()
+        .filter(|p| p.done > 0.0)
+        .map(|p| {
+            let who = if p.who == CONDUCTOR {
+                "c".to_string()
+            } else {
+                p.who.to_string()
+            };
+            format!("{who}:{:.1}-{:.1}", at(p.claimed) * 1e3, at(p.done) * 1e3)
+        })
+        .collect();
+    if done.is_empty() {
+        "-".into()
+    } else {
+        done.join(",")
     }
 }
 
