@@ -163,7 +163,8 @@ impl PieceLog {
         done.store(ns(), SeqCst);
     }
 
-    /// The times, in seconds from `origin` (the conductor's start, `offset` after `start`).
+    /// The times, in seconds from an origin `offset` seconds after the `start` they were
+    /// recorded against (the conductor's start).
     fn read(&self, offset: f64) -> [PieceTime; LOGGED_PIECES] {
         std::array::from_fn(|i| {
             let (by, claimed, done) = &self.0[i];
@@ -308,6 +309,7 @@ impl<'r> Board<'r> {
             up.pieces[i].parcel < free
         }) {
             if up.pieces[i].parcel == 0 {
+                // The first parcel's pieces are the direction's first, from index 0.
                 self.first_parcel.time(i, who, self.start, || self.pack(i));
             } else {
                 self.pack(i);
