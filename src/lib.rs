@@ -111,7 +111,8 @@
 //! (milliseconds from the call: schedule, buffers, first copy, last input copy, last kernel
 //! enqueued, results landed, unpacked; the host time spent issuing copies, launching kernels
 //! and polling events; and, timed on the device with events, when the last input landed, the
-//! kernels began and ended, and the last result landed) to stderr.
+//! kernels began and ended, and the last result landed; who packed and unpacked each piece of
+//! the first parcel up and the last parcel down, and when) to stderr.
 //!
 //! # Choosing
 //!
