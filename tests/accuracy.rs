@@ -298,24 +298,23 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
     if sm >= 80 {
         assert!(emulated_first >= 8, "{}: {emulated_first}", A::DTYPE);
     }
-    // The early split for the next count was taken (it splits early where the split runs in
-    // double arithmetic, on Hopper).
-    let at_next = gpu_dot::__testing::early_splits_at_next() - at_next;
-    println!(
-        "{}: {at_next} products split early at the next count",
-        A::DTYPE
-    );
-    if sm >= 90 {
-        assert!(at_next >= 8, "{}: {at_next}", A::DTYPE);
-    }
-    // The GEMM before the verdict ran and was kept (where the early split runs).
-    let kept_before = gpu_dot::__testing::gemms_before_verdict_kept() - kept_before;
-    println!(
-        "{}: {kept_before} products kept the GEMM enqueued before the verdict",
-        A::DTYPE
-    );
-    if sm >= 90 {
-        assert!(kept_before >= 8, "{}: {kept_before}", A::DTYPE);
+    // The early split for the next count was taken, and the GEMM before the verdict ran and
+    // was kept (both where the split runs in double arithmetic, on Hopper).
+    let taken = [
+        (
+            gpu_dot::__testing::early_splits_at_next() - at_next,
+            "split early at the next count",
+        ),
+        (
+            gpu_dot::__testing::gemms_before_verdict_kept() - kept_before,
+            "kept the GEMM enqueued before the verdict",
+        ),
+    ];
+    for (count, what) in taken {
+        println!("{}: {count} products {what}", A::DTYPE);
+        if sm >= 90 {
+            assert!(count >= 8, "{}: {count} products {what}", A::DTYPE);
+        }
     }
 }
 
