@@ -8,14 +8,16 @@
 //!         [--json PATH]
 //!         [--plot PATH.svg] [--pretend-sm NN] [--rounds R] [--emulate-every-size]
 //!         [--paired-k S | --inputs uniform|positive|normal|relu|lognormal]
-//!         [--split-after-verdict] [--gemm-after-verdict] [--plain-launches]
+//!         [--split-after-verdict] [--gemm-after-verdict] [--plain-launches] [--gemm-group G]
 //!
 //! `--split-after-verdict` has the guard's passes write only the magnitudes, so that every
 //! operand is split after the verdict, as on devices without fast FP64 (to check and time
 //! that path on a Hopper). `--gemm-after-verdict` keeps the early split but enqueues the
 //! INT8 GEMM only once the host has read the guard's verdict (to time the GEMM enqueued
 //! before it). `--plain-launches` launches each kernel only after the one before on its
-//! stream has finished (to time the programmatic launches of sm_90).
+//! stream has finished (to time the programmatic launches of sm_90). `--gemm-group 16` has
+//! the warpgroup INT8 GEMM take its tiles 16 tile rows to a group in place of the engine's
+//! count (to measure the tile order's L2 reuse).
 //!
 //! `--paired-k 20` draws the operands with scales paired along k (within 2^±20), the
 //! accuracy suite's hostile family: the default precision's guard sends them to the native
@@ -647,6 +649,12 @@ fn main() {
             "--split-after-verdict" => gpu_dot::__testing::split_early(false),
             "--gemm-after-verdict" => gpu_dot::__testing::gemm_before_verdict(false),
             "--plain-launches" => gpu_dot::__testing::programmatic_launches(false),
+            "--gemm-group" => {
+                let g = args.next().expect("--gemm-group takes a count of tile rows like 16");
+                let g = g.parse().expect("--gemm-group: a whole number");
+                gpu_dot::__testing::ozaki_gemm_group(Some(g));
+                println!("the INT8 GEMM takes its tiles {g} tile rows to a group");
+            }
             "--paired-k" => {
                 let s = args.next().expect("--paired-k takes a spread like 20");
                 let s = s.parse().expect("--paired-k: a whole number");
@@ -695,7 +703,7 @@ fn main() {
                 }
             }
             other => panic!(
-                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S | --inputs KIND] [--split-after-verdict] [--gemm-after-verdict] [--plain-launches]"
+                "unknown argument {other}; usage: ladder [--quick | --sizes N,N,.. | --shapes MxKxN,..] [--auto-only] [--dtype f32|f64|both] [--json PATH] [--plot PATH] [--pretend-sm NN] [--rounds R] [--emulate-every-size] [--paired-k S | --inputs KIND] [--split-after-verdict] [--gemm-after-verdict] [--plain-launches] [--gemm-group G]"
             ),
         }
     }

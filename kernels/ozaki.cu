@@ -56,18 +56,20 @@
 //      double arithmetic; ozaki_split_int_{d,s}, with the same arguments and the same bytes,
 //      make them in 32-bit integers, for devices whose FP64 is slow.
 // ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, unsigned char* R, Consts c, int pair_m, int z0, const int* gate, int lo,
-//      int hi): layers z0 .. c.count - 1 (0 <= z0 < c.count), and nothing where gate is not
-//      null and the guard's flags there do not hold (see `gate_holds`); PA, PB the panels of
-//      step 2 for X (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a positive multiple of
-//      128, 16-byte aligned);
+//      int Kp, unsigned char* R, Consts c, int pair_m, int group, int z0, const int* gate,
+//      int lo, int hi): layers z0 .. c.count - 1 (0 <= z0 < c.count), and nothing where
+//      gate is not null and the guard's flags there do not hold (see `gate_holds`); PA, PB
+//      the panels of step 2 for X (Mp x Kp, TM = 192) and Y (Np x Kp, TM = 256) (Kp a
+//      positive multiple of 128, 16-byte aligned);
 //      clusters of two blocks (compiled in): pair_m != 0 pairs tile rows (Mp a multiple of
-//      384 and Np of 256), else tile columns (Mp a multiple of 192 and Np of 512); the
-//      units of work are the pairs of tiles of every layer, (Mp/192) * (Np/256) / 2 *
-//      (c.count - z0); grid (2 * clusters, 1, 1), any number of clusters (each loops over
-//      every clusters-th unit; one more than can be resident at once leaves it idle until one
-//      finishes); writes R[l][M][N] whole for each of its layers l. The host MUST raise the
-//      dynamic shared memory limit to the table's smem first.
+//      384 and Np of 256), else tile columns (Mp a multiple of 192 and Np of 512); group
+//      tile rows (a positive even count where pair_m) take their tiles together, column by
+//      column (the grouped order: they share Y's panels in L2); the units of work are the
+//      pairs of tiles of every layer, (Mp/192) * (Np/256) / 2 * (c.count - z0); grid
+//      (2 * clusters, 1, 1), any number of clusters (each loops over every clusters-th unit;
+//      one more than can be resident at once leaves it idle until one finishes); writes
+//      R[l][M][N] whole for each of its layers l. The host MUST raise the dynamic shared
+//      memory limit to the table's smem first.
 // ozaki_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, unsigned char* R, Consts c, int z0, const int* gate, int lo, int hi): the INT8
 //      GEMM on mma.sync (sm_80 on), from panels in tiles of 128 rows (TM = 128 for X and Y;
@@ -117,9 +119,9 @@
 //      round_up(K * sizeof(T), 16) + Kgp bytes of dynamic shared memory (the host raises the
 //      limit), after the scaling of any operand not gathered.
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-//      int Kp, int pair_m, int* S, const int* refused) and ozaki_guard_gemm_mma(int M, int N,
-//      const signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int* S, const
-//      int* refused): as the two GEMMs for one layer (units and grid for c.count = 1),
+//      int Kp, int pair_m, int group, int* S, const int* refused) and
+//      ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
+//      int Np, int Kp, int* S, const int* refused): as the two GEMMs for one layer (units and grid for c.count = 1),
 //      writing the int32 product into S (M x N, row-major) instead of residues; nothing where
 //      *refused.
 // ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key* KX, Key* KY, const int* refused):
@@ -127,10 +129,10 @@
 //      candidate refused[F_LEAD], the early refusal's lead (see `keys`); nothing where
 //      *refused.
 // ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-//      int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int* unsure, const int*
-//      refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA, const
-//      signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int* unsure,
-//      const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1 where some
+//      int Np, int Kp, int pair_m, int group, const Key* KX, const Key* KY, int* unsure,
+//      const int* refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char*
+//      PA, const signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int*
+//      unsure, const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1 where some
 //      element is not surely within the lead candidate's bound by its keys (see `keys`);
 //      else *unsure is left as it is (the host zeroes it); nothing where *refused.
 // ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g, const int* refused):
@@ -1136,20 +1138,21 @@ OZ_DEV void wgmma_m64n256k32(int (&d)[128], unsigned long long da, unsigned long
                  : "l"(da), "l"(db));
 }
 
-// Tile pair `id` of a layer (the cluster's two tiles) in grouped order (8 tile rows share
-// their Y panels in L2), and this block's tile (m0, n0) of the two by its rank in the cluster.
-OZ_DEV void tile_origin(int M, int N, int pair_m, unsigned rank, int id, int& m0, int& n0) {
-    constexpr int GROUP_M = 8;
+// Tile pair `id` of a layer (the cluster's two tiles) in grouped order (`group` tile rows,
+// an even count where pair_m, share their Y panels in L2), and this block's tile (m0, n0) of
+// the two by its rank in the cluster.
+OZ_DEV void tile_origin(int M, int N, int pair_m, int group, unsigned rank, int id, int& m0,
+                        int& n0) {
     const int tiles_m = (M - 1) / BM + 1;
     const int tiles_n = (N - 1) / BN + 1;
-    // Pairs of tile rows (each pair a unit of the grouped order, 4 to a group), or of
+    // Pairs of tile rows (each pair a unit of the grouped order, group / 2 to a group), or of
     // tile columns.
     const int units_m = pair_m ? (tiles_m + 1) / 2 : tiles_m;
     const int units_n = pair_m ? tiles_n : (tiles_n + 1) / 2;
-    const int group = pair_m ? GROUP_M / 2 : GROUP_M;
-    const int group_size = group * units_n;
-    const int first_m = (id / group_size) * group;
-    const int gm = min(units_m - first_m, group);
+    const int g = max(pair_m ? group / 2 : group, 1);
+    const int group_size = g * units_n;
+    const int first_m = (id / group_size) * g;
+    const int gm = min(units_m - first_m, g);
     const int in_group = id % group_size;
     const int um = first_m + in_group % gm, un = in_group / gm;
     m0 = (pair_m ? 2 * um + (int)rank : um) * BM;
@@ -1160,9 +1163,9 @@ OZ_DEV void tile_origin(int M, int N, int pair_m, unsigned rank, int id, int& m0
 // block's tile of it: its layer z and origin (m0, n0).
 struct Unit {
     int z, m0, n0;
-    OZ_DEV Unit(int u, int pairs, int M, int N, int pair_m, unsigned rank) {
+    OZ_DEV Unit(int u, int pairs, int M, int N, int pair_m, int group, unsigned rank) {
         z = u / pairs;
-        tile_origin(M, N, pair_m, rank, u - z * pairs, m0, n0);
+        tile_origin(M, N, pair_m, group, rank, u - z * pairs, m0, n0);
     }
 };
 
@@ -1173,7 +1176,7 @@ struct Unit {
 template <typename Tail>
 OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
                  const signed char* __restrict__ PB, int Mp, int Np, int Kp, int layers,
-                 int pair_m, const Tail& tail) {
+                 int pair_m, int group, const Tail& tail) {
     constexpr int NACC = BN / 2;  // accumulators per thread: 64 rows x 256 / 128 threads
     constexpr unsigned WARPS = 2 * NT / 32;  // consumer warps of the cluster
     extern __shared__ unsigned char oz_smem[];
@@ -1211,7 +1214,7 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     const signed char *la = PA, *lb = PB;
     auto locate = [&]() {
         if (lu < units) {
-            const Unit t(lu, pairs, M, N, pair_m, rank);
+            const Unit t(lu, pairs, M, N, pair_m, group, rank);
             la = PA + ((i64)t.z * Mp + t.m0) * Kp;  // = tile row m0/192 of layer z
             lb = PB + ((i64)t.z * Np + t.n0) * Kp;
         }
@@ -1261,7 +1264,7 @@ OZ_DEV void gemm(int M, int N, const signed char* __restrict__ PA,
     unsigned q = 0;  // K steps this block has consumed
     bool arrived = false;
     for (int u = first; u < units; u += stride) {
-        const Unit unit(u, pairs, M, N, pair_m, rank);
+        const Unit unit(u, pairs, M, N, pair_m, group, rank);
         int acc[NACC];
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = 0;
@@ -2088,28 +2091,28 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np, int Kp,
-               unsigned char* R, oz::Consts c, int pair_m, int z0, const int* gate, int lo,
-               int hi) {
+               unsigned char* R, oz::Consts c, int pair_m, int group, int z0, const int* gate,
+               int lo, int hi) {
     GD_AFTER_PREVIOUS();
     // The cluster's two blocks alike, before any barrier.
     if (gate != nullptr && !oz::gate_holds(gate, lo, hi)) return;
     oz::gemm(M, N, PA + (i64)z0 * Mp * Kp, PB + (i64)z0 * Np * Kp, Mp, Np, Kp, c.count - z0,
-             pair_m, oz::ResidueTail{R, c, z0});
+             pair_m, group, oz::ResidueTail{R, c, z0});
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
-                     int Kp, int pair_m, int* S, const int* refused) {
+                     int Kp, int pair_m, int group, int* S, const int* refused) {
     GD_AFTER_PREVIOUS();
     if (*refused) return;  // the cluster's two blocks alike, before any barrier
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::GuardTail{S});
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, group, oz::GuardTail{S});
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(oz::NT, 1)
     ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-                          int Np, int Kp, int pair_m, const oz::Key* KX, const oz::Key* KY,
-                          int* unsure, const int* refused) {
+                          int Np, int Kp, int pair_m, int group, const oz::Key* KX,
+                          const oz::Key* KY, int* unsure, const int* refused) {
     GD_AFTER_PREVIOUS();
     if (*refused) return;  // the cluster's two blocks alike, before any barrier
-    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, oz::SureTail{KX, KY, unsure});
+    oz::gemm(M, N, PA, PB, Mp, Np, Kp, 1, pair_m, group, oz::SureTail{KX, KY, unsure});
 }
 #endif
 extern "C" __global__ void __launch_bounds__(oz::MMA_NT, 1)

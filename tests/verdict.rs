@@ -3,7 +3,8 @@
 //! enqueued after the verdict, where the gate holds (the first count, or the next with one
 //! modulus added after the verdict) and where it does not (refused, unsure). Likewise the
 //! kernels launched programmatically (each let in while the one before finishes) against
-//! plain launches, on guarded Ozaki products and on native ones. Small shapes, so that the sanitizers run the binary; a binary of
+//! plain launches, on guarded Ozaki products and on native ones, and the INT8 GEMM in any tile
+//! order against its own. Small shapes, so that the sanitizers run the binary; a binary of
 //! its own, since it sets the crate's process-wide test switches (its tests take turns).
 
 mod common;
@@ -170,4 +171,69 @@ fn on_and_off<A: Element>(switch: fn(bool), what: &str) -> Kinds {
         println!("{what}");
     }
     kinds
+}
+
+/// The INT8 GEMM's tile order (its tile rows to a group) only permutes its units of work:
+/// products whose GEMM takes its tiles 1, 3 or 16 tile rows to a group (rounded up to an even
+/// count where its clusters pair tile rows) are the bits of the engine's own order, with the
+/// guard (whose GEMMs take the order too) and without, in both pairings of the clusters.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_gemm_tile_order_leaves_the_bits_alone() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    gpu_dot::__testing::emulate_every_size(true);
+    let result = std::panic::catch_unwind(|| {
+        tile_orders::<f64>();
+        tile_orders::<f32>();
+    });
+    gpu_dot::__testing::ozaki_gemm_group(None);
+    gpu_dot::__testing::emulate_every_size(false);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn tile_orders<A: Element>() {
+    // 6 × 5 tiles of 192 × 256 (clusters pair tile rows) and 5 × 4 (they pair tile columns).
+    for dims in [(1000, 200, 1200), (900, 150, 1024)] {
+        let (a, b) = Family::Uniform.operands::<A>(dims, common::fresh_seed());
+        for precision in [Precision::Auto, Precision::OZAKI] {
+            let opts = DotOptions::builtin()
+                .backend(Backend::Gpu)
+                .precision(precision)
+                .autotune(false)
+                .poison_output(true);
+            let run = |group: Option<u32>| {
+                gpu_dot::__testing::ozaki_gemm_group(group);
+                a.gpu_dot_with(&b, &opts).unwrap_or_else(|e| {
+                    panic!("{} {precision:?} {dims:?} group {group:?}: {e}", A::DTYPE)
+                })
+            };
+            let own = run(None);
+            assert!(
+                matches!(
+                    own.route,
+                    Route::Gpu {
+                        precision: Precision::Ozaki { .. },
+                        ..
+                    }
+                ),
+                "{} {precision:?} {dims:?}: {}",
+                A::DTYPE,
+                own.route
+            );
+            for group in [1, 3, 16] {
+                let other = run(Some(group));
+                let what = format!("{} {precision:?} {dims:?} group {group}", A::DTYPE);
+                assert_eq!(own.route.to_string(), other.route.to_string(), "{what}");
+                let differ = common::first_bit_difference(&own.c, &other.c);
+                assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+            }
+            println!(
+                "tile orders: {} {precision:?} {dims:?}: {}",
+                A::DTYPE,
+                own.route
+            );
+        }
+    }
 }

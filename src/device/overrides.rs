@@ -105,16 +105,15 @@ struct Switch(std::sync::atomic::AtomicBool);
 
 impl Switch {
     const fn new() -> Self {
-        // Holds "off", so that the zeroed start is "on".
-        Switch(std::sync::atomic::AtomicBool::new(false))
+        Switch(std::sync::atomic::AtomicBool::new(true))
     }
 
     fn set(&self, on: bool) {
-        self.0.store(!on, std::sync::atomic::Ordering::SeqCst);
+        self.0.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn on(&self) -> bool {
-        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -177,6 +176,24 @@ pub fn programmatic_launches(on: bool) {
 /// Whether the kernels may launch programmatically ([`programmatic_launches`]).
 pub(crate) fn programmatic_launches_on() -> bool {
     PROGRAMMATIC_LAUNCHES.on()
+}
+
+/// The tile rows to a group of the warpgroup INT8 GEMM's grouped tile order, in place of the
+/// count the engine picks per shape (`Some(n)`, n ≥ 1; the engine rounds it up to an even
+/// count where the GEMM's clusters pair tile rows), for the benchmarks that measure the
+/// order; `None` restores the engine's choice.
+pub fn ozaki_gemm_group(rows: Option<u32>) {
+    GEMM_GROUP.store(rows.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+}
+
+static GEMM_GROUP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The group set by [`ozaki_gemm_group`], if any.
+pub(crate) fn ozaki_gemm_group_set() -> Option<u32> {
+    match GEMM_GROUP.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        rows => Some(rows),
+    }
 }
 
 /// Products whose INT8 GEMM, enqueued before the guard's verdict, ran and was kept (its gate

@@ -69,6 +69,27 @@ pub(super) fn pairing(m: usize, n: usize) -> (bool, usize, usize) {
     }
 }
 
+/// The tile rows to a group of the warpgroup INT8 GEMM's grouped tile order (they take their
+/// tiles column by column, sharing op(B)'s panels in L2): [`GROUP_ROWS`], or the count a
+/// benchmark set (`ozaki_gemm_group`); an even count where the clusters pair tile rows.
+pub(super) fn group_rows(pair_m: bool) -> i32 {
+    let rows = crate::device::overrides::ozaki_gemm_group_set()
+        .unwrap_or(GROUP_ROWS)
+        .clamp(1, 1 << 16);
+    if pair_m {
+        rows.next_multiple_of(2) as i32
+    } else {
+        rows as i32
+    }
+}
+
+/// The warpgroup INT8 GEMM's tile rows to a group. With 66 clusters at once (132 SMs), 16
+/// rows of 192 and about 8 columns of 256 are in flight: near the fewest panel bytes for
+/// that many tiles (√(132 · 256 / 192) ≈ 13 rows). At 8192³ in f64 it read 16.4–16.7 GB from
+/// DRAM against 8 rows' 19.8–21.8 GB, and took 10.38 ms against 10.55–10.73 (H100, ncu); f32
+/// was within noise of 8 rows (12, 16, 24 and 32 rows alike).
+pub(super) const GROUP_ROWS: u32 = 16;
+
 /// The INT8 GEMM that runs a product: the warpgroup one (sm_90a), its clusters pairing tile
 /// rows or tile columns, or the mma.sync one (sm_80 on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -460,6 +481,7 @@ pub(super) fn enqueue_gemm(
                 shared_mem_bytes,
             };
             let pair_mi = pair_m as i32;
+            let group = group_rows(pair_m);
             let mut builder = Launch::new(stream, func, programmatic);
             builder
                 .arg(&mi)
@@ -475,40 +497,45 @@ pub(super) fn enqueue_gemm(
                     consts,
                     z0,
                     gate,
-                } => gate.push(builder.arg(r).arg(*consts).arg(&pair_mi), z0),
-                GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(sums).arg(refused),
+                } => gate.push(builder.arg(r).arg(*consts).arg(&pair_mi).arg(&group), z0),
+                GemmTail::Sums(sums, refused) => {
+                    builder.arg(&pair_mi).arg(&group).arg(sums).arg(refused)
+                }
                 GemmTail::Sure {
                     keys: (kx, ky),
                     unsure,
                     refused,
                 } => builder
                     .arg(&pair_mi)
+                    .arg(&group)
                     .arg(kx)
                     .arg(ky)
                     .arg(unsure)
                     .arg(refused),
             };
             // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
-            // pair_m, int z0, const int* gate, int lo, int hi)` (layers z0 .. c.count − 1,
+            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int pair_m,
+            // int group, int z0, const int* gate, int lo, int hi)` (layers z0 .. c.count − 1,
             // `layers` of them, read from PA and PB's layers from z0 on, written into R's;
             // `gate` null or the FLAGS section, read only, which the launches before it on
-            // this stream wrote), or for the guard `ozaki_guard_gemm(int M, int N, const signed char*
-            // PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int* S, const int*
-            // refused)` (an int the launches before it wrote), or for the sure test
-            // `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const signed char*
-            // PB, int Mp, int Np, int Kp, int pair_m, const Key* KX, const Key* KY, int*
-            // unsure, const int* refused)` (Mp and Np keys of 8 bytes the keys' launch before
-            // it wrote, two ints of the UK section); PA and PB are the panels the launches before it on this stream wrote, in tiles of 192
-            // and 256 rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets,
-            // Kp a multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
+            // this stream wrote), or for the guard `ozaki_guard_gemm(int M, int N, const
+            // signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int
+            // group, int* S, const int* refused)` (an int the launches before it wrote), or for
+            // the sure test `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const
+            // signed char* PB, int Mp, int Np, int Kp, int pair_m, int group, const Key* KX,
+            // const Key* KY, int* unsure, const int* refused)` (Mp and Np keys of 8 bytes the
+            // keys' launch before it wrote, two ints of the UK section); PA and PB are the
+            // panels the launches before it on this stream wrote, in tiles of 192 and 256
+            // rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets, Kp a
+            // multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
             // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
-            // are whole; the grid an even count of blocks (the kernel's clusters of two), each
-            // cluster looping over its units; R is the workspace's section of count·M·N bytes,
-            // written whole (tiles past M or N store nothing), or S, M·N ints written whole, or
-            // `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the
-            // table's dynamic shared memory, to which the function's limit was raised when
-            // the module was loaded; the kernel's instructions exist on sm_90 only
+            // are whole; `group_rows` gave a positive group, even where pair_m (the order only
+            // permutes the units); the grid an even count of blocks (the kernel's clusters of
+            // two), each cluster looping over its units; R is the workspace's section of
+            // count·M·N bytes, written whole (tiles past M or N store nothing), or S, M·N ints
+            // written whole, or `unsure`, set by an atomic; 384 threads (the kernel's launch
+            // bound) and the table's dynamic shared memory, to which the function's limit was
+            // raised when the module was loaded; the kernel's instructions exist on sm_90 only
             // (`Gemm::of`).
             unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
         }

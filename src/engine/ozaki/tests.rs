@@ -376,6 +376,31 @@ fn the_gemm_pairs_whole_tiles() {
 }
 
 #[test]
+fn the_tile_order_groups_whole_pairs_of_tile_rows() {
+    assert_eq!(group_rows(false), GROUP_ROWS as i32);
+    assert_eq!(group_rows(true), GROUP_ROWS as i32);
+    assert_eq!(GROUP_ROWS % 2, 0);
+    // A benchmark's count: as set where the clusters pair tile columns, else rounded up to a
+    // whole number of pairs of tile rows.
+    for (set, columns, rows) in [
+        (1, 1, 2),
+        (2, 2, 2),
+        (3, 3, 4),
+        (12, 12, 12),
+        (u32::MAX, 1 << 16, 1 << 16),
+    ] {
+        crate::device::overrides::ozaki_gemm_group(Some(set));
+        assert_eq!(
+            (group_rows(false), group_rows(true)),
+            (columns, rows),
+            "{set}"
+        );
+    }
+    crate::device::overrides::ozaki_gemm_group(None);
+    assert_eq!(group_rows(false), GROUP_ROWS as i32);
+}
+
+#[test]
 fn the_mma_sync_gemm_serves_sm_80_to_89_in_whole_tiles_of_128() {
     assert_eq!(Gemm::of(90, 4096, 4096), Gemm::Wg { pair_m: true });
     assert_eq!(Gemm::of(90, 8192, 8192), Gemm::Wg { pair_m: false });
