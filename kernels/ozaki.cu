@@ -121,9 +121,9 @@
 // ozaki_guard_gemm(int M, int N, const signed char* PA, const signed char* PB, int Mp, int Np,
 //      int Kp, int pair_m, int group, int* S, const int* refused) and
 //      ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const signed char* PB, int Mp,
-//      int Np, int Kp, int* S, const int* refused): as the two GEMMs for one layer (units and grid for c.count = 1),
-//      writing the int32 product into S (M x N, row-major) instead of residues; nothing where
-//      *refused.
+//      int Np, int Kp, int* S, const int* refused): as the two GEMMs for one layer (units and
+//      grid for c.count = 1), writing the int32 product into S (M x N, row-major) instead of
+//      residues; nothing where *refused.
 // ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key* KX, Key* KY, const int* refused):
 //      one thread per row of X (Mp, padding included) and of Y (Np): KX[i], KY[j] for the
 //      candidate refused[F_LEAD], the early refusal's lead (see `keys`); nothing where
@@ -132,9 +132,9 @@
 //      int Np, int Kp, int pair_m, int group, const Key* KX, const Key* KY, int* unsure,
 //      const int* refused) and ozaki_guard_sure_gemm_mma(int M, int N, const signed char*
 //      PA, const signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int*
-//      unsure, const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1 where some
-//      element is not surely within the lead candidate's bound by its keys (see `keys`);
-//      else *unsure is left as it is (the host zeroes it); nothing where *refused.
+//      unsure, const int* refused): as the guard's GEMMs, but in place of S, *unsure = 1
+//      where some element is not surely within the lead candidate's bound by its keys (see
+//      `keys`); else *unsure is left as it is (the host zeroes it); nothing where *refused.
 // ozaki_guard_judge(int M, int N, const int* S, int tm, int tn, Guard g, const int* refused):
 //      one block of 256 threads per strip of rows of a tm x tn tile of the GEMM's (grid:
 //      tiles x strips, tile = row * g.tiles_n + col); writes g.need[tile * strips + strip] for

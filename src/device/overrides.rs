@@ -179,9 +179,9 @@ pub(crate) fn programmatic_launches_on() -> bool {
 }
 
 /// The tile rows to a group of the warpgroup INT8 GEMM's grouped tile order, in place of the
-/// count the engine picks per shape (`Some(n)`, n ≥ 1; the engine rounds it up to an even
-/// count where the GEMM's clusters pair tile rows), for the benchmarks that measure the
-/// order; `None` restores the engine's choice.
+/// engine's own count (`Some(n)`, n ≥ 1; rounded up to an even count where the GEMM's
+/// clusters pair tile rows), for the benchmarks that measure the order; `None` restores the
+/// engine's count.
 pub fn ozaki_gemm_group(rows: Option<u32>) {
     GEMM_GROUP.store(rows.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
 }

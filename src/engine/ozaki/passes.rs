@@ -85,9 +85,10 @@ pub(super) fn group_rows(pair_m: bool) -> i32 {
 
 /// The warpgroup INT8 GEMM's tile rows to a group. With 66 clusters at once (132 SMs), 16
 /// rows of 192 and about 8 columns of 256 are in flight: near the fewest panel bytes for
-/// that many tiles (√(132 · 256 / 192) ≈ 13 rows). At 8192³ in f64 it read 16.4–16.7 GB from
-/// DRAM against 8 rows' 19.8–21.8 GB, and took 10.38 ms against 10.55–10.73 (H100, ncu); f32
-/// was within noise of 8 rows (12, 16, 24 and 32 rows alike).
+/// that many tiles (√(132 · 256 / 192) ≈ 13 rows). At 8192³ in f64 the GEMM read 16.4–16.7
+/// GB from DRAM against 8 rows' 19.8–21.8 GB (H100, ncu). The products took the same time
+/// within ±1% with 8 to 32 rows in f32 and f64 (BENCHMARKS.md, c3bc2f9): the GEMM is bound by
+/// its SMs, not by these bytes.
 pub(super) const GROUP_ROWS: u32 = 16;
 
 /// The INT8 GEMM that runs a product: the warpgroup one (sm_90a), its clusters pairing tile
