@@ -10,9 +10,13 @@
 //!
 //!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
 //!         [--sizes 256,1024] [--no-first-call] [--dtype f32|f64] [--plain-launches]
+//!         [--mapped-inputs-up-to BYTES]
 //!
 //! Each point also shows its floor: the longer direction's bytes at the page-locked link
 //! speed measured at the start of the run, plus a 25 µs round trip.
+//!
+//! `--mapped-inputs-up-to BYTES` lets the kernels read host A and B in place from page-locked
+//! staging up to that many bytes of inputs (0: never) instead of the crate's own limit.
 //!
 //! `--sizes` measures only those squares; `--no-first-call` skips the child processes. Each
 //! shape is warmed up until the autotuner has settled on its choice.
@@ -301,6 +305,12 @@ fn main() {
         gpu_dot::__testing::programmatic_launches(false);
     }
     let value = |flag: &str| common::flag_value(&args, flag);
+    if let Some(bytes) = value("--mapped-inputs-up-to") {
+        let bytes = bytes
+            .parse()
+            .expect("--mapped-inputs-up-to takes a byte count");
+        gpu_dot::__testing::mapped_inputs_up_to(Some(bytes));
+    }
     let json_path = value("--json");
     let sizes: Option<Vec<usize>> = value("--sizes").map(|v| {
         v.split(',')

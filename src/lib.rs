@@ -617,8 +617,8 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 pub mod __testing {
     pub use crate::device::overrides::{
         early_splits_at_next, emulate_every_size, gemm_before_verdict, gemms_before_verdict_kept,
-        ozaki_gemm_group, pretend_compute_capability, programmatic_launches, split_early,
-        use_prebuilt_kernels,
+        mapped_input_products, mapped_inputs_up_to, ozaki_gemm_group, pretend_compute_capability,
+        programmatic_launches, split_early, use_prebuilt_kernels,
     };
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::family::override_kernel_source;

@@ -241,3 +241,115 @@ fn tile_orders<A: Element>() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn small_inputs_read_in_place_give_the_bits_of_copied_inputs() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let result = std::panic::catch_unwind(|| {
+        inputs_in_place::<f64>();
+        inputs_in_place::<f32>();
+    });
+    gpu_dot::__testing::mapped_inputs_up_to(None);
+    gpu_dot::__testing::emulate_every_size(false);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// Small products of host operands (C order, transposed, strided; into a fresh result, into
+/// an array, with a device A) with the kernels reading A and B straight from staging, and
+/// with them copied to the device first: the same route and bits, within the rounding bound
+/// of the reference, and the in-place path taken by exactly the products whose host inputs
+/// are within the limit.
+fn inputs_in_place<A: common::TestElem>() {
+    use ndarray::{s, Array2};
+    const LIMIT: usize = 16 << 10;
+    let limit = |bytes: usize| gpu_dot::__testing::mapped_inputs_up_to(Some(bytes));
+    let size = std::mem::size_of::<A>();
+    for (precision, every_size) in [
+        (Precision::Auto, false),
+        (Precision::Native, false),
+        (Precision::OZAKI, true),
+    ] {
+        gpu_dot::__testing::emulate_every_size(every_size);
+        // The autotuner off, so that both runs of a form take one plan.
+        let opts = DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .autotune(false)
+            .poison_output(true);
+        for (m, k, n) in [
+            (1, 1, 1),
+            (16, 16, 16),
+            (5, 7, 3),
+            (33, 65, 17),
+            (40, 30, 50),
+            (100, 37, 90),
+        ] {
+            // Host A and B (fresh result, into an array), then B alone (device A).
+            let within = |elements: usize| usize::from(elements * size <= LIMIT);
+            let expected = 2 * within(m * k + k * n) + within(k * n);
+            let a = common::random::<A>(m, k);
+            let a_t = common::random::<A>(k, m);
+            let a_wide = common::random::<A>(m + 3, 2 * k);
+            let b = common::random::<A>(k, n);
+            let b_t = common::random::<A>(n, k);
+            let a_views = [a.view(), a_t.t(), a_wide.slice(s![2..m + 2, ..;2])];
+            for av in a_views {
+                for bv in [b.view(), b_t.t()] {
+                    let r = common::reference(&av, &bv);
+                    let what = format!("{} {precision:?} {m}×{k}×{n}", A::DTYPE);
+                    // Each form once with inputs in place up to the limit, and once copied.
+                    let run = |bytes: usize| {
+                        limit(bytes);
+                        let before = gpu_dot::__testing::mapped_input_products();
+                        let fresh = av.gpu_dot_with(&bv, &opts).unwrap_or_else(|e| {
+                            panic!("{what}: {e}");
+                        });
+                        let mut into = Array2::<A>::from_elem((m, n), A::nan());
+                        let into_route =
+                            general_mat_mul_with(A::one(), &av, &bv, A::zero(), &mut into, &opts)
+                                .unwrap_or_else(|e| panic!("{what}, into: {e}"));
+                        let dev_a = GpuMatrix::from_array(&av.to_owned()).expect("A up");
+                        let mut dev_into = Array2::<A>::from_elem((m, n), A::nan());
+                        let dev_route = general_mat_mul_with(
+                            A::one(),
+                            &dev_a,
+                            &bv,
+                            A::zero(),
+                            &mut dev_into,
+                            &opts,
+                        )
+                        .unwrap_or_else(|e| panic!("{what}, device A: {e}"));
+                        let routes = [&fresh.route, &into_route, &dev_route].map(|r| r.to_string());
+                        let mapped = gpu_dot::__testing::mapped_input_products() - before;
+                        (mapped, routes, [fresh.c, into, dev_into])
+                    };
+                    let (in_place, routes, own) = run(LIMIT);
+                    let (copied, copied_routes, other) = run(0);
+                    let what = format!("{what}: {}", routes[0]);
+                    assert_eq!(
+                        in_place, expected,
+                        "{what}: products reading their inputs in place"
+                    );
+                    assert_eq!(
+                        copied, 0,
+                        "{what}: products reading in place with none allowed"
+                    );
+                    assert_eq!(routes, copied_routes, "{what}");
+                    for (form, (c, c_other)) in ["fresh", "into", "device A"]
+                        .iter()
+                        .zip(own.iter().zip(&other))
+                    {
+                        let what = format!("{what}, {form}");
+                        let differ = common::first_bit_difference(c, c_other);
+                        assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+                        common::check(c, &av, &bv, &r, &what);
+                    }
+                }
+            }
+            println!("inputs in place: {} {precision:?} {m}×{k}×{n}", A::DTYPE);
+        }
+    }
+}

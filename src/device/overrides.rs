@@ -139,6 +139,7 @@ static GEMM_BEFORE_VERDICT: Switch = Switch::new();
 static PROGRAMMATIC_LAUNCHES: Switch = Switch::new();
 static GEMMS_BEFORE_VERDICT_KEPT: Count = Count::new();
 static EARLY_SPLITS_AT_NEXT: Count = Count::new();
+static MAPPED_INPUT_PRODUCTS: Count = Count::new();
 
 /// Whether a guarded Ozaki product's guard passes also split the operands for the first
 /// count (`true`, the default), or leave every split until after the verdict (`false`): the
@@ -194,6 +195,39 @@ pub(crate) fn ozaki_gemm_group_set() -> Option<u32> {
         0 => None,
         rows => Some(rows),
     }
+}
+
+/// Bytes of host A and B up to which a product's kernels read them straight from page-locked
+/// staging, in place of the pipeline's own limit (`Some(0)`: never), for the benchmarks that
+/// measure the limit and the tests that compare the two paths; `None` restores the
+/// pipeline's limit.
+pub fn mapped_inputs_up_to(bytes: Option<usize>) {
+    MAPPED_INPUTS.store(
+        bytes.map_or(usize::MAX, |b| b.min(usize::MAX - 1)),
+        std::sync::atomic::Ordering::SeqCst,
+    );
+}
+
+static MAPPED_INPUTS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// The limit set by [`mapped_inputs_up_to`], if any.
+pub(crate) fn mapped_input_bytes() -> Option<usize> {
+    match MAPPED_INPUTS.load(std::sync::atomic::Ordering::SeqCst) {
+        usize::MAX => None,
+        bytes => Some(bytes),
+    }
+}
+
+/// Products whose kernels read host A and B straight from page-locked staging (see
+/// [`mapped_inputs_up_to`]): the tests read it to see that path taken.
+pub fn mapped_input_products() -> usize {
+    MAPPED_INPUT_PRODUCTS.get()
+}
+
+/// Counts one product for [`mapped_input_products`].
+pub(crate) fn count_mapped_inputs() {
+    MAPPED_INPUT_PRODUCTS.add();
 }
 
 /// Products whose INT8 GEMM, enqueued before the guard's verdict, ran and was kept (its gate

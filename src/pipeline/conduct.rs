@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
 
+use super::ends::TRACE;
 use super::link::{Lane, Link, Mark, Stamp};
 use super::schedule::{Direction, Schedule, What};
 use crate::error::GpuDotError;
@@ -226,8 +227,9 @@ struct Board<'r> {
     unpacked: AtomicUsize,
     abort: AtomicBool,
     /// Helpers that have entered the run, and the times of the first up parcel's pieces and
-    /// the last down parcel's (for the trace).
+    /// the last down parcel's (for the trace: timed only where `log_pieces`).
     arrived: AtomicUsize,
+    log_pieces: bool,
     first_parcel: PieceLog,
     last_parcel: PieceLog,
 }
@@ -244,6 +246,7 @@ impl<'r> Board<'r> {
         ends: &'r Endpoints,
         up_ring: Option<Ring<'r>>,
         down_ring: Option<Ring<'r>>,
+        log_pieces: bool,
     ) -> Board<'r> {
         let counters = |n: usize| (0..n).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>();
         let (touch_units, piece_units) = match &ends.fresh {
@@ -276,6 +279,7 @@ impl<'r> Board<'r> {
             unpacked: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
             arrived: AtomicUsize::new(0),
+            log_pieces,
             first_parcel: PieceLog::new(),
             last_parcel: PieceLog::new(),
         }
@@ -308,7 +312,7 @@ impl<'r> Board<'r> {
         if let Some(i) = Self::claim(&self.up_next, up.pieces.len(), |i| {
             up.pieces[i].parcel < free
         }) {
-            if up.pieces[i].parcel == 0 {
+            if self.log_pieces && up.pieces[i].parcel == 0 {
                 // The first parcel's pieces are the direction's first, from index 0.
                 self.first_parcel.time(i, who, self.start, || self.pack(i));
             } else {
@@ -324,7 +328,7 @@ impl<'r> Board<'r> {
                     .all(|u| self.touched[u].load(SeqCst))
         }) {
             let last = &down.parcels[down.parcels.len() - 1].pieces;
-            if last.contains(&i) {
+            if self.log_pieces && last.contains(&i) {
                 self.last_parcel
                     .time(i - last.start, who, self.start, || self.unpack(i));
             } else {
@@ -488,6 +492,10 @@ pub(crate) struct Run<'r, L: Link> {
     /// down parcel then copies nothing, and its mark, recorded after the kernels, says the
     /// result is in staging.
     pub(crate) mapped_result: bool,
+    /// The panel's kernels read A and B straight from the up ring (one panel, each up transfer
+    /// one parcel in a slot of its own): the up parcels copy nothing, and the kernels are
+    /// enqueued once every one of them is packed.
+    pub(crate) mapped_inputs: bool,
     /// Host bytes per helper thread ([`BYTES_PER_HELPER`]).
     pub(crate) bytes_per_helper: usize,
     /// A panel's work waits on the host for the device (the guard of the default precision
@@ -508,7 +516,7 @@ pub(crate) fn conduct<L: Link>(
     touched: &mut bool,
     trace: &mut Trace,
 ) -> Result<(), GpuDotError> {
-    let board = Board::new(sched, ends, run.up_ring, run.down_ring);
+    let board = Board::new(sched, ends, run.up_ring, run.down_ring, *TRACE);
     let crew = crew::crew();
     let helpers =
         (sched.host_elements() * ends.width / run.bytes_per_helper.max(1)).min(crew.helpers());
@@ -632,6 +640,7 @@ impl<L: Link> Conductor<'_, '_, L> {
                 let src = ring.at(parcel.offset, len);
                 let width = self.ends.width;
                 let dst = self.ends.up_dev[parcel.transfer] + (width * parcel.start) as u64;
+                // Mapped inputs copy nothing: the kernels read the packed parcel where it is.
                 // SAFETY: `src` holds `len` packed elements (every piece of the parcel is
                 // packed), which no piece writes again until this copy's slot mark lands
                 // (`up_free`); `dst` lies inside the device buffer the transfer targets, which
@@ -641,7 +650,9 @@ impl<L: Link> Conductor<'_, '_, L> {
                 // is waited for above).
                 let reused = issued_up + up.slots < up.parcels.len();
                 clocked(&mut trace.issue, || {
-                    unsafe { link.copy_up(dst, src, len * width)? };
+                    if !self.run.mapped_inputs {
+                        unsafe { link.copy_up(dst, src, len * width)? };
+                    }
                     if reused {
                         link.record(Mark::UpSlot(parcel.slot), Lane::Up)?;
                     }

@@ -15,6 +15,7 @@ use super::schedule::{Residency, Schedule, What};
 use super::workspace::{self, Needs, Workspace};
 use super::{conduct, schedule};
 use crate::device::context::Gpu;
+use crate::device::overrides;
 use crate::element::Element;
 use crate::engine::args::{self, DeviceOperand, GemmArgs};
 use crate::engine::aux;
@@ -113,7 +114,8 @@ fn run<T: Element>(
     times.schedule = started.elapsed();
     let mut ws = buffers(gpu, &ops, &planned)?;
     times.buffers = started.elapsed();
-    let ends = endpoints(&planned, &ops, &DevAddrs::of(&ws));
+    let addrs = DevAddrs::of(&ws, &planned, T::DTYPE.size());
+    let ends = endpoints(&planned, &ops, &addrs);
     times.loop_start = started.elapsed();
     done.ran = panel_loop(
         gpu,
@@ -312,6 +314,8 @@ struct Planned {
     slots: usize,
     /// The kernels write the result straight into the down ring (see [`mapped_result`]).
     mapped_result: bool,
+    /// The kernels read A and B straight from the up ring (see [`mapped_inputs`]).
+    mapped_inputs: bool,
     /// Each panel's work waits for the guard's verdicts (see [`conduct::Run::work_waits`]).
     work_waits: bool,
 }
@@ -339,6 +343,38 @@ fn mapped_result<T: Element>(gpu: &Gpu, ops: &Operands<T>, sched: &Schedule) -> 
         && m * n * T::DTYPE.size() <= MAPPED_RESULT_BYTES
 }
 
+/// Inputs of at most this many bytes in all (A and B) are read by the kernels straight from
+/// page-locked staging, which the device addresses directly, instead of copied to device
+/// memory first: one or two copies less on the device, and their issue on the host, for a
+/// small product. The kernels then wait on the link for each step along k, so larger inputs
+/// lose more than the copies cost. Measured host to host on H100 hosts (BENCHMARKS.md, eight
+/// calls of each setting): `f32` 16³–64³ (2–32 KiB) took 1–6 µs less in place (16³
+/// 0.017–0.022 ms against 0.021–0.027), `f64` 16³–32³ 0–5 µs less (16³ 0.021–0.024 against
+/// 0.023–0.028); `f64` 64³ (64 KiB) took up to 5 µs more, `f32` 128³ (128 KiB) up to 4 µs
+/// more, `f32` 160³ and 192³ 8–22 µs more.
+pub(crate) const MAPPED_INPUT_BYTES: usize = 32 << 10;
+
+/// Whether a product's kernels read A and B straight from the up ring: a product of one panel
+/// whose up transfers are A and B alone (C's old value is not read from the host), each one
+/// parcel in a slot of its own (the ring is never reused in the run), of at most
+/// [`MAPPED_INPUT_BYTES`] in all, on a device that addresses page-locked host memory at its
+/// host address.
+fn mapped_inputs<T: Element>(gpu: &Gpu, ops: &Operands<T>, sched: &Schedule) -> bool {
+    let up = &sched.up;
+    let bytes = up.transfers.iter().map(|t| t.len).sum::<usize>() * T::DTYPE.size();
+    gpu.maps_host()
+        && ops.multiply
+        && sched.panels.len() == 1
+        && !up.transfers.is_empty()
+        && up
+            .transfers
+            .iter()
+            .all(|t| matches!(t.what, What::A(0) | What::B))
+        && up.parcels.len() == up.transfers.len()
+        && up.slots == up.parcels.len()
+        && bytes <= overrides::mapped_input_bytes().unwrap_or(MAPPED_INPUT_BYTES)
+}
+
 /// Whether a product's panels run the guard of the default precision, whose verdicts the
 /// host reads back: panels of a plan that emulates (the tile kernels' plans) where the
 /// emulation pays.
@@ -364,6 +400,7 @@ impl Planned {
         let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
         let slots = if sched.panels.len() > 1 { 2 } else { 1 };
         let mapped_result = mapped_result(gpu, ops, &sched);
+        let mapped_inputs = mapped_inputs(gpu, ops, &sched);
         let work_waits = guarded_panels(gpu, opts, ops, &choice, rows, sched.panels.len());
         Planned {
             choice,
@@ -372,6 +409,7 @@ impl Planned {
             rows,
             slots,
             mapped_result,
+            mapped_inputs,
             work_waits,
         }
     }
@@ -398,14 +436,11 @@ fn buffers<T: Element>(
 ) -> Result<Workspace, GpuDotError> {
     let (_, k, n) = ops.dims;
     let (rows, r) = (planned.rows, ops.residency);
+    let copied = ops.multiply && !planned.mapped_inputs;
     let needs = Needs {
         width: T::DTYPE.size(),
-        b: if ops.multiply && r.b_host { k * n } else { 0 },
-        a: if ops.multiply && r.a_host {
-            rows * k
-        } else {
-            0
-        },
+        b: if copied && r.b_host { k * n } else { 0 },
+        a: if copied && r.a_host { rows * k } else { 0 },
         a_slots: planned.slots,
         c: if r.c_host && !planned.mapped_result {
             rows * n
@@ -431,15 +466,51 @@ struct DevAddrs {
 }
 
 impl DevAddrs {
-    fn of(ws: &Workspace) -> DevAddrs {
+    fn of(ws: &Workspace, planned: &Planned, width: usize) -> DevAddrs {
         let stream = &ws.lanes.compute;
         let addr = |b: &Option<args::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
-        DevAddrs {
+        let addrs = DevAddrs {
             b: addr(&ws.dev.b),
             a: [addr(&ws.dev.a[0]), addr(&ws.dev.a[1])],
             c: [addr(&ws.dev.c[0]), addr(&ws.dev.c[1])],
+        };
+        match inputs_in_ring(ws, planned, width) {
+            Some(at) => addrs.with_inputs(at),
+            None => addrs,
         }
     }
+
+    /// These addresses with A's first slot and B replaced where `at` has them.
+    fn with_inputs(mut self, (a, b): MappedInputs) -> DevAddrs {
+        self.a[0] = a.unwrap_or(self.a[0]);
+        self.b = b.unwrap_or(self.b);
+        self
+    }
+}
+
+/// Where the kernels read host A and B in place (A's address, B's), each where it is a host
+/// operand.
+type MappedInputs = (Option<CUdeviceptr>, Option<CUdeviceptr>);
+
+/// The addresses of a product's mapped inputs (see [`mapped_inputs`]) in the workspace's up
+/// ring: each up transfer's one parcel, at its offset; `None` where its inputs are copied.
+fn inputs_in_ring(ws: &Workspace, planned: &Planned, width: usize) -> Option<MappedInputs> {
+    let ring = ws.staging.up.as_ref().filter(|_| planned.mapped_inputs)?;
+    Some(ring_inputs(&planned.sched, ring.addr(), width))
+}
+
+/// [`inputs_in_ring`] for the up ring at `ring`.
+fn ring_inputs(sched: &Schedule, ring: CUdeviceptr, width: usize) -> MappedInputs {
+    let mut at = (None, None);
+    for (t, parcel) in sched.up.transfers.iter().zip(&sched.up.parcels) {
+        let addr = Some(ring + (parcel.offset * width) as u64);
+        match t.what {
+            What::A(0) => at.0 = addr,
+            What::B => at.1 = addr,
+            other => unreachable!("{other:?} is not a mapped input"),
+        }
+    }
+    at
 }
 
 /// Step 4, endpoints: each transfer of the schedule bound to its host matrix and device
@@ -509,6 +580,10 @@ fn panel_loop<T: Element>(
 ) -> Result<Option<Ran>, GpuDotError> {
     let streams = planned.streams(ws);
     let compute = streams.compute.clone();
+    let inputs_at = inputs_in_ring(ws, planned, T::DTYPE.size());
+    if inputs_at.is_some() {
+        overrides::count_mapped_inputs();
+    }
     let Workspace {
         lanes,
         dev,
@@ -530,6 +605,7 @@ fn panel_loop<T: Element>(
             planned,
             dev,
             result_at,
+            inputs_at,
             &compute,
             &mut shared,
             i,
@@ -555,6 +631,7 @@ fn panel_loop<T: Element>(
         a_slots: planned.slots,
         c_slots: planned.slots,
         mapped_result: result_at.is_some(),
+        mapped_inputs: inputs_at.is_some(),
         bytes_per_helper: conduct::BYTES_PER_HELPER,
         work_waits: planned.work_waits,
     };
@@ -566,8 +643,9 @@ fn panel_loop<T: Element>(
 /// Enqueues panel `i`'s kernel (the chosen plan) and, when the product is not plain, its
 /// epilogue `C = alpha·T + beta·C`, on `stream`. With `result_at`, the kernel writes the
 /// panel's result there (the down ring's page-locked memory, as the device addresses it)
-/// instead of into a device buffer. `shared` carries what an emulated panel left of op(B)
-/// to the next.
+/// instead of into a device buffer; with `inputs_at` (A's address, B's), it reads host A and
+/// B there (their parcels in the up ring). `shared` carries what an emulated panel left of
+/// op(B) to the next.
 #[allow(clippy::too_many_arguments)]
 fn enqueue_panel<T: Element>(
     gpu: &Gpu,
@@ -576,6 +654,7 @@ fn enqueue_panel<T: Element>(
     planned: &Planned,
     dev: &mut workspace::DevBufs,
     result_at: Option<CUdeviceptr>,
+    inputs_at: Option<MappedInputs>,
     stream: &Arc<CudaStream>,
     shared: &mut SharedB,
     i: usize,
@@ -586,9 +665,23 @@ fn enqueue_panel<T: Element>(
     let slot = i % planned.slots;
     let mut ran = None;
     if ops.multiply {
+        // SAFETY: each address of `inputs_at` is the up ring's page-locked memory of the one
+        // parcel of host A or B (`mapped_inputs`: one panel, each transfer one parcel in a slot
+        // of its own), which the device addresses at the same address (unified addressing,
+        // `Gpu::maps_host`): A's `p · k` elements and B's `k · n` from there, packed before
+        // these kernels are enqueued (the conductor enqueues them once every up parcel is
+        // packed) and not written again until the run has drained. The ring outlives the run,
+        // and `Mapped` never frees it.
+        let (a_at, b_at) = inputs_at.unwrap_or((None, None));
+        let mapped_a = a_at.map(|at| unsafe { Mapped::<T>::new(stream, at, p * k) });
+        // SAFETY: as for A just above.
+        let mapped_b = b_at.map(|at| unsafe { Mapped::<T>::new(stream, at, k * n) });
         let a = match ops.a {
             Input::Host(s) => DeviceOperand {
-                buf: dev.a[slot].as_ref().expect("provided").view(p * k),
+                buf: match &mapped_a {
+                    Some(m) => m.view(),
+                    None => dev.a[slot].as_ref().expect("provided").view(p * k),
+                },
                 trans: s.trans,
                 ld: s.ld(p),
             },
@@ -604,7 +697,10 @@ fn enqueue_panel<T: Element>(
         };
         let b = match ops.b {
             Input::Host(s) => DeviceOperand {
-                buf: dev.b.as_ref().expect("provided").view(k * n),
+                buf: match &mapped_b {
+                    Some(m) => m.view(),
+                    None => dev.b.as_ref().expect("provided").view(k * n),
+                },
                 trans: s.trans,
                 ld: s.ld(k),
             },
@@ -657,6 +753,7 @@ fn enqueue_panel<T: Element>(
 
 /// Page-locked host memory seen as a device slice of `T` (the address the device uses for it
 /// is its host address), never freed through the slice: the staging that owns it frees it.
+/// A mapped result is written through it, mapped inputs read.
 struct Mapped<T>(Option<CudaSlice<T>>);
 
 impl<T> Mapped<T> {
@@ -665,6 +762,10 @@ impl<T> Mapped<T> {
     /// elements of `T`, alive and used by nothing else while the slice's work runs.
     unsafe fn new(stream: &Arc<CudaStream>, at: CUdeviceptr, len: usize) -> Mapped<T> {
         Mapped(Some(unsafe { stream.upgrade_device_ptr::<T>(at, len) }))
+    }
+
+    fn view(&self) -> cudarc::driver::CudaView<'_, T> {
+        self.0.as_ref().expect("mapped until dropped").as_view()
     }
 
     fn view_mut(&mut self) -> cudarc::driver::CudaViewMut<'_, T> {
@@ -802,7 +903,7 @@ mod tests {
             .as_nanos() as u64;
         println!("seed {seed}");
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut mapped_runs = 0;
+        let (mut mapped_runs, mut mapped_in_runs) = (0, 0);
         for case in 0..400 {
             // Every eighth case is small and of one panel, so that its result may be mapped.
             let small = case % 8 == 0;
@@ -872,6 +973,15 @@ mod tests {
             ));
             let panels = sched.panels.len();
             let slots = if panels > 1 { 2 } else { 1 };
+            // As `mapped_inputs` allows: one panel, C's old value not read, each input one
+            // parcel in a slot of its own.
+            let up = &sched.up;
+            let mapped_in = panels == 1
+                && beta == 0.0
+                && up.parcels.len() == up.transfers.len()
+                && up.slots == up.parcels.len()
+                && rng.random_bool(0.5);
+            mapped_in_runs += usize::from(mapped_in);
             let planned = Planned {
                 choice: Choice {
                     panels,
@@ -883,17 +993,26 @@ mod tests {
                 rows,
                 slots,
                 mapped_result: false,
+                mapped_inputs: mapped_in,
                 work_waits: false,
             };
             let sched = &planned.sched;
+            let mut up_ring = vec![f32::NAN; sched.up.ring_len()];
+            let mut down_ring = vec![f32::NAN; sched.down.ring_len()];
+            let up_ring = Ring::of_slice(&mut up_ring);
             let mut dev_b = vec![f32::NAN; k * n];
             let mut dev_a = [vec![f32::NAN; rows * k], vec![f32::NAN; rows * k]];
             let mut dev_c = [vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]];
-            let addrs = DevAddrs {
+            let mut addrs = DevAddrs {
                 b: dev_b.as_mut_ptr() as u64,
                 a: [dev_a[0].as_mut_ptr() as u64, dev_a[1].as_mut_ptr() as u64],
                 c: [dev_c[0].as_mut_ptr() as u64, dev_c[1].as_mut_ptr() as u64],
             };
+            if mapped_in {
+                // The kernel reads A and B where they are packed.
+                let ring = up_ring.at(0, 0) as u64;
+                addrs = addrs.with_inputs(ring_inputs(sched, ring, 4));
+            }
             let ends = endpoints(&planned, &ops, &addrs);
             let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
             let fresh = ops.fresh;
@@ -901,15 +1020,14 @@ mod tests {
             let mapped =
                 panels == 1 && beta == 0.0 && sched.down.parcels.len() == 1 && rng.random_bool(0.5);
             mapped_runs += usize::from(mapped);
-            let mut up_ring = vec![f32::NAN; sched.up.ring_len()];
-            let mut down_ring = vec![f32::NAN; sched.down.ring_len()];
             let run = Run {
                 link: SimLink::new(panels > 1, seed ^ case),
-                up_ring: Some(Ring::of_slice(&mut up_ring)),
+                up_ring: Some(up_ring),
                 down_ring: Some(Ring::of_slice(&mut down_ring)),
                 a_slots: slots,
                 c_slots: slots,
                 mapped_result: mapped,
+                mapped_inputs: mapped_in,
                 bytes_per_helper: 64,
                 work_waits: rng.random_bool(0.5),
             };
@@ -985,13 +1103,20 @@ mod tests {
                 };
                 (f64::from(alpha) * acc + f64::from(beta) * old) as f32
             });
-            assert_eq!(got, want, "{what}, mapped {mapped} (seed {seed})");
+            assert_eq!(
+                got, want,
+                "{what}, mapped result {mapped}, inputs {mapped_in} (seed {seed})"
+            );
+            if mapped_in {
+                assert_eq!(run.link.up_copies(), 0, "{what}: mapped inputs were copied");
+            }
             assert!(touched || fresh, "{what}: the output was written");
         }
         assert!(
             mapped_runs > 0,
             "no case wrote its result straight into staging"
         );
+        assert!(mapped_in_runs > 0, "no case read its inputs from staging");
     }
 
     #[test]

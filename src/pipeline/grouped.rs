@@ -214,6 +214,7 @@ pub(super) fn run<T: Element>(
         a_slots: slots.count,
         c_slots: slots.count,
         mapped_result: false,
+        mapped_inputs: false,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
         work_waits: false,
     };

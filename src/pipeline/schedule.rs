@@ -55,6 +55,11 @@ impl Limits {
 /// start where the conductor packed one piece of the first parcel, 23 µs where it packed two).
 const PIECES_PER_PARCEL: usize = 16;
 
+/// Elements to which the parcels of a ring without reuse are aligned (256 bytes of `f32`, 512
+/// of `f64`): a parcel's staging then starts where a device buffer would, and the kernels'
+/// 16-byte loads may read it in place.
+pub(crate) const RING_ALIGN: usize = 64;
+
 /// Which way parcel sizes change along a direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Growth {
@@ -208,14 +213,16 @@ impl Direction {
         let slot_len = parcels.iter().map(Parcel::len).max().unwrap_or(0);
         let total: usize = parcels.iter().map(Parcel::len).sum();
         let (slots, ring_len) = if total <= limits.max_ring {
-            // Everything in flight at once: each parcel at its own offset.
-            let mut at = 0;
+            // Everything in flight at once: each parcel at its own offset, aligned as device
+            // memory is, so that kernels may read a parcel in place (mapped inputs).
+            let mut at = 0usize;
             for (j, parcel) in parcels.iter_mut().enumerate() {
+                at = at.next_multiple_of(RING_ALIGN);
                 parcel.slot = j;
                 parcel.offset = at;
                 at += parcel.len();
             }
-            (parcels.len(), total)
+            (parcels.len(), at)
         } else {
             let slots = (limits.max_ring / slot_len.max(1)).max(1);
             for (j, parcel) in parcels.iter_mut().enumerate() {
@@ -518,9 +525,13 @@ mod tests {
                 assert_eq!(p.slot, j % d.slots);
                 assert!(p.offset + p.len() <= d.ring_len());
                 if d.slots == d.parcels.len() {
-                    // No reuse: the parcels tile the ring.
-                    let before: usize = d.parcels[..j].iter().map(Parcel::len).sum();
-                    assert_eq!(p.offset, before);
+                    // No reuse: the parcels follow one another in the ring, each at the first
+                    // aligned offset after the one before.
+                    let before = match j {
+                        0 => 0,
+                        _ => d.parcels[j - 1].offset + d.parcels[j - 1].len(),
+                    };
+                    assert_eq!(p.offset, before.next_multiple_of(RING_ALIGN));
                 }
                 assert_eq!(p.pieces.start, next_piece);
                 let mut q = p.start;
@@ -537,7 +548,12 @@ mod tests {
         }
         assert_eq!(next_piece, d.pieces.len());
         let total: usize = d.transfers.iter().map(|t| t.len).sum();
-        assert!(d.ring_len() <= total.min(L.max_ring.max(L.max_parcel)));
+        // The ring holds no more than the data with each parcel's alignment; a ring whose
+        // slots are reused, no more than the largest ring.
+        assert!(d.ring_len() <= total + d.parcels.len() * (RING_ALIGN - 1));
+        if d.slots < d.parcels.len() {
+            assert!(d.ring_len() <= L.max_ring.max(L.max_parcel));
+        }
     }
 
     #[test]
@@ -648,7 +664,8 @@ mod tests {
         assert!(s.up.ring_len() <= L.max_ring);
         assert_eq!(s.up.ring_len(), s.up.slots * L.max_parcel);
         assert!(s.up.parcels.len() > s.up.slots);
-        // Smaller products: every parcel in flight at once, the ring no larger than the data.
+        // Smaller products: every parcel in flight at once, the ring no larger than the data
+        // (parcels of whole multiples of the alignment need no padding).
         let s = Schedule::product((1024, 1024, 1024), 1024, true, ALL_HOST);
         assert_eq!(s.up.slots, s.up.parcels.len());
         assert_eq!(s.up.ring_len(), 2 * 1024 * 1024);

@@ -57,6 +57,11 @@ impl SimLink {
         }
     }
 
+    /// Copies enqueued on the up lane so far.
+    pub(crate) fn up_copies(&self) -> usize {
+        self.up_copies.get()
+    }
+
     /// For each panel's inputs mark recorded, the panel and the up copies enqueued before it.
     pub(crate) fn inputs_marks(&self) -> Vec<(usize, usize)> {
         self.inputs_marks.borrow().clone()

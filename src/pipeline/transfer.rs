@@ -61,6 +61,7 @@ pub(super) fn transfer<T: Element>(
         a_slots: 1,
         c_slots: 1,
         mapped_result: false,
+        mapped_inputs: false,
         bytes_per_helper: conduct::BYTES_PER_HELPER,
         work_waits: false,
     };
