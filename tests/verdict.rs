@@ -184,11 +184,20 @@ fn on_and_off<A: Element>(switch: fn(bool), what: &str) -> Kinds {
 fn the_gemm_tile_order_leaves_the_bits_alone() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     gpu_dot::__testing::emulate_every_size(true);
-    let result = std::panic::catch_unwind(|| {
-        tile_orders::<f64>();
-        tile_orders::<f32>();
-    });
-    gpu_dot::__testing::ozaki_gemm_group(None);
+    then_reset(
+        || {
+            tile_orders::<f64>();
+            tile_orders::<f32>();
+        },
+        || gpu_dot::__testing::ozaki_gemm_group(None),
+    );
+}
+
+/// Runs `body`, then `reset` and the guard's weighing of every size off (the switches the
+/// body set, back to the crate's own), even where the body panics.
+fn then_reset(body: impl FnOnce() + std::panic::UnwindSafe, reset: impl FnOnce()) {
+    let result = std::panic::catch_unwind(body);
+    reset();
     gpu_dot::__testing::emulate_every_size(false);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
@@ -246,15 +255,13 @@ fn tile_orders<A: Element>() {
 #[ignore = "needs a CUDA GPU"]
 fn small_inputs_read_in_place_give_the_bits_of_copied_inputs() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let result = std::panic::catch_unwind(|| {
-        inputs_in_place::<f64>();
-        inputs_in_place::<f32>();
-    });
-    gpu_dot::__testing::mapped_inputs_up_to(None);
-    gpu_dot::__testing::emulate_every_size(false);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
+    then_reset(
+        || {
+            inputs_in_place::<f64>();
+            inputs_in_place::<f32>();
+        },
+        || gpu_dot::__testing::mapped_inputs_up_to(None),
+    );
 }
 
 /// Small products of host operands (C order, transposed, strided; into a fresh result, into

@@ -72,17 +72,14 @@ static OVERRIDES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 /// tensor cores run; `None` restores the device's own. The modules keep every entry of the
 /// real device.
 pub fn pretend_compute_capability(sm: Option<u32>) {
-    PRETEND_SM.store(sm.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    PRETEND_SM.set(sm.map(|sm| sm as usize));
 }
 
-static PRETEND_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static PRETEND_SM: Setting = Setting::new();
 
 /// The compute capability set by [`pretend_compute_capability`], if any.
 pub(crate) fn pretended_sm() -> Option<u32> {
-    match PRETEND_SM.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => None,
-        sm => Some(sm),
-    }
+    PRETEND_SM.get().map(|sm| sm as u32)
 }
 
 /// Makes the default precision weigh emulation on every product the Ozaki kernels can run,
@@ -114,6 +111,32 @@ impl Switch {
 
     fn on(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A value the tests set in place of the crate's own, or none (the crate's own) until one is
+/// set.
+struct Setting(std::sync::atomic::AtomicUsize);
+
+impl Setting {
+    /// Stored for none: no setting takes it (a byte count or a count of rows that large
+    /// is saturated one below).
+    const NONE: usize = usize::MAX;
+
+    const fn new() -> Self {
+        Setting(std::sync::atomic::AtomicUsize::new(Self::NONE))
+    }
+
+    fn set(&self, value: Option<usize>) {
+        let stored = value.map_or(Self::NONE, |v| v.min(Self::NONE - 1));
+        self.0.store(stored, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn get(&self) -> Option<usize> {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Self::NONE => None,
+            value => Some(value),
+        }
     }
 }
 
@@ -184,17 +207,14 @@ pub(crate) fn programmatic_launches_on() -> bool {
 /// clusters pair tile rows), for the benchmarks that measure the order; `None` restores the
 /// engine's count.
 pub fn ozaki_gemm_group(rows: Option<u32>) {
-    GEMM_GROUP.store(rows.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    GEMM_GROUP.set(rows.map(|rows| rows as usize));
 }
 
-static GEMM_GROUP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static GEMM_GROUP: Setting = Setting::new();
 
 /// The group set by [`ozaki_gemm_group`], if any.
 pub(crate) fn ozaki_gemm_group_set() -> Option<u32> {
-    match GEMM_GROUP.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => None,
-        rows => Some(rows),
-    }
+    GEMM_GROUP.get().map(|rows| rows as u32)
 }
 
 /// Bytes of host A and B up to which a product's kernels read them straight from page-locked
@@ -202,21 +222,14 @@ pub(crate) fn ozaki_gemm_group_set() -> Option<u32> {
 /// measure the limit and the tests that compare the two paths; `None` restores the
 /// pipeline's limit.
 pub fn mapped_inputs_up_to(bytes: Option<usize>) {
-    MAPPED_INPUTS.store(
-        bytes.map_or(usize::MAX, |b| b.min(usize::MAX - 1)),
-        std::sync::atomic::Ordering::SeqCst,
-    );
+    MAPPED_INPUTS.set(bytes);
 }
 
-static MAPPED_INPUTS: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(usize::MAX);
+static MAPPED_INPUTS: Setting = Setting::new();
 
 /// The limit set by [`mapped_inputs_up_to`], if any.
 pub(crate) fn mapped_input_bytes() -> Option<usize> {
-    match MAPPED_INPUTS.load(std::sync::atomic::Ordering::SeqCst) {
-        usize::MAX => None,
-        bytes => Some(bytes),
-    }
+    MAPPED_INPUTS.get()
 }
 
 /// Products whose kernels read host A and B straight from page-locked staging (see

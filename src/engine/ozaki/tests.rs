@@ -383,6 +383,7 @@ fn the_tile_order_groups_whole_pairs_of_tile_rows() {
     // A benchmark's count: as set where the clusters pair tile columns, else rounded up to a
     // whole number of pairs of tile rows.
     for (set, columns, rows) in [
+        (0, 1, 2),
         (1, 1, 2),
         (2, 2, 2),
         (3, 3, 4),
