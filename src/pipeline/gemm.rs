@@ -351,7 +351,7 @@ fn mapped_result<T: Element>(gpu: &Gpu, ops: &Operands<T>, sched: &Schedule) -> 
 /// calls of each setting): `f32` 16³–64³ (2–32 KiB) took 1–6 µs less in place (16³
 /// 0.017–0.022 ms against 0.021–0.027), `f64` 16³–32³ 0–5 µs less (16³ 0.021–0.024 against
 /// 0.023–0.028); `f64` 64³ (64 KiB) took up to 5 µs more, `f32` 128³ (128 KiB) up to 4 µs
-/// more, `f32` 160³ and 192³ 8–22 µs more.
+/// more, `f32` 160³ and 192³ 7–21 µs more.
 pub(crate) const MAPPED_INPUT_BYTES: usize = 32 << 10;
 
 /// Whether a product's kernels read A and B straight from the up ring: a product of one panel
