@@ -227,7 +227,8 @@ struct Board<'r> {
     unpacked: AtomicUsize,
     abort: AtomicBool,
     /// Helpers that have entered the run, and the times of the first up parcel's pieces and
-    /// the last down parcel's (for the trace: timed only where `log_pieces`).
+    /// the last down parcel's: for the trace, so counted, timed and read only where
+    /// `log_pieces`.
     arrived: AtomicUsize,
     log_pieces: bool,
     first_parcel: PieceLog,
@@ -523,7 +524,9 @@ pub(crate) fn conduct<L: Link>(
     trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
     let work = |index: usize| {
-        board.arrived.fetch_add(1, SeqCst);
+        if board.log_pieces {
+            board.arrived.fetch_add(1, SeqCst);
+        }
         let mut waited = 0;
         loop {
             match board.step(index) {
@@ -806,9 +809,11 @@ impl<L: Link> Conductor<'_, '_, L> {
                 trace.unpacked = self.now();
                 trace.touched = board.touched_ns.load(SeqCst) as f64 * 1e-9;
                 // The board's clock starts just before the conductor's.
-                let offset = (self.start - board.start).as_secs_f64();
-                trace.first_parcel = board.first_parcel.read(offset);
-                trace.last_parcel = board.last_parcel.read(offset);
+                if board.log_pieces {
+                    let offset = (self.start - board.start).as_secs_f64();
+                    trace.first_parcel = board.first_parcel.read(offset);
+                    trace.last_parcel = board.last_parcel.read(offset);
+                }
                 return Ok(());
             }
             if progressed {

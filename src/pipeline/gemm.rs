@@ -114,7 +114,8 @@ fn run<T: Element>(
     times.schedule = started.elapsed();
     let mut ws = buffers(gpu, &ops, &planned)?;
     times.buffers = started.elapsed();
-    let addrs = DevAddrs::of(&ws, &planned, T::DTYPE.size());
+    let inputs_at = inputs_in_ring(&ws, &planned, T::DTYPE.size());
+    let addrs = DevAddrs::of(&ws, inputs_at);
     let ends = endpoints(&planned, &ops, &addrs);
     times.loop_start = started.elapsed();
     done.ran = panel_loop(
@@ -124,6 +125,7 @@ fn run<T: Element>(
         &planned,
         &mut ws,
         &ends,
+        inputs_at,
         touched,
         &mut times.run,
     )?;
@@ -466,7 +468,9 @@ struct DevAddrs {
 }
 
 impl DevAddrs {
-    fn of(ws: &Workspace, planned: &Planned, width: usize) -> DevAddrs {
+    /// The workspace's buffers, with A's first slot and B in the up ring where `inputs_at`
+    /// has them (see [`inputs_in_ring`]).
+    fn of(ws: &Workspace, inputs_at: Option<MappedInputs>) -> DevAddrs {
         let stream = &ws.lanes.compute;
         let addr = |b: &Option<args::DevBuf>| b.as_ref().map_or(0, |b| b.addr(stream));
         let addrs = DevAddrs {
@@ -474,7 +478,7 @@ impl DevAddrs {
             a: [addr(&ws.dev.a[0]), addr(&ws.dev.a[1])],
             c: [addr(&ws.dev.c[0]), addr(&ws.dev.c[1])],
         };
-        match inputs_in_ring(ws, planned, width) {
+        match inputs_at {
             Some(at) => addrs.with_inputs(at),
             None => addrs,
         }
@@ -566,7 +570,8 @@ fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -
 }
 
 /// Step 5, the panel loop: the conductor runs the schedule, calling back for each panel's
-/// kernels (on the compute stream). Returns what the first panel ran.
+/// kernels (on the compute stream); `inputs_at` is where they read host A and B in place, if
+/// they do ([`inputs_in_ring`]). Returns what the first panel ran.
 #[allow(clippy::too_many_arguments)]
 fn panel_loop<T: Element>(
     gpu: &Gpu,
@@ -575,12 +580,12 @@ fn panel_loop<T: Element>(
     planned: &Planned,
     ws: &mut Workspace,
     ends: &Endpoints,
+    inputs_at: Option<MappedInputs>,
     touched: &mut bool,
     trace: &mut Trace,
 ) -> Result<Option<Ran>, GpuDotError> {
     let streams = planned.streams(ws);
     let compute = streams.compute.clone();
-    let inputs_at = inputs_in_ring(ws, planned, T::DTYPE.size());
     if inputs_at.is_some() {
         overrides::count_mapped_inputs();
     }
