@@ -8,6 +8,8 @@
 //! - back-to-back page-locked copies of 32 MiB in chunks of 64 KiB to 4 MiB, each direction
 //!   alone, up on two streams taking the chunks in turn, and both directions at once: the
 //!   cost of cutting a transfer into parcels;
+//! - with `--pack-and-copy`, a pipeline's up direction alone (packing while copying), its
+//!   source just written or read from memory, and unpacking after a copy down;
 //! - with `--register`, pageable memory page-locked in place (`cuMemHostRegister`): what the
 //!   registration and its undoing cost, in small and in huge pages, touched and fresh, and how
 //!   fast the copies from and to it run.
@@ -328,13 +330,41 @@ unsafe fn stream_copy(src: *const f32, dst: *mut f32, len: usize) {
     }
 }
 
+/// Evicts the host's caches of other data: writes every line of a 512 MiB buffer.
+struct Scrub(std::cell::RefCell<Vec<u64>>);
+
+impl Scrub {
+    fn new() -> Scrub {
+        Scrub(std::cell::RefCell::new(vec![1; 64 * MIB]))
+    }
+
+    fn run(&self) {
+        let mut b = self.0.borrow_mut();
+        for (i, x) in b.iter_mut().enumerate().step_by(8) {
+            *x = x.wrapping_add(i as u64);
+        }
+        std::hint::black_box(&*b);
+    }
+}
+
 /// A pipeline's up direction alone: 32 MiB packed from pageable memory into page-locked
 /// staging by `threads` threads, chunk by chunk, each chunk copied to the device as soon as
 /// it is packed (one stream, one synchronisation at the end); with plain copies or
-/// streaming stores, against the same copies of staging packed beforehand.
-fn pack_and_copy(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value> {
+/// streaming stores, against the same copies of staging packed beforehand. With `scrub`, the
+/// host's caches are filled with other data before each run, so that packing reads its
+/// source from memory, as a product's does when its inputs were written long before.
+fn pack_and_copy(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    scrub: Option<&Scrub>,
+) -> Vec<Value> {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    println!("\n| chunk bytes | threads | packing | GB/s, packed before | GB/s from the first copy, packed while copying |");
+    let source = if scrub.is_some() {
+        "source from memory"
+    } else {
+        "source just written"
+    };
+    println!("\n| chunk bytes | threads | packing ({source}) | GB/s, packed before | GB/s from the first copy, packed while copying |");
     println!("|---|---|---|---|---|");
     let total = 32 * MIB / 4;
     let src: Vec<f32> = (0..total).map(|i| i as f32).collect();
@@ -361,6 +391,9 @@ fn pack_and_copy(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value>
         for threads in [4usize, 8, 15] {
             for streaming in [false, true] {
                 let run = |pipelined: bool| {
+                    if let Some(scrub) = scrub {
+                        scrub.run();
+                    }
                     let done: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
                     let start = Instant::now();
                     let first_issue = std::cell::RefCell::new(start);
@@ -438,6 +471,7 @@ fn pack_and_copy(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Vec<Value>
                 );
                 out.push(
                     json!({"chunk_bytes": chunk, "threads": threads, "stores": how,
+                    "source_from_memory": scrub.is_some(),
                     "pack_gb_per_s": gbs(pack_s), "copy_after_pack_gb_per_s": gbs(before),
                     "pipelined_gb_per_s": gbs(during)}),
                 );
@@ -765,7 +799,9 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--pack-and-copy") {
-        let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream),
+        let scrub = Scrub::new();
+        let doc = json!({"pack_and_copy": pack_and_copy(&ctx, &stream, None),
+            "pack_and_copy_from_memory": pack_and_copy(&ctx, &stream, Some(&scrub)),
             "down_after_read": down_after_read(&ctx, &stream)});
         if let Some(path) = json_path {
             std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON"))
@@ -778,7 +814,7 @@ fn main() {
         "fill": fill_fresh_results(),
         "link": link(&ctx, &stream),
         "chunked": chunked(&ctx, &stream),
-        "pack_and_copy": pack_and_copy(&ctx, &stream),
+        "pack_and_copy": pack_and_copy(&ctx, &stream, None),
         "down_after_read": down_after_read(&ctx, &stream),
     });
     if let Some(path) = json_path {

@@ -44,8 +44,11 @@ const MIN_PANELLED_BYTES: usize = 16 << 20;
 /// panel's kernel fills the device (measured on an H200: 512-row panels of 4096³ ran their
 /// kernels at less than half the speed of the whole product).
 const DEFAULT_PANELS: usize = 4;
-/// Panel counts the tuner tries per product (the smallest that fit).
-const PANEL_CHOICES: usize = 3;
+/// Panel counts the tuner tries per product (the smallest that fit). Four reach eight panels
+/// at 1024³–2048³, whose short last panel leaves the least work after the last input lands:
+/// host to host into an existing array on an H100, eight panels took 3–7% less than four at
+/// f64 1024³–2048³ and f32 2048³ (BENCHMARKS.md).
+const PANEL_CHOICES: usize = 4;
 /// Times each surviving candidate is measured before the tuner chooses.
 pub(crate) const ROUNDS: u32 = 3;
 /// After its first measurement, a candidate slower than this many times the fastest first
@@ -620,7 +623,7 @@ mod tests {
     fn panel_counts_start_with_the_default_and_respect_the_granule() {
         // Mid-size: one panel by default, more to try.
         let c = panel_counts(&product((1024, 1024, 1024), 12 << 20), None, None);
-        assert_eq!(c, vec![1, 2, 4]);
+        assert_eq!(c, vec![1, 2, 4, 8]);
         // Large: four by default.
         let c = panel_counts(&product((4096, 4096, 4096), 192 << 20), None, None);
         assert_eq!(c[0], 4);
@@ -699,7 +702,7 @@ mod tests {
         assert_eq!(panel_counts(&two, None, Some(90))[0], 2);
         // A product too small to emulate keeps its counts.
         let small = product((1024, 1024, 1024), 12 << 20);
-        assert_eq!(panel_counts(&small, None, Some(90)), vec![1, 2, 4]);
+        assert_eq!(panel_counts(&small, None, Some(90)), vec![1, 2, 4, 8]);
     }
 
     #[test]
