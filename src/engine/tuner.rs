@@ -46,8 +46,9 @@ const MIN_PANELLED_BYTES: usize = 16 << 20;
 const DEFAULT_PANELS: usize = 4;
 /// Panel counts the tuner tries per product (the smallest that fit). Four reach eight panels
 /// at 1024³–2048³, whose short last panel leaves the least work after the last input lands:
-/// host to host into an existing array on an H100, eight panels took 3–7% less than four at
-/// f64 1024³–2048³ and f32 2048³ (BENCHMARKS.md).
+/// host to host into an existing array on H100 hosts, eight panels took 2–7% less than four
+/// at f64 1024³–2048³ and f32 2048³, and the tuner chose six or eight at 1536³–2048³
+/// (BENCHMARKS.md).
 const PANEL_CHOICES: usize = 4;
 /// Times each surviving candidate is measured before the tuner chooses.
 pub(crate) const ROUNDS: u32 = 3;
