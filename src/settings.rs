@@ -61,6 +61,10 @@ pub(crate) struct Setting {
     pub(crate) values: &'static [Value],
     /// What it does, in one line.
     pub(crate) doc: &'static str,
+    /// What the crate does where the variable is unset, as the docs' tables write it. The
+    /// switches read theirs from here; the unit tests check the others against the code's
+    /// defaults ([`DotOptions::builtin`](crate::DotOptions::builtin) and the constants).
+    pub(crate) default: &'static str,
 }
 
 /// A value, or a form of values, that a setting accepts.
@@ -142,6 +146,7 @@ pub(crate) const BACKEND: Setting = Setting {
     name: ENV_BACKEND,
     values: &[Value::word("auto"), Value::word("gpu"), Value::word("cpu")],
     doc: "where products run: by size (auto), always on the GPU, or always on the CPU",
+    default: "`auto`",
 };
 
 /// `GPU_DOT_KERNEL`.
@@ -156,6 +161,7 @@ pub(crate) const KERNEL: Setting = Setting {
         Value::word("reg128"),
     ],
     doc: "the CUDA kernel of GPU products",
+    default: "`auto`",
 };
 
 /// `GPU_DOT_AUTOTUNE`.
@@ -163,6 +169,7 @@ pub(crate) const AUTOTUNE: Setting = Setting {
     name: ENV_AUTOTUNE,
     values: SWITCH,
     doc: "whether the auto kernel measures its candidate plans once per shape class",
+    default: "`1`",
 };
 
 /// `GPU_DOT_PRECISION`.
@@ -182,6 +189,7 @@ pub(crate) const PRECISION: Setting = Setting {
         ),
     ],
     doc: "how GPU products multiply",
+    default: "`auto`",
 };
 
 /// `GPU_DOT_MIN_FLOPS`.
@@ -192,6 +200,7 @@ pub(crate) const MIN_FLOPS: Setting = Setting {
         &["0", "6000000"],
     )],
     doc: "under auto, products of fewer flops (2·m·k·n) run on the CPU",
+    default: "`4000000` for f32, `3000000` for f64",
 };
 
 /// `GPU_DOT_DEVICE`.
@@ -199,6 +208,7 @@ pub(crate) const DEVICE: Setting = Setting {
     name: ENV_DEVICE,
     values: &[Value::described("a device ordinal", &["0", "1"])],
     doc: "the CUDA device of products whose options name none",
+    default: "`0`",
 };
 
 /// `GPU_DOT_DEVICES`.
@@ -212,6 +222,7 @@ pub(crate) const DEVICES: Setting = Setting {
         ),
     ],
     doc: "the devices that may share a large host-to-host product",
+    default: "one device",
 };
 
 /// `GPU_DOT_PEER_COPY`.
@@ -219,6 +230,7 @@ pub(crate) const PEER_COPY: Setting = Setting {
     name: ENV_PEER_COPY,
     values: SWITCH,
     doc: "whether a split product shares B over peer links",
+    default: "`1`",
 };
 
 /// `GPU_DOT_CACHE_DIR`.
@@ -231,7 +243,7 @@ pub(crate) const CACHE_DIR: Setting = Setting {
         Value::word("none"),
         Value::described("empty", &[""]),
     ],
-    doc: "the folder of the compiled-kernel cache, or none",
+    doc: "the folder of the compiled-kernel cache, or none",    default: "`$XDG_CACHE_HOME/gpu-dot` or `~/.cache/gpu-dot` (Linux), `~/Library/Caches/gpu-dot` (macOS), `%LOCALAPPDATA%\\gpu-dot` (Windows)",
 };
 
 /// `GPU_DOT_PREBUILT`.
@@ -249,6 +261,7 @@ pub(crate) const PREBUILT: Setting = Setting {
         Value::word("none"),
     ],
     doc: "whether modules may come from the CUBINs the crate ships (off: NVRTC compiles them)",
+    default: "on",
 };
 
 /// `GPU_DOT_HOST_THREADS`.
@@ -259,6 +272,7 @@ pub(crate) const HOST_THREADS: Setting = Setting {
         &["0", "4", "15", "64"],
     )],
     doc: "helper threads for host copies (0: the calling thread alone; at most 15)",
+    default: "cores − 1, at most 15",
 };
 
 /// `GPU_DOT_TRACE`.
@@ -266,20 +280,21 @@ pub(crate) const TRACE: Setting = Setting {
     name: "GPU_DOT_TRACE",
     values: SWITCH,
     doc: "whether each GPU product's phase times are printed to stderr",
+    default: "`0`",
 };
 
 /// `GPU_DOT_SPARE_RESULT`.
 pub(crate) const SPARE_RESULT: Setting = Setting {
     name: "GPU_DOT_SPARE_RESULT",
     values: SWITCH,
-    doc: "whether a loop of products with large host results (32 to 256 MiB) gets its next result's memory allocated and its pages faulted in by a background thread between products (`trim` frees it)",
+    doc: "whether a loop of products with large host results (32 to 256 MiB) gets its next result's memory allocated and its pages faulted in by a background thread between products (`trim` frees it)",    default: "`1`",
 };
 
 /// `GPU_DOT_GUARD_MEMORY`.
 pub(crate) const GUARD_MEMORY: Setting = Setting {
     name: "GPU_DOT_GUARD_MEMORY",
     values: SWITCH,
-    doc: "whether the default precision remembers the guard's refusals by shape: after two refusals in a row, the next products of that shape (1, then 3, 7, … up to 63 as refusals repeat) run natively without the guard",
+    doc: "whether the default precision remembers the guard's refusals by shape: after two refusals in a row, the next products of that shape (1, then 3, 7, … up to 63 as refusals repeat) run natively without the guard",    default: "`1`",
 };
 
 /// Every setting.
@@ -338,10 +353,11 @@ impl Setting {
         }
     }
 
-    /// The setting read from the environment as an on/off switch ([`Setting::switch`]):
-    /// `default` where it is unset, and where its value is no switch's, with a warning that
+    /// The setting read from the environment as an on/off switch ([`Setting::switch`]): its
+    /// default where it is unset, and where its value is no switch's, with a warning that
     /// ends `; {otherwise}` (what the crate does instead).
-    pub(crate) fn switch_from_env(&self, default: bool, otherwise: &str) -> bool {
+    pub(crate) fn switch_from_env(&self, otherwise: &str) -> bool {
+        let default = self.switch_default();
         let Ok(value) = std::env::var(self.name) else {
             return default;
         };
@@ -349,6 +365,12 @@ impl Setting {
             log::warn!("{e}; {otherwise}");
             default
         })
+    }
+
+    /// A switch's default, its row's `default` (`` `1` `` or `` `0` ``).
+    pub(crate) fn switch_default(&self) -> bool {
+        self.switch(self.default.trim_matches('`'))
+            .expect("a switch's default is a switch word")
     }
 
     /// `value` read as an on/off switch (`1`, `on`, `true`, `yes`; `0`, `off`, `false`, `no`;

@@ -1,9 +1,8 @@
 //! The table of settings ([`crate::settings`]) against the code that reads each variable and
 //! against the docs: every documented value parses, every rejected value's message names
-//! every accepted one, the README's and the crate docs' tables list every variable with its
-//! values, and no variable is named outside the table.
-
-use std::path::Path;
+//! every accepted one, each default is the code's, and the README's and the crate docs' tables
+//! list every variable with its values (the README's with its default too). That no variable is
+//! named outside the table is a source check (tools/settings-names, run by .ci/run).
 
 use crate::error::GpuDotError;
 use crate::options::DotOptions;
@@ -128,8 +127,9 @@ fn row<'a>(doc: &'a str, s: &Setting) -> Option<&'a str> {
 }
 
 /// Every setting has a row in `doc`'s table, and the row names each of its values: words and
-/// patterns as code (`` `fp32` ``), descriptions as text.
-fn check_table(doc: &str, what: &str) {
+/// patterns as code (`` `fp32` ``), descriptions as text. With `defaults`, the row's last cell
+/// is the setting's default.
+fn check_table(doc: &str, what: &str, defaults: bool) {
     for s in &ALL {
         let row = row(doc, s)
             .unwrap_or_else(|| panic!("{what}: no row for {}; the table has\n{s}", s.name));
@@ -144,50 +144,71 @@ fn check_table(doc: &str, what: &str) {
                 s.name
             );
         }
+        if defaults {
+            let last = row
+                .trim_end_matches('|')
+                .rsplit('|')
+                .next()
+                .unwrap_or("")
+                .trim();
+            assert_eq!(
+                last, s.default,
+                "{what}: the default of {} is not the code's",
+                s.name
+            );
+        }
     }
+}
+
+/// Each default the table states is what the code does where the variable is unset.
+#[test]
+fn the_defaults_are_the_codes() {
+    let builtin = DotOptions::builtin();
+    let switch = |on: bool| if on { "`1`" } else { "`0`" };
+    assert_eq!(settings::BACKEND.default, format!("`{}`", builtin.backend));
+    assert_eq!(settings::KERNEL.default, format!("`{}`", builtin.kernel));
+    assert_eq!(
+        settings::PRECISION.default,
+        format!("`{}`", builtin.precision)
+    );
+    assert_eq!(settings::AUTOTUNE.default, switch(builtin.autotune));
+    assert_eq!(settings::PEER_COPY.default, switch(builtin.peer_copies));
+    assert_eq!(
+        settings::MIN_FLOPS.default,
+        format!(
+            "`{}` for f32, `{}` for f64",
+            crate::options::DEFAULT_MIN_GPU_FLOPS,
+            crate::options::DEFAULT_MIN_GPU_FLOPS_F64
+        )
+    );
+    assert_eq!(
+        settings::HOST_THREADS.default,
+        format!("cores − 1, at most {}", crate::host::crew::MAX_HELPERS)
+    );
+    // The switches read their defaults from the table: each is a switch word.
+    assert!(settings::GUARD_MEMORY.switch_default());
+    assert!(settings::SPARE_RESULT.switch_default());
+    assert!(!settings::TRACE.switch_default());
 }
 
 #[test]
 fn the_readme_lists_every_setting_and_its_values() {
-    check_table(include_str!("../README.md"), "README.md");
+    check_table(include_str!("../README.md"), "README.md", true);
 }
 
 #[test]
 fn the_crate_docs_list_every_setting_and_its_values() {
-    check_table(include_str!("lib.rs"), "the crate docs (src/lib.rs)");
+    check_table(include_str!("lib.rs"), "the crate docs (src/lib.rs)", false);
 }
 
-/// No source file names a `GPU_DOT_` variable in a string but the table (the build script's
-/// kernel hash, read at compile time with `env!`, is no setting).
+/// The table check fails on a row whose default is not the code's (the drift it caught: a
+/// threshold the README gave as 6 Mflop where the code has 4).
 #[test]
-fn no_variable_is_named_outside_the_table() {
-    fn walk(dir: &Path, found: &mut Vec<String>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, found);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && !path.ends_with("settings.rs")
-                && !path.ends_with("settings_tests.rs")
-            {
-                let text = std::fs::read_to_string(&path).unwrap();
-                for (i, line) in text.lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or("");
-                    if code.contains("\"GPU_DOT_") && !code.contains("env!(\"GPU_DOT_") {
-                        found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
-                    }
-                }
-            }
-        }
-    }
-    let mut found = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut found,
-    );
-    assert!(
-        found.is_empty(),
-        "variables named outside src/settings.rs:\n{}",
-        found.join("\n")
-    );
+fn a_wrong_default_fails_the_check() {
+    let readme = include_str!("../README.md");
+    let right = settings::MIN_FLOPS.default;
+    assert!(readme.contains(right));
+    let wrong = readme.replace(right, "`6000000` for f32, `3000000` for f64");
+    let caught = std::panic::catch_unwind(|| check_table(&wrong, "a README", true));
+    assert!(caught.is_err());
 }

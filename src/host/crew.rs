@@ -22,7 +22,7 @@ pub use crate::settings::ENV_HOST_THREADS;
 
 /// Most helpers the crew starts: past about sixteen threads host copies are limited by memory
 /// bandwidth, not by threads.
-const MAX_HELPERS: usize = 15;
+pub(crate) const MAX_HELPERS: usize = 15;
 
 /// How long an idle helper polls for the next job before it parks.
 const IDLE_SPIN: Duration = Duration::from_micros(200);

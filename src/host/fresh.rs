@@ -109,7 +109,7 @@ const PAGE: usize = 4 << 10;
 /// ready in the background (on unless switched off; any other value is ignored, with a
 /// warning).
 static SPARE_ON: Lazy<bool> =
-    Lazy::new(|| crate::settings::SPARE_RESULT.switch_from_env(true, "the spare result stays on"));
+    Lazy::new(|| crate::settings::SPARE_RESULT.switch_from_env("the spare result stays on"));
 
 /// Memory for the next result, its pages faulted in.
 struct Spare {

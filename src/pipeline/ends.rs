@@ -17,7 +17,7 @@ use crate::layout::{classify, Layout};
 /// logged at trace level in any case). Any value but an on/off switch's is ignored, with a
 /// warning.
 pub(crate) static TRACE: Lazy<bool> =
-    Lazy::new(|| crate::settings::TRACE.switch_from_env(false, "phase times are not printed"));
+    Lazy::new(|| crate::settings::TRACE.switch_from_env("phase times are not printed"));
 
 /// A matrix already on the device, as a kernel reads it.
 pub(crate) struct DevMat<'a, T> {

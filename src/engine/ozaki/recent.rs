@@ -118,7 +118,7 @@ pub fn forget() {
 /// `GPU_DOT_GUARD_MEMORY`: on unless switched off; any other value is ignored, with a
 /// warning.
 static MEMORY_ON: Lazy<bool> = Lazy::new(|| {
-    crate::settings::GUARD_MEMORY.switch_from_env(true, "the guard's memory of refusals stays on")
+    crate::settings::GUARD_MEMORY.switch_from_env("the guard's memory of refusals stays on")
 });
 
 #[cfg(test)]
