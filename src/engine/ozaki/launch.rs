@@ -16,14 +16,13 @@ use crate::options::{Precision, MAX_MODULI};
 use super::guard::guard_sample;
 use super::passes::{
     early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
-    GuardReport, KeptB, KeyB, OzError, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA, MB, PA, PB,
-    R, SA, SB,
+    GuardReport, KeptB, KeyB, OzError, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA,
+    MAX_CANDIDATES, MB, PA, PB, R, SA, SB,
 };
 use super::scaling::moduli_for;
 use super::scheme::{norm_bound, scaling_bits, Consts, MAX_K};
 use super::verdict::{
     clear_flags, refuse_first, verdict, Before, GuardScale, Verdict, GUARD_ROWS_THREADS,
-    MAX_CANDIDATES,
 };
 use crate::engine::enqueue::{programmatic_on, Launch};
 

@@ -143,10 +143,24 @@ pub(super) const NEED: usize = 10;
 pub(super) const FLAGS: usize = 11;
 pub(super) const KEYS: usize = 12;
 pub(super) const MA: usize = 13;
+
+/// The most candidate counts the guard weighs at once.
+pub(crate) const MAX_CANDIDATES: usize = 4;
+
 /// The ints of the FLAGS section (kernels/ozaki.cu's `FLAG_INTS`): the early refusal's
 /// verdict, the sure test's, the lead (`settle_lead`), the early refusal's blocks done, and
 /// the largest and smallest ratio of its elements at each candidate count.
-pub(super) const FLAG_INTS: usize = 4 + 2 * super::verdict::MAX_CANDIDATES;
+pub(super) const FLAG_INTS: usize = 4 + 2 * MAX_CANDIDATES;
+
+/// The strips of rows the guard's judge splits each output tile into (a block and a verdict
+/// each): enough blocks to keep the loads of S in flight.
+pub(super) const JUDGE_STRIPS: usize = 8;
+
+// A strip's rows fit the judge's shared array (`JUDGE_ROWS` in kernels/ozaki.cu).
+const _: () = assert!(
+    GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
+        && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
+);
 
 /// How many sections a workspace has.
 pub(super) const SECTIONS: usize = 14;
@@ -181,7 +195,7 @@ pub(super) fn workspace(
         count.max(4 * g) * m * n,
         4 * mp * g,
         8 * mp * g,
-        4 * (mp / tm) * (np / tn) * super::verdict::JUDGE_STRIPS * g,
+        4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,
         4 * FLAG_INTS * g,
         8 * (mp + np) * g,
         mp * kgp * g,

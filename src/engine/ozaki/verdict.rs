@@ -11,15 +11,15 @@ use crate::device::context::{Gpu, SMALL_PINNED};
 use crate::element::Element;
 use crate::engine::args::grid_x;
 use crate::engine::table::{
-    OZAKI_GEMM_MMA_TILE, OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM,
-    OZAKI_SURE_GEMM_MMA,
+    OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA, OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA,
 };
 use crate::error::GpuDotError;
 
 use super::guard::{unit_roundoff, GUARD};
 use super::passes::{
     enqueue_gemm, fail, push_pair, read_back, split_config, Gemm, GemmTail, GuardReport, OzError,
-    Rows, Run, EA, EB, FLAGS, FLAG_INTS, GEMM_TILE, KEYS, LA, LB, NEED, R, SA, SB,
+    Rows, Run, EA, EB, FLAGS, FLAG_INTS, JUDGE_STRIPS, KEYS, LA, LB, MAX_CANDIDATES, NEED, R, SA,
+    SB,
 };
 use super::scheme::{norm_bound, scaling_bits, Consts};
 use crate::engine::enqueue::Launch;
@@ -87,24 +87,11 @@ const _: () = assert!(std::mem::size_of::<GuardArgs>() == 88);
 // addresses point into the workspace the launches that read them are ordered after.
 unsafe impl cudarc::driver::DeviceRepr for GuardArgs {}
 
-/// The strips of rows the guard's judge splits each output tile into (a block and a verdict
-/// each): enough blocks to keep the loads of S in flight.
-pub(super) const JUDGE_STRIPS: usize = 8;
-
-// A strip's rows fit the judge's shared array (`JUDGE_ROWS` in kernels/ozaki.cu).
-const _: () = assert!(
-    GEMM_TILE.0.div_ceil(JUDGE_STRIPS) <= 64
-        && OZAKI_GEMM_MMA_TILE.0 .0.div_ceil(JUDGE_STRIPS) <= 64
-);
-
 /// Threads of a block of the guard's one-pass scaling (`ROWS_NT` in kernels/ozaki.cu).
 pub(super) const GUARD_ROWS_THREADS: u32 = 256;
 
 /// Elements the early refusal tests, a block each.
 const REFUSAL_ELEMENTS: u32 = 8;
-
-/// The most candidate counts the guard weighs at once.
-pub(crate) const MAX_CANDIDATES: usize = 4;
 
 /// The guard's arguments of a product of element type `T` weighing `counts` candidate
 /// counts: its sections of the workspace, its tiles and `GUARD · u`.
