@@ -468,145 +468,183 @@ pub(super) fn enqueue_gemm(
     tail: GemmTail<'_>,
 ) -> Result<(), OzError> {
     let (mpi, npi) = (mp as i32, np as i32);
+    let call = GemmCall {
+        stream,
+        programmatic,
+        func,
+        dims: (mi, ni),
+        panels: (pa, pb),
+        padded: (mp, np),
+        padded_i32: (mpi, npi),
+        kp: kpi,
+        layers,
+    };
     match kind {
-        Gemm::Wg { pair_m } => {
-            // A persistent grid: as many clusters as fit on the device at once (at most one per
-            // unit of work, a pair of tiles of one layer), each looping over its units; one
-            // cluster per unit where the driver cannot say how many fit (a cluster beyond them
-            // would wait for another's whole share). The query needs the context current on
-            // this thread, which the launches before it made it.
-            let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * layers;
-            let block_dim = (GEMM_THREADS, 1, 1);
-            let shared_mem_bytes = OZAKI_GEMM.1;
-            let fit = func
-                .occupancy_max_active_clusters(
-                    LaunchConfig {
-                        grid_dim: (2, 1, 1),
-                        block_dim,
-                        shared_mem_bytes,
-                    },
-                    stream,
-                )
-                .ok()
-                .filter(|&n| n > 0)
-                .map_or(units, |n| n as usize);
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
+        Gemm::Wg { pair_m } => enqueue_wg(&call, pair_m, &tail),
+        Gemm::Mma => enqueue_mma(&call, &tail),
+    }
+}
+
+/// One INT8 GEMM as [`enqueue_gemm`] enqueues it: its stream, entry and launch mode, what
+/// both GEMMs take first (`int M, int N, const signed char* PA, const signed char* PB, int
+/// Mp, int Np, int Kp`), and the layers it computes.
+struct GemmCall<'c> {
+    stream: &'c Arc<CudaStream>,
+    programmatic: bool,
+    func: &'c CudaFunction,
+    /// `(M, N)`, the panels' addresses `(PA, PB)`, their padded rows `(Mp, Np)` (also as the
+    /// ints pushed) and `Kp`.
+    dims: (i32, i32),
+    panels: (u64, u64),
+    padded: (usize, usize),
+    padded_i32: (i32, i32),
+    kp: i32,
+    layers: usize,
+}
+
+impl GemmCall<'_> {
+    /// A launch of the GEMM with its first arguments pushed, `int M, int N, const signed
+    /// char* PA, const signed char* PB, int Mp, int Np, int Kp`.
+    fn begin(&self) -> Launch<'_> {
+        let mut builder = Launch::new(self.stream, self.func, self.programmatic);
+        builder
+            .arg(&self.dims.0)
+            .arg(&self.dims.1)
+            .arg(&self.panels.0)
+            .arg(&self.panels.1)
+            .arg(&self.padded_i32.0)
+            .arg(&self.padded_i32.1)
+            .arg(&self.kp);
+        builder
+    }
+}
+
+/// The warpgroup GEMM's grid, persistent: as many clusters of two as fit on the device.
+fn persistent_config(call: &GemmCall<'_>) -> Result<LaunchConfig, OzError> {
+    let (stream, func) = (call.stream, call.func);
+    let ((mp, np), layers) = (call.padded, call.layers);
+    // A persistent grid: as many clusters as fit on the device at once (at most one per
+    // unit of work, a pair of tiles of one layer), each looping over its units; one
+    // cluster per unit where the driver cannot say how many fit (a cluster beyond them
+    // would wait for another's whole share). The query needs the context current on
+    // this thread, which the launches before it made it.
+    let units = (mp / GEMM_TILE.0) * (np / GEMM_TILE.1) / 2 * layers;
+    let block_dim = (GEMM_THREADS, 1, 1);
+    let shared_mem_bytes = OZAKI_GEMM.1;
+    let fit = func
+        .occupancy_max_active_clusters(
+            LaunchConfig {
+                grid_dim: (2, 1, 1),
                 block_dim,
                 shared_mem_bytes,
-            };
-            let pair_mi = pair_m as i32;
-            let group = group_rows(pair_m);
-            let mut builder = Launch::new(stream, func, programmatic);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&pa)
-                .arg(&pb)
-                .arg(&mpi)
-                .arg(&npi)
-                .arg(&kpi);
-            match &tail {
-                GemmTail::Residues {
-                    r,
-                    consts,
-                    z0,
-                    gate,
-                } => gate.push(builder.arg(r).arg(*consts).arg(&pair_mi).arg(&group), z0),
-                GemmTail::Sums(sums, refused) => {
-                    builder.arg(&pair_mi).arg(&group).arg(sums).arg(refused)
-                }
-                GemmTail::Sure {
-                    keys: (kx, ky),
-                    unsure,
-                    refused,
-                } => builder
-                    .arg(&pair_mi)
-                    .arg(&group)
-                    .arg(kx)
-                    .arg(ky)
-                    .arg(unsure)
-                    .arg(refused),
-            };
-            // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int pair_m,
-            // int group, int z0, const int* gate, int lo, int hi)` (layers z0 .. c.count − 1,
-            // `layers` of them, read from PA and PB's layers from z0 on, written into R's;
-            // `gate` null or the FLAGS section, read only, which the launches before it on
-            // this stream wrote), or for the guard `ozaki_guard_gemm(int M, int N, const
-            // signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int
-            // group, int* S, const int* refused)` (an int the launches before it wrote), or for
-            // the sure test `ozaki_guard_sure_gemm(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, int pair_m, int group, const Key* KX,
-            // const Key* KY, int* unsure, const int* refused)` (Mp and Np keys of 8 bytes the
-            // keys' launch before it wrote, two ints of the UK section); PA and PB are the
-            // panels the launches before it on this stream wrote, in tiles of 192 and 256
-            // rows (layers·Mp·Kp and layers·Np·Kp bytes at 256-byte-aligned offsets, Kp a
-            // multiple of 128); `pairing` made Mp a multiple of 384 and Np of 256 where
-            // pair_m, else Mp of 192 and Np of 512, so the units (pairs of tiles of a layer)
-            // are whole; `group_rows` gave a positive group, even where pair_m (the order only
-            // permutes the units); the grid an even count of blocks (the kernel's clusters of
-            // two), each cluster looping over its units; R is the workspace's section of
-            // count·M·N bytes, written whole (tiles past M or N store nothing), or S, M·N ints
-            // written whole, or `unsure`, set by an atomic; 384 threads (the kernel's launch
-            // bound) and the table's dynamic shared memory, to which the function's limit was
-            // raised when the module was loaded; the kernel's instructions exist on sm_90 only
-            // (`Gemm::of`).
-            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
-        }
-        Gemm::Mma => {
-            let (tile, threads) = OZAKI_GEMM_MMA_TILE;
-            let cfg = LaunchConfig {
-                grid_dim: (
-                    grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
-                    1,
-                    layers as u32,
-                ),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: OZAKI_GEMM_MMA.1,
-            };
-            let mut builder = Launch::new(stream, func, programmatic);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&pa)
-                .arg(&pb)
-                .arg(&mpi)
-                .arg(&npi)
-                .arg(&kpi);
-            match &tail {
-                GemmTail::Residues {
-                    r,
-                    consts,
-                    z0,
-                    gate,
-                } => gate.push(builder.arg(r).arg(*consts), z0),
-                GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
-                GemmTail::Sure {
-                    keys: (kx, ky),
-                    unsure,
-                    refused,
-                } => builder.arg(kx).arg(ky).arg(unsure).arg(refused),
-            };
-            // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA,
-            // const signed char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int
-            // z0, const int* gate, int lo, int hi)` (layers and gate as for `ozaki_gemm`), or
-            // for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA, const
-            // signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int
-            // the launches before it wrote), or `ozaki_guard_sure_gemm_mma(int M, int N, const
-            // signed char* PA, const signed char* PB, int Mp, int Np, int Kp, const Key* KX,
-            // const Key* KY, int* unsure, const int* refused)` (as for the warpgroup one); PA
-            // and PB are the panels the
-            // launches before it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and
-            // layers·Np·Kp bytes at 256-byte-aligned offsets, Mp and Np multiples of 128, Kp
-            // of 128); one block per 128 × 128 tile of Mp × Np in x and per layer in z; R is
-            // the workspace's section of count·M·N bytes, written whole (tiles past M or N
-            // store nothing), or S, M·N ints written whole, or `unsure`, set by an atomic; 256
-            // threads (the kernel's launch bound) and the table's dynamic shared memory, to
-            // which the function's limit was raised when the module was loaded; mma.sync,
-            // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
-            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
-        }
-    }
+            },
+            stream,
+        )
+        .ok()
+        .filter(|&n| n > 0)
+        .map_or(units, |n| n as usize);
+    Ok(LaunchConfig {
+        grid_dim: (grid_x(2 * units.min(fit)).map_err(OzError::Gpu)?, 1, 1),
+        block_dim,
+        shared_mem_bytes,
+    })
+}
+
+/// The warpgroup INT8 GEMM (sm_90a), its clusters of two pairing tile rows where `pair_m`,
+/// else tile columns, on its [`persistent_config`] grid.
+fn enqueue_wg(call: &GemmCall<'_>, pair_m: bool, tail: &GemmTail<'_>) -> Result<(), OzError> {
+    let cfg = persistent_config(call)?;
+    let pair_mi = pair_m as i32;
+    let group = group_rows(pair_m);
+    let mut builder = call.begin();
+    match tail {
+        GemmTail::Residues {
+            r,
+            consts,
+            z0,
+            gate,
+        } => gate.push(builder.arg(r).arg(*consts).arg(&pair_mi).arg(&group), z0),
+        GemmTail::Sums(sums, refused) => builder.arg(&pair_mi).arg(&group).arg(sums).arg(refused),
+        GemmTail::Sure {
+            keys: (kx, ky),
+            unsure,
+            refused,
+        } => builder
+            .arg(&pair_mi)
+            .arg(&group)
+            .arg(kx)
+            .arg(ky)
+            .arg(unsure)
+            .arg(refused),
+    };
+    // SAFETY: arguments match `ozaki_gemm(int M, int N, const signed char* PA, const signed char*
+    // PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int pair_m, int group, int z0, const
+    // int* gate, int lo, int hi)` (the first seven pushed by `GemmCall::begin`; layers z0 ..
+    // c.count − 1, `layers` of them, read from PA and PB's layers from z0 on, written into R's;
+    // `gate` null or the FLAGS section, read only, which the launches before it on this stream
+    // wrote), or for the guard `ozaki_guard_gemm(int M, int N, const signed char* PA, const signed
+    // char* PB, int Mp, int Np, int Kp, int pair_m, int group, int* S, const int* refused)` (an int
+    // the launches before it wrote), or for the sure test `ozaki_guard_sure_gemm(int M, int N,
+    // const signed char* PA, const signed char* PB, int Mp, int Np, int Kp, int pair_m, int group,
+    // const Key* KX, const Key* KY, int* unsure, const int* refused)` (Mp and Np keys of 8 bytes
+    // the keys' launch before it wrote, two ints of the UK section); PA and PB are the panels the
+    // launches before it on this stream wrote, in tiles of 192 and 256 rows (layers·Mp·Kp and
+    // layers·Np·Kp bytes at 256-byte-aligned offsets, Kp a multiple of 128); `pairing` made Mp a
+    // multiple of 384 and Np of 256 where pair_m, else Mp of 192 and Np of 512, so the units (pairs
+    // of tiles of a layer) are whole; `group_rows` gave a positive group, even where pair_m (the
+    // order only permutes the units); the grid (`persistent_config`) an even count of blocks (the
+    // kernel's clusters of two), each cluster looping over its units; R is the workspace's section
+    // of count·M·N bytes, written whole (tiles past M or N store nothing), or S, M·N ints written
+    // whole, or `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the table's
+    // dynamic shared memory, to which the function's limit was raised when the module was loaded;
+    // the kernel's instructions exist on sm_90 only (`Gemm::of`).
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
+    Ok(())
+}
+
+/// The mma.sync INT8 GEMM (sm_80 on): a block per tile of 128 × 128 and per layer.
+fn enqueue_mma(call: &GemmCall<'_>, tail: &GemmTail<'_>) -> Result<(), OzError> {
+    let ((mp, np), layers) = (call.padded, call.layers);
+    let (tile, threads) = OZAKI_GEMM_MMA_TILE;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            grid_x((mp / tile.0) * (np / tile.1)).map_err(OzError::Gpu)?,
+            1,
+            layers as u32,
+        ),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: OZAKI_GEMM_MMA.1,
+    };
+    let mut builder = call.begin();
+    match tail {
+        GemmTail::Residues {
+            r,
+            consts,
+            z0,
+            gate,
+        } => gate.push(builder.arg(r).arg(*consts), z0),
+        GemmTail::Sums(sums, refused) => builder.arg(sums).arg(refused),
+        GemmTail::Sure {
+            keys: (kx, ky),
+            unsure,
+            refused,
+        } => builder.arg(kx).arg(ky).arg(unsure).arg(refused),
+    };
+    // SAFETY: arguments match `ozaki_gemm_mma(int M, int N, const signed char* PA, const signed
+    // char* PB, int Mp, int Np, int Kp, unsigned char* R, Consts c, int z0, const int* gate, int
+    // lo, int hi)` (the first seven pushed by `GemmCall::begin`; layers and gate as for
+    // `ozaki_gemm`), or for the guard `ozaki_guard_gemm_mma(int M, int N, const signed char* PA,
+    // const signed char* PB, int Mp, int Np, int Kp, int* S, const int* refused)` (an int the
+    // launches before it wrote), or `ozaki_guard_sure_gemm_mma(int M, int N, const signed char* PA,
+    // const signed char* PB, int Mp, int Np, int Kp, const Key* KX, const Key* KY, int* unsure,
+    // const int* refused)` (as for the warpgroup one); PA and PB are the panels the launches before
+    // it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and layers·Np·Kp bytes at
+    // 256-byte-aligned offsets, Mp and Np multiples of 128, Kp of 128); one block per 128 × 128
+    // tile of Mp × Np in x and per layer in z; R is the workspace's section of count·M·N bytes,
+    // written whole (tiles past M or N store nothing), or S, M·N ints written whole, or `unsure`,
+    // set by an atomic; 256 threads (the kernel's launch bound) and the table's dynamic shared
+    // memory, to which the function's limit was raised when the module was loaded; mma.sync,
+    // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
     Ok(())
 }
