@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::conduct::{self, Endpoints, Run, Trace};
+use super::board::Endpoints;
+use super::conduct::{self, Run, Trace};
 use super::ends::Done;
 use super::link::{CudaLink, Streams};
 use super::schedule::{BatchB, Schedule, What};

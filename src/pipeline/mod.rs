@@ -29,6 +29,7 @@
 //! moves) and [`batch`] (batched products).
 
 mod batch;
+mod board;
 mod conduct;
 pub(crate) mod ends;
 mod gemm;
@@ -38,6 +39,7 @@ mod schedule;
 #[cfg(test)]
 mod sim;
 mod stacks;
+mod times;
 mod transfer;
 mod workspace;
 

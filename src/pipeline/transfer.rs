@@ -5,8 +5,9 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
+use super::board::Endpoints;
 use super::conduct;
-use super::conduct::{Endpoints, Run, Trace};
+use super::conduct::{Run, Trace};
 use super::link::{CudaLink, Streams};
 use super::schedule::Schedule;
 use super::workspace::{self, Needs, Workspace};
