@@ -242,7 +242,7 @@ impl<L: Link> Conductor<'_, '_, L> {
         Ok(())
     }
 
-    /// 1. Copies up, in order, as their pieces are packed; whether any was issued.
+    /// Step 1: copies up, in order, as their pieces are packed; whether any was issued.
     fn copies_up(&self, at: &mut Progress, trace: &mut Trace) -> Result<bool, GpuDotError> {
         let (board, link) = (self.board, &self.run.link);
         let separate = link.separate();
@@ -317,8 +317,8 @@ impl<L: Link> Conductor<'_, '_, L> {
         Ok(progressed)
     }
 
-    /// 2. Each panel's kernels, once its inputs are on their way and its output slot is free;
-    /// whether any was enqueued.
+    /// Step 2: each panel's kernels, once its inputs are on their way and its output slot is
+    /// free; whether any was enqueued.
     fn panels(
         &self,
         at: &mut Progress,
@@ -371,8 +371,8 @@ impl<L: Link> Conductor<'_, '_, L> {
         Ok(progressed)
     }
 
-    /// 3. Copies down, once the panel's kernels are enqueued and the slot is unpacked; whether
-    /// any was issued.
+    /// Step 3: copies down, once the panel's kernels are enqueued and the slot is unpacked;
+    /// whether any was issued.
     fn copies_down(&self, at: &mut Progress, trace: &mut Trace) -> Result<bool, GpuDotError> {
         let (sched, board, link) = (self.sched, self.board, &self.run.link);
         let separate = link.separate();
@@ -436,8 +436,8 @@ impl<L: Link> Conductor<'_, '_, L> {
         Ok(progressed)
     }
 
-    /// 4. Copies that have landed free their slots (up) or their parcels (down); whether any
-    /// had.
+    /// Step 4: copies that have landed free their slots (up) or their parcels (down); whether
+    /// any had.
     fn landed(&self, at: &mut Progress, trace: &mut Trace) -> Result<bool, GpuDotError> {
         let (board, link) = (self.board, &self.run.link);
         let (up, down) = (&self.sched.up, &self.sched.down);

@@ -35,7 +35,7 @@ impl Case {
     /// Case number `case`: every eighth is small and of one panel, so that its result may be
     /// mapped.
     fn draw(rng: &mut StdRng, case: u64) -> Case {
-        let small = case % 8 == 0;
+        let small = case.is_multiple_of(8);
         let (m, k, n) = if small {
             (
                 rng.random_range(1..8usize),
