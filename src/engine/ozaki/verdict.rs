@@ -198,7 +198,6 @@ pub(super) fn verdict<T: Element>(
     before: Option<Before<'_>>,
 ) -> Result<Verdict, OzError> {
     let (stream, sec) = (run.stream, &run.sec);
-    let (mi, ni, _) = run.dims;
     let ((tm, tn), (mp, np)) = (run.tile_rows, run.padded);
     let kgp = kg.next_multiple_of(128);
     let (kgi, kgpi) = (kg as i32, kgp as i32);
@@ -212,30 +211,9 @@ pub(super) fn verdict<T: Element>(
     // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4).
     let sums = sec[R];
     let guard = guard_args::<T>(run, counts);
-    let [a, b] = ops;
     if !refused_first {
         clear_flags(run)?;
-        // An early verdict from a few elements' exact magnitudes' sums: where one fails at
-        // every count, the product is refused at once (the magnitudes, the keys and the sure
-        // test's GEMM then leave without work, and the host launches nothing more).
-        let refuse = run.typed("ozaki_guard_refuse")?;
-        let cfg = LaunchConfig {
-            grid_dim: (REFUSAL_ELEMENTS, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut builder = Launch::new(stream, &refuse, run.programmatic);
-        builder.arg(&mi).arg(&ni).arg(&kgi);
-        push_pair(&mut builder, ops);
-        builder.arg(&guard).arg(&refused);
-        // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T*
-        // X, i64 xsr, i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and
-        // Y are the operands with the strides of op(A) and op(B)ᵀ, read for rows below M and
-        // N and k < Kg = kg ≤ k; `GuardArgs` as for the judge below, whose sigmas, norms and
-        // shifts the scalings before it on this stream wrote; `refused` the FLAGS section's
-        // first int, cleared above; blocks of 1024 threads, static shared memory only.
-        unsafe { builder.launch(cfg) }
-            .map_err(fail("launching the Ozaki guard's early refusal"))?;
+        refuse(run, ops, kgi, &guard, refused)?;
     }
     // The magnitudes of the first `kg` inner indices, in panels `kgp` wide, of the
     // operands the one-pass scaling did not take, with their residues for the first count
@@ -248,49 +226,12 @@ pub(super) fn verdict<T: Element>(
     // lead (the count its elements need, or the next where their spread says the product's
     // do). Where every element meets it, the lead is the verdict, and the guard's GEMM and
     // judge below do not run.
-    let keys = (run.entry)("ozaki_guard_keys")?;
     let (kx, ky) = (sec[KEYS], sec[KEYS] + (8 * mp) as u64);
-    let (mpi, npi) = (mp as i32, np as i32);
-    let cfg = LaunchConfig {
-        grid_dim: (grid_x((mp + np).div_ceil(256)).map_err(OzError::Gpu)?, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut builder = Launch::new(stream, &keys, run.programmatic);
-    builder
-        .arg(&guard)
-        .arg(&mi)
-        .arg(&mpi)
-        .arg(&ni)
-        .arg(&npi)
-        .arg(&kx)
-        .arg(&ky)
-        .arg(&refused);
-    // SAFETY: arguments match `ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key*
-    // KX, Key* KY, const int* refused)`; `GuardArgs` as for the early refusal (the rows'
-    // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
-    // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
-    // writing each; `refused` the FLAGS section, whose first int and third (the lead, below
-    // g.n) the early refusal settled; blocks of 256 threads covering Mp + Np rows.
-    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
-    // The magnitudes' product (one layer over the guard's K) by this device's GEMM, the
-    // warpgroup one's entry or the mma.sync one's, ending in `tail`.
-    let magnitudes_product = |entries: (&str, &str), tail: GemmTail<'_>| {
-        let f = (run.entry)(match run.gemm {
-            Gemm::Wg { .. } => entries.0,
-            Gemm::Mma => entries.1,
-        })?;
-        let dims = (mi, ni, mp, np, kgpi, 1);
-        enqueue_gemm(
-            (stream, run.programmatic),
-            &f,
-            run.gemm,
-            dims,
-            (a.magnitudes, b.magnitudes),
-            tail,
-        )
-    };
+    keys(run, &guard, (kx, ky), refused)?;
     magnitudes_product(
+        run,
+        ops,
+        kgpi,
         (OZAKI_SURE_GEMM, OZAKI_SURE_GEMM_MMA),
         GemmTail::Sure {
             keys: (kx, ky),
@@ -308,26 +249,7 @@ pub(super) fn verdict<T: Element>(
             flags
         }
     };
-    if flags[0] != 0 {
-        return Err(OzError::Guarded(GuardReport {
-            tiles,
-            failed: tiles,
-            skipped: false,
-        }));
-    }
-    // The kernels write a lead below `counts` only; any other value (which they never write)
-    // sends the product to the native kernels rather than trust it.
-    let lead = match usize::try_from(flags[2]) {
-        Ok(lead) if lead < counts => lead,
-        _ => {
-            debug_assert!(false, "the early refusal's lead {} of {counts}", flags[2]);
-            return Err(OzError::Guarded(GuardReport {
-                tiles,
-                failed: tiles,
-                skipped: false,
-            }));
-        }
-    };
+    let lead = settled_lead(&flags, counts, tiles)?;
     if flags[1] == 0 {
         return Ok(Verdict {
             chosen: lead,
@@ -342,9 +264,155 @@ pub(super) fn verdict<T: Element>(
     }
     // Some element is not surely within: the magnitudes' product S, judged exactly.
     magnitudes_product(
+        run,
+        ops,
+        kgpi,
         (OZAKI_GUARD_GEMM, OZAKI_GUARD_GEMM_MMA),
         GemmTail::Sums(sums, refused),
     )?;
+    judge(run, &guard, tiles, sums, refused)?;
+    let (chosen, report) = tiles_verdict(stream, need, tiles, counts)?;
+    Ok(Verdict {
+        chosen,
+        lead,
+        flags,
+        report,
+    })
+}
+
+/// The early refusal (`ozaki_guard_refuse_*`): an early verdict from a few elements' exact
+/// magnitudes' sums over the first `kgi` inner indices, into the FLAGS section's `refused`.
+fn refuse<T: Element>(
+    run: &Run<'_>,
+    ops: &[Rows<'_, '_, T>; 2],
+    kgi: i32,
+    guard: &GuardArgs,
+    refused: u64,
+) -> Result<(), OzError> {
+    let (mi, ni, _) = run.dims;
+    // An early verdict from a few elements' exact magnitudes' sums: where one fails at
+    // every count, the product is refused at once (the magnitudes, the keys and the sure
+    // test's GEMM then leave without work, and the host launches nothing more).
+    let refuse = run.typed("ozaki_guard_refuse")?;
+    let cfg = LaunchConfig {
+        grid_dim: (REFUSAL_ELEMENTS, 1, 1),
+        block_dim: (1024, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = Launch::new(run.stream, &refuse, run.programmatic);
+    builder.arg(&mi).arg(&ni).arg(&kgi);
+    push_pair(&mut builder, ops);
+    builder.arg(guard).arg(&refused);
+    // SAFETY: arguments match `ozaki_guard_refuse_{d,s}(int M, int N, int Kg, const T* X, i64 xsr,
+    // i64 xsk, const T* Y, i64 ysr, i64 ysk, Guard g, int* refused)`; X and Y are the operands with
+    // the strides of op(A) and op(B)ᵀ, read for rows below M and N and k < Kg = kg ≤ k; `GuardArgs`
+    // as for the judge (`judge`), whose sigmas, norms and shifts the scalings before it on this
+    // stream wrote; `refused` the FLAGS section's first int, cleared before it (`clear_flags`);
+    // blocks of 1024 threads, static shared memory only.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's early refusal"))?;
+    Ok(())
+}
+
+/// The sure test's keys (`ozaki_guard_keys`): one of 8 bytes a row of X and of Y, at `kx`
+/// and `ky`.
+fn keys(
+    run: &Run<'_>,
+    guard: &GuardArgs,
+    (kx, ky): (u64, u64),
+    refused: u64,
+) -> Result<(), OzError> {
+    let (mi, ni, _) = run.dims;
+    let (mp, np) = run.padded;
+    let keys = (run.entry)("ozaki_guard_keys")?;
+    let (mpi, npi) = (mp as i32, np as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x((mp + np).div_ceil(256)).map_err(OzError::Gpu)?, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = Launch::new(run.stream, &keys, run.programmatic);
+    builder
+        .arg(guard)
+        .arg(&mi)
+        .arg(&mpi)
+        .arg(&ni)
+        .arg(&npi)
+        .arg(&kx)
+        .arg(&ky)
+        .arg(&refused);
+    // SAFETY: arguments match `ozaki_guard_keys(Guard g, int M, int Mp, int N, int Np, Key*
+    // KX, Key* KY, const int* refused)`; `GuardArgs` as for the early refusal (the rows'
+    // sigmas, norms and shifts, for M and N rows, that the scaling before it on this
+    // stream wrote); KX and KY the KEYS section's Mp and Np keys of 8 bytes, one thread
+    // writing each; `refused` the FLAGS section, whose first int and third (the lead, below
+    // g.n) the early refusal settled; blocks of 256 threads covering Mp + Np rows.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's keys"))?;
+    Ok(())
+}
+
+/// The magnitudes' product (one layer over the guard's K, `kgpi` padded) by this device's
+/// GEMM, the warpgroup one's entry or the mma.sync one's, ending in `tail`.
+fn magnitudes_product<T>(
+    run: &Run<'_>,
+    [a, b]: &[Rows<'_, '_, T>; 2],
+    kgpi: i32,
+    entries: (&str, &str),
+    tail: GemmTail<'_>,
+) -> Result<(), OzError> {
+    let (mi, ni, _) = run.dims;
+    let (mp, np) = run.padded;
+    let f = (run.entry)(match run.gemm {
+        Gemm::Wg { .. } => entries.0,
+        Gemm::Mma => entries.1,
+    })?;
+    let dims = (mi, ni, mp, np, kgpi, 1);
+    enqueue_gemm(
+        (run.stream, run.programmatic),
+        &f,
+        run.gemm,
+        dims,
+        (a.magnitudes, b.magnitudes),
+        tail,
+    )
+}
+
+/// The early refusal's lead, from the FLAGS section read back after the sure test; the
+/// refusal of all `tiles` where the early refusal refused (or the lead is not one of the
+/// `counts` candidates).
+fn settled_lead(flags: &[i32; FLAG_INTS], counts: usize, tiles: usize) -> Result<usize, OzError> {
+    if flags[0] != 0 {
+        return Err(OzError::Guarded(GuardReport {
+            tiles,
+            failed: tiles,
+            skipped: false,
+        }));
+    }
+    // The kernels write a lead below `counts` only; any other value (which they never write)
+    // sends the product to the native kernels rather than trust it.
+    match usize::try_from(flags[2]) {
+        Ok(lead) if lead < counts => Ok(lead),
+        _ => {
+            debug_assert!(false, "the early refusal's lead {} of {counts}", flags[2]);
+            Err(OzError::Guarded(GuardReport {
+                tiles,
+                failed: tiles,
+                skipped: false,
+            }))
+        }
+    }
+}
+
+/// The guard's judge (`ozaki_guard_judge`): each strip of each of the `tiles` output tiles
+/// of the magnitudes' product at `sums`, judged exactly into the NEED section.
+fn judge(
+    run: &Run<'_>,
+    guard: &GuardArgs,
+    tiles: usize,
+    sums: u64,
+    refused: u64,
+) -> Result<(), OzError> {
+    let (mi, ni, _) = run.dims;
+    let (tm, tn) = run.tile_rows;
     let judge = (run.entry)("ozaki_guard_judge")?;
     let cfg = LaunchConfig {
         grid_dim: (grid_x(tiles).map_err(OzError::Gpu)?, JUDGE_STRIPS as u32, 1),
@@ -352,14 +420,14 @@ pub(super) fn verdict<T: Element>(
         shared_mem_bytes: 0,
     };
     let (tmi, tni) = (tm as i32, tn as i32);
-    let mut builder = Launch::new(stream, &judge, run.programmatic);
+    let mut builder = Launch::new(run.stream, &judge, run.programmatic);
     builder
         .arg(&mi)
         .arg(&ni)
         .arg(&sums)
         .arg(&tmi)
         .arg(&tni)
-        .arg(&guard)
+        .arg(guard)
         .arg(&refused);
     // SAFETY: arguments match `ozaki_guard_judge(int M, int N, const int* S, int tm, int tn,
     // Guard g, const int* refused)`; S is the M × N int32 product the guard GEMM before it on
@@ -370,6 +438,18 @@ pub(super) fn verdict<T: Element>(
     // (Mp/tm)·(Np/tn)·JUDGE_STRIPS ints, one block per strip of a tile writing its own; 256
     // threads and a static shared array of 32 ints.
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's judge"))?;
+    Ok(())
+}
+
+/// The judge's verdicts read back from `need`, a tile's the worst of its strips': the index
+/// of the fewest candidate count every tile passes at and the report, or the refusal where
+/// some tile passes at none of the `counts`.
+fn tiles_verdict(
+    stream: &Arc<CudaStream>,
+    need: u64,
+    tiles: usize,
+    counts: usize,
+) -> Result<(usize, GuardReport), OzError> {
     // The section's `tiles · JUDGE_STRIPS` ints.
     let mut strips = vec![0i32; tiles * JUDGE_STRIPS];
     read_back(
@@ -393,12 +473,7 @@ pub(super) fn verdict<T: Element>(
         return Err(OzError::Guarded(report));
     }
     let chosen = verdict.iter().copied().max().unwrap_or(0).max(0) as usize;
-    Ok(Verdict {
-        chosen,
-        lead,
-        flags,
-        report,
-    })
+    Ok((chosen, report))
 }
 
 /// What the host enqueues between the sure test's GEMM and reading its flags back: the INT8
