@@ -249,38 +249,10 @@ fn launch_native<T: Element>(
     c: &mut CudaViewMut<'_, T>,
     split_ws: &mut Option<DevBuf>,
 ) -> Result<Precision, GpuDotError> {
-    let (m, k, n) = args.dims();
-    let trans = args.trans();
-    let dtype = T::DTYPE;
-    let family = Family::fast(dtype);
     match plan {
-        Plan::GemvRow | Plan::GemvCol => {
-            let (gemv, outputs) = match plan {
-                Plan::GemvRow => (Gemv::Row, n),
-                _ => (Gemv::Col, m),
-            };
-            assert!(
-                (plan == Plan::GemvRow && m == 1) || (plan == Plan::GemvCol && n == 1),
-                "a GEMV plan for a product with more than one row and column"
-            );
-            let func = gpu.function(family, &gemv.entry(dtype, table_ll(trans)))?;
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x(gemv.blocks(outputs, trans))?, 1, 1),
-                block_dim: (Gemv::THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut builder = Launch::on(gpu, stream, &func);
-            args.push(&mut builder, c);
-            // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
-            // suffix matches the operands; m == 1 (row GEMV) or n == 1 (column GEMV), asserted
-            // above; the grid is the table's rule for the entry (one block per 16 or 8
-            // outputs, 256 threads); the buffers cover op(A), op(B) and C (checked when the
-            // arguments were made), and the kernels guard every access by M, N and K.
-            unsafe { builder.launch(cfg) }
-                .map(|_| Precision::Native)
-                .map_err(GpuDotError::at("launching a GEMV kernel"))
-        }
+        Plan::GemvRow | Plan::GemvCol => launch_gemv(gpu, stream, plan, args, c),
         Plan::Tile { config, splits } => {
+            let dtype = T::DTYPE;
             let precision = args.precision.for_dtype(dtype);
             if let Some(wg) = WgRow::of(dtype, precision, config, gpu.kernel_sm()) {
                 match launch_wg(gpu, stream, wg, splits, args, c, split_ws) {
@@ -292,107 +264,176 @@ fn launch_native<T: Element>(
                     Ok(()) => return Ok(wg.precision),
                 }
             }
-            let row = TileRow::of(
-                dtype,
-                args.precision.for_dtype(dtype),
-                config,
-                gpu.kernel_sm(),
-            );
-            let aligned = args.a.aligned() && args.b.aligned();
-            let grid_tiles = grid_x(row.tiles(m, n))?;
-            let block = (row.threads, 1, 1);
-            if splits <= 1 && k < row.short_k {
-                // The split-K entry keeps the loop for short K: one split, straight into C.
-                let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
-                let cfg = LaunchConfig {
-                    grid_dim: (grid_tiles, 1, 1),
-                    block_dim: block,
-                    shared_mem_bytes: row.smem,
-                };
-                let kps = k.max(1).next_multiple_of(row.bk) as i32;
-                let mut builder = Launch::on(gpu, stream, &func);
-                args.push(&mut builder, c);
-                builder.arg(&kps);
-                // SAFETY: as for the unsplit entry below, plus the trailing `int
-                // k_per_split`, a positive multiple of the row's K tile not below K; with
-                // gridDim.z = 1 the one split covers all of K and writes its product to C
-                // itself (z = 0) at the arguments' ldc.
-                return unsafe { builder.launch(cfg) }
-                    .map(|_| row.precision)
-                    .map_err(GpuDotError::at("launching a GEMM kernel"));
-            }
+            let row = TileRow::of(dtype, precision, config, gpu.kernel_sm());
             if splits <= 1 {
-                let func = gpu.function(row.family, &row.entry(trans, aligned, false))?;
-                let cfg = LaunchConfig {
-                    grid_dim: (grid_tiles, 1, 1),
-                    block_dim: block,
-                    shared_mem_bytes: row.smem,
-                };
-                let mut builder = Launch::on(gpu, stream, &func);
-                args.push(&mut builder, c);
-                // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
-                // suffix matches the operands, and the 16-byte-load entry is chosen only when
-                // both operands are 16-byte aligned with leading dimensions that keep them so
-                // (`aligned`); the grid has one block per output tile (the kernel maps
-                // blockIdx.x to a tile); block size and dynamic shared memory are the table's
-                // (checked against the source), and the function's shared-memory limit was
-                // raised to it when the module was loaded; the buffers cover op(A), op(B) and
-                // C, and edge tiles are guarded in the kernel.
-                return unsafe { builder.launch(cfg) }
-                    .map(|_| row.precision)
-                    .map_err(GpuDotError::at("launching a GEMM kernel"));
+                launch_tiles(gpu, stream, row, args, c)
+            } else {
+                launch_split_k(gpu, stream, row, splits, args, c, split_ws)
             }
-            let k_per_split = k.div_ceil(splits as usize).next_multiple_of(row.bk);
-            let parts = k.div_ceil(k_per_split);
-            assert!(parts <= MAX_SPLITS, "split count within bounds");
-            let len = parts * m * n;
-            let work = scratch(
-                stream,
-                split_ws,
-                len * std::mem::size_of::<T>(),
-                &gpu.high_water.device,
-            )?;
-            let work = work.view_mut::<T>(len);
-            let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
-            let cfg = LaunchConfig {
-                grid_dim: (grid_tiles, 1, parts as u32),
-                block_dim: block,
-                shared_mem_bytes: row.smem,
-            };
-            // The partial products go to the workspace with leading dimension n.
-            let partial = args.with_ldc(n);
-            let kps = k_per_split as i32;
-            let mut builder = Launch::on(gpu, stream, &func);
-            partial.push(&mut builder, &work);
-            builder.arg(&kps);
-            // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
-            // multiple of the row's K tile; gridDim.z = ceil(K / k_per_split) ≤ MAX_SPLITS, so
-            // every split has a K range and writes its whole m × n partial product to the
-            // workspace at z·m·n with leading dimension n; `work` holds parts·m·n elements.
-            unsafe { builder.launch(cfg) }
-                .map_err(GpuDotError::at("launching a split-K kernel"))?;
-
-            let reduce = gpu.function(family, Aux::SplitKReduce.entry(dtype))?;
-            let cfg = grid_stride(m * n);
-            let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
-            let work = work.as_view();
-            let mut builder = Launch::on(gpu, stream, &reduce);
-            builder
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&parts_i)
-                .view(&work)
-                .view(c)
-                .arg(&ldc);
-            // SAFETY: arguments match `{s,d}gemm_splitk_reduce(int M, int N, int splits, const
-            // T* W, T* C, long long ldc)`; W holds splits·m·n elements written by the launch
-            // before it on the same stream; C covers m × n at ldc (checked when the arguments
-            // were made); the kernel loops over all m·n outputs whatever the grid.
-            unsafe { builder.launch(cfg) }
-                .map(|_| row.precision)
-                .map_err(GpuDotError::at("launching the split-K reduction"))
         }
     }
+}
+
+/// A GEMV plan: one row of A (`GemvRow`, m = 1) or one column of B (`GemvCol`, n = 1).
+fn launch_gemv<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    plan: Plan,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+) -> Result<Precision, GpuDotError> {
+    let (m, _, n) = args.dims();
+    let trans = args.trans();
+    let dtype = T::DTYPE;
+    let family = Family::fast(dtype);
+    let (gemv, outputs) = match plan {
+        Plan::GemvRow => (Gemv::Row, n),
+        _ => (Gemv::Col, m),
+    };
+    assert!(
+        (plan == Plan::GemvRow && m == 1) || (plan == Plan::GemvCol && n == 1),
+        "a GEMV plan for a product with more than one row and column"
+    );
+    let func = gpu.function(family, &gemv.entry(dtype, table_ll(trans)))?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x(gemv.blocks(outputs, trans))?, 1, 1),
+        block_dim: (Gemv::THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = Launch::on(gpu, stream, &func);
+    args.push(&mut builder, c);
+    // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
+    // suffix matches the operands; m == 1 (row GEMV) or n == 1 (column GEMV), asserted
+    // above; the grid is the table's rule for the entry (one block per 16 or 8
+    // outputs, 256 threads); the buffers cover op(A), op(B) and C (checked when the
+    // arguments were made), and the kernels guard every access by M, N and K.
+    unsafe { builder.launch(cfg) }
+        .map(|_| Precision::Native)
+        .map_err(GpuDotError::at("launching a GEMV kernel"))
+}
+
+/// An mma.sync tile row's product in one pass over K, straight into C (the split-K entry with
+/// one split where K is shorter than the row's loop takes).
+fn launch_tiles<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    row: &TileRow,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+) -> Result<Precision, GpuDotError> {
+    let (m, k, n) = args.dims();
+    let trans = args.trans();
+    let aligned = args.a.aligned() && args.b.aligned();
+    let grid_tiles = grid_x(row.tiles(m, n))?;
+    let block = (row.threads, 1, 1);
+    if k < row.short_k {
+        // The split-K entry keeps the loop for short K: one split, straight into C.
+        let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_tiles, 1, 1),
+            block_dim: block,
+            shared_mem_bytes: row.smem,
+        };
+        let kps = k.max(1).next_multiple_of(row.bk) as i32;
+        let mut builder = Launch::on(gpu, stream, &func);
+        args.push(&mut builder, c);
+        builder.arg(&kps);
+        // SAFETY: as for the unsplit entry below, plus the trailing `int
+        // k_per_split`, a positive multiple of the row's K tile not below K; with
+        // gridDim.z = 1 the one split covers all of K and writes its product to C
+        // itself (z = 0) at the arguments' ldc.
+        unsafe { builder.launch(cfg) }
+            .map(|_| row.precision)
+            .map_err(GpuDotError::at("launching a GEMM kernel"))
+    } else {
+        let func = gpu.function(row.family, &row.entry(trans, aligned, false))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_tiles, 1, 1),
+            block_dim: block,
+            shared_mem_bytes: row.smem,
+        };
+        let mut builder = Launch::on(gpu, stream, &func);
+        args.push(&mut builder, c);
+        // SAFETY: arguments of `GEMM_PARAMS(T)` in order and type; the entry's layout
+        // suffix matches the operands, and the 16-byte-load entry is chosen only when
+        // both operands are 16-byte aligned with leading dimensions that keep them so
+        // (`aligned`); the grid has one block per output tile (the kernel maps
+        // blockIdx.x to a tile); block size and dynamic shared memory are the table's
+        // (checked against the source), and the function's shared-memory limit was
+        // raised to it when the module was loaded; the buffers cover op(A), op(B) and
+        // C, and edge tiles are guarded in the kernel.
+        unsafe { builder.launch(cfg) }
+            .map(|_| row.precision)
+            .map_err(GpuDotError::at("launching a GEMM kernel"))
+    }
+}
+
+/// An mma.sync tile row's product in `splits` parts of K: partial products into a workspace,
+/// then their sum into C.
+fn launch_split_k<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    row: &TileRow,
+    splits: u32,
+    args: GemmArgs<'_, '_, T>,
+    c: &mut CudaViewMut<'_, T>,
+    split_ws: &mut Option<DevBuf>,
+) -> Result<Precision, GpuDotError> {
+    let (m, k, n) = args.dims();
+    let trans = args.trans();
+    let dtype = T::DTYPE;
+    let family = Family::fast(dtype);
+    let aligned = args.a.aligned() && args.b.aligned();
+    let grid_tiles = grid_x(row.tiles(m, n))?;
+    let block = (row.threads, 1, 1);
+    let k_per_split = k.div_ceil(splits as usize).next_multiple_of(row.bk);
+    let parts = k.div_ceil(k_per_split);
+    assert!(parts <= MAX_SPLITS, "split count within bounds");
+    let len = parts * m * n;
+    let work = scratch(
+        stream,
+        split_ws,
+        len * std::mem::size_of::<T>(),
+        &gpu.high_water.device,
+    )?;
+    let work = work.view_mut::<T>(len);
+    let func = gpu.function(row.family, &row.entry(trans, aligned, true))?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_tiles, 1, parts as u32),
+        block_dim: block,
+        shared_mem_bytes: row.smem,
+    };
+    // The partial products go to the workspace with leading dimension n.
+    let partial = args.with_ldc(n);
+    let kps = k_per_split as i32;
+    let mut builder = Launch::on(gpu, stream, &func);
+    partial.push(&mut builder, &work);
+    builder.arg(&kps);
+    // SAFETY: as for the unsplit entry, plus the trailing `int k_per_split`, a positive
+    // multiple of the row's K tile; gridDim.z = ceil(K / k_per_split) ≤ MAX_SPLITS, so
+    // every split has a K range and writes its whole m × n partial product to the
+    // workspace at z·m·n with leading dimension n; `work` holds parts·m·n elements.
+    unsafe { builder.launch(cfg) }.map_err(GpuDotError::at("launching a split-K kernel"))?;
+
+    let reduce = gpu.function(family, Aux::SplitKReduce.entry(dtype))?;
+    let cfg = grid_stride(m * n);
+    let (mi, ni, parts_i, ldc) = (m as i32, n as i32, parts as i32, args.ldc);
+    let work = work.as_view();
+    let mut builder = Launch::on(gpu, stream, &reduce);
+    builder
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&parts_i)
+        .view(&work)
+        .view(c)
+        .arg(&ldc);
+    // SAFETY: arguments match `{s,d}gemm_splitk_reduce(int M, int N, int splits, const
+    // T* W, T* C, long long ldc)`; W holds splits·m·n elements written by the launch
+    // before it on the same stream; C covers m × n at ldc (checked when the arguments
+    // were made); the kernel loops over all m·n outputs whatever the grid.
+    unsafe { builder.launch(cfg) }
+        .map(|_| row.precision)
+        .map_err(GpuDotError::at("launching the split-K reduction"))
 }
 
 /// Why [`launch_wg`] launched nothing.
