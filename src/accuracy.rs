@@ -128,105 +128,7 @@ impl Family {
         seed: u64,
     ) -> (Array2<A>, Array2<A>) {
         let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
-        let uniform = |r: &mut Rng| r.unit() * 2.0 - 1.0;
-        let (a, b): (Array2<f64>, Array2<f64>) = match *self {
-            Family::Uniform | Family::NonFinite | Family::Scaled(_) => {
-                let a = Array2::from_shape_simple_fn((m, k), || uniform(&mut r));
-                let b = Array2::from_shape_simple_fn((k, n), || uniform(&mut r));
-                (a, b)
-            }
-            Family::Positive | Family::Normal | Family::Relu | Family::LogNormal => {
-                let family = *self;
-                let e = move |r: &mut Rng| match family {
-                    Family::Positive => r.unit(),
-                    Family::Normal => r.normal(),
-                    Family::Relu => r.normal().max(0.0),
-                    _ => {
-                        let sign = if r.next() & 1 == 0 { 1.0 } else { -1.0 };
-                        sign * r.normal().exp()
-                    }
-                };
-                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
-                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
-                (a, b)
-            }
-            Family::Spread(s) => {
-                let e = |r: &mut Rng| uniform(r) * pow2(r.int(-s, s));
-                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
-                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
-                (a, b)
-            }
-            Family::PairedK(s) => {
-                let t: Vec<i32> = (0..k).map(|_| r.int(-s, s)).collect();
-                let a = Array2::from_shape_fn((m, k), |(_, q)| {
-                    uniform(&mut Rng(r.next())) * pow2(t[q])
-                });
-                let b = Array2::from_shape_fn((k, n), |(q, _)| {
-                    uniform(&mut Rng(r.next())) * pow2(-t[q])
-                });
-                (a, b)
-            }
-            Family::FarRowsCols(s) => {
-                let rows: Vec<i32> = (0..m).map(|_| r.int(-s, s)).collect();
-                let cols: Vec<i32> = (0..n).map(|_| r.int(-s, s)).collect();
-                let a = Array2::from_shape_fn((m, k), |(i, _)| {
-                    uniform(&mut Rng(r.next())) * pow2(rows[i])
-                });
-                let b = Array2::from_shape_fn((k, n), |(_, j)| {
-                    uniform(&mut Rng(r.next())) * pow2(cols[j])
-                });
-                (a, b)
-            }
-            Family::OneHuge(big) => {
-                let mut a = Array2::from_shape_simple_fn((m, k), || uniform(&mut r));
-                let mut b = Array2::from_shape_simple_fn((k, n), || uniform(&mut r));
-                for i in 0..m {
-                    let q = r.int(0, k as i32 - 1) as usize;
-                    a[[i, q]] = pow2(big) * (1.0 + r.unit());
-                }
-                for j in 0..n {
-                    let q = r.int(0, k as i32 - 1) as usize;
-                    b[[q, j]] = pow2(big) * (1.0 + r.unit());
-                }
-                (a, b)
-            }
-            Family::Cancel(bits) => {
-                // A = [X X], B = [Y; −Y·(1 + 2^−bits)]: each term of the second half nearly
-                // undoes one of the first.
-                let h = k / 2;
-                let x = Array2::from_shape_simple_fn((m, h.max(1)), || uniform(&mut r));
-                let y = Array2::from_shape_simple_fn((h.max(1), n), || uniform(&mut r));
-                let eps = pow2(-bits);
-                let a = Array2::from_shape_fn(
-                    (m, k),
-                    |(i, q)| {
-                        if q < 2 * h {
-                            x[[i, q % h]]
-                        } else {
-                            0.0
-                        }
-                    },
-                );
-                let b = Array2::from_shape_fn((k, n), |(q, j)| match q {
-                    q if q < h => y[[q, j]],
-                    q if q < 2 * h => -y[[q - h, j]] * (1.0 + eps),
-                    _ => 0.0,
-                });
-                (a, b)
-            }
-            Family::Sparse { every, spread } => {
-                let e = |r: &mut Rng| {
-                    if r.next().is_multiple_of(every as u64) {
-                        uniform(r) * pow2(r.int(-spread, spread))
-                    } else {
-                        0.0
-                    }
-                };
-                let a = Array2::from_shape_simple_fn((m, k), || e(&mut r));
-                let b = Array2::from_shape_simple_fn((k, n), || e(&mut r));
-                (a, b)
-            }
-        };
+        let (a, b) = self.values((m, k, n), &mut r);
         let (mut a, mut b) = match *self {
             // Each operand carries half the shift, so that their product carries all of it.
             Family::Scaled(s) => (a * pow2(s / 2), b * pow2(s - s / 2)),
@@ -248,6 +150,108 @@ impl Family {
         }
         (a.mapv(A::from_f64), b.mapv(A::from_f64))
     }
+
+    /// The family's values in `f64`, before its scaling and its planted infinities.
+    fn values(&self, (m, k, n): (usize, usize, usize), r: &mut Rng) -> (Array2<f64>, Array2<f64>) {
+        match *self {
+            Family::Uniform | Family::NonFinite | Family::Scaled(_) => {
+                elementwise((m, k, n), r, uniform)
+            }
+            Family::Positive | Family::Normal | Family::Relu | Family::LogNormal => {
+                let family = *self;
+                elementwise((m, k, n), r, move |r| match family {
+                    Family::Positive => r.unit(),
+                    Family::Normal => r.normal(),
+                    Family::Relu => r.normal().max(0.0),
+                    _ => {
+                        let sign = if r.next() & 1 == 0 { 1.0 } else { -1.0 };
+                        sign * r.normal().exp()
+                    }
+                })
+            }
+            Family::Spread(s) => elementwise((m, k, n), r, |r| uniform(r) * pow2(r.int(-s, s))),
+            Family::PairedK(s) => {
+                let t: Vec<i32> = (0..k).map(|_| r.int(-s, s)).collect();
+                let a = Array2::from_shape_fn((m, k), |(_, q)| {
+                    uniform(&mut Rng(r.next())) * pow2(t[q])
+                });
+                let b = Array2::from_shape_fn((k, n), |(q, _)| {
+                    uniform(&mut Rng(r.next())) * pow2(-t[q])
+                });
+                (a, b)
+            }
+            Family::FarRowsCols(s) => {
+                let rows: Vec<i32> = (0..m).map(|_| r.int(-s, s)).collect();
+                let cols: Vec<i32> = (0..n).map(|_| r.int(-s, s)).collect();
+                let a = Array2::from_shape_fn((m, k), |(i, _)| {
+                    uniform(&mut Rng(r.next())) * pow2(rows[i])
+                });
+                let b = Array2::from_shape_fn((k, n), |(_, j)| {
+                    uniform(&mut Rng(r.next())) * pow2(cols[j])
+                });
+                (a, b)
+            }
+            Family::OneHuge(big) => one_huge((m, k, n), r, big),
+            Family::Cancel(bits) => cancelling((m, k, n), r, bits),
+            Family::Sparse { every, spread } => elementwise((m, k, n), r, |r| {
+                if r.next().is_multiple_of(every as u64) {
+                    uniform(r) * pow2(r.int(-spread, spread))
+                } else {
+                    0.0
+                }
+            }),
+        }
+    }
+}
+
+/// A uniform value in [−1, 1).
+fn uniform(r: &mut Rng) -> f64 {
+    r.unit() * 2.0 - 1.0
+}
+
+/// `a` (m × k), then `b` (k × n), each element drawn by `e` in row-major order.
+fn elementwise(
+    (m, k, n): (usize, usize, usize),
+    r: &mut Rng,
+    e: impl Fn(&mut Rng) -> f64,
+) -> (Array2<f64>, Array2<f64>) {
+    let a = Array2::from_shape_simple_fn((m, k), || e(r));
+    let b = Array2::from_shape_simple_fn((k, n), || e(r));
+    (a, b)
+}
+
+/// Uniform operands with one element of each row of `a` and each column of `b` near `2^big`.
+fn one_huge((m, k, n): (usize, usize, usize), r: &mut Rng, big: i32) -> (Array2<f64>, Array2<f64>) {
+    let (mut a, mut b) = elementwise((m, k, n), r, uniform);
+    for i in 0..m {
+        let q = r.int(0, k as i32 - 1) as usize;
+        a[[i, q]] = pow2(big) * (1.0 + r.unit());
+    }
+    for j in 0..n {
+        let q = r.int(0, k as i32 - 1) as usize;
+        b[[q, j]] = pow2(big) * (1.0 + r.unit());
+    }
+    (a, b)
+}
+
+/// A = [X X], B = [Y; −Y·(1 + 2^−bits)]: each term of the second half nearly undoes one of the
+/// first.
+fn cancelling(
+    (m, k, n): (usize, usize, usize),
+    r: &mut Rng,
+    bits: i32,
+) -> (Array2<f64>, Array2<f64>) {
+    let h = k / 2;
+    let x = Array2::from_shape_simple_fn((m, h.max(1)), || uniform(r));
+    let y = Array2::from_shape_simple_fn((h.max(1), n), || uniform(r));
+    let eps = pow2(-bits);
+    let a = Array2::from_shape_fn((m, k), |(i, q)| if q < 2 * h { x[[i, q % h]] } else { 0.0 });
+    let b = Array2::from_shape_fn((k, n), |(q, j)| match q {
+        q if q < h => y[[q, j]],
+        q if q < 2 * h => -y[[q - h, j]] * (1.0 + eps),
+        _ => 0.0,
+    });
+    (a, b)
 }
 
 /// `2^e` for `e` in the range of `f64`'s normal numbers and a bit below.
