@@ -91,17 +91,7 @@ pub(crate) fn gemm_split<T: Element>(
     opts: &DotOptions,
     g: Gemm<'_, '_, '_, '_, T>,
 ) -> Result<(Done, Vec<usize>), Failure> {
-    let untouched = |ordinal, error| Failure {
-        error: GpuDotError::SplitFailed {
-            ordinal,
-            source: Box::new(error),
-        },
-        touched: false,
-    };
-    let mut gpus: Vec<Arc<Gpu>> = Vec::with_capacity(ordinals.len());
-    for &o in ordinals {
-        gpus.push(context::gpu_on(o).map_err(|e| untouched(o, e))?);
-    }
+    let gpus = contexts(ordinals)?;
     let (Src::Host(a), Src::Host(b)) = (g.a, g.b) else {
         unreachable!("only host operands are split")
     };
@@ -111,28 +101,7 @@ pub(crate) fn gemm_split<T: Element>(
         .map(|g| g.info.multiprocessors.max(1) as usize)
         .collect();
     let bounds = row_bounds(m, &weights);
-    // C cut into the devices' rows, front to back.
-    let mut c_parts: Vec<Dst<'_, T>> = Vec::with_capacity(bounds.len());
-    let mut rest: Dst<'_, T> = match &mut *g.c {
-        Dst::Host(v) => Dst::Host(v.view_mut()),
-        Dst::Fresh(v) => Dst::Fresh(v.view_mut()),
-        Dst::Device { .. } => unreachable!("only host outputs are split"),
-    };
-    for &(r0, r1) in &bounds {
-        let (head, tail) = match rest {
-            Dst::Host(v) => {
-                let (h, t) = v.split_at(Axis(0), r1 - r0);
-                (Dst::Host(h), Dst::Host(t))
-            }
-            Dst::Fresh(v) => {
-                let (h, t) = v.split_at(Axis(0), r1 - r0);
-                (Dst::Fresh(h), Dst::Fresh(t))
-            }
-            Dst::Device { .. } => unreachable!("only host outputs are split"),
-        };
-        c_parts.push(head);
-        rest = tail;
-    }
+    let c_parts = cut_rows(g.c, &bounds);
     let (alpha, beta) = (g.alpha, g.beta);
     let shares = bounds.len();
     let fail = |i: usize, f: Failure| Failure {
@@ -185,6 +154,58 @@ pub(crate) fn gemm_split<T: Element>(
     if let Some(shared) = shared_b {
         shared.finish();
     }
+    combine(ordinals, results)
+}
+
+/// Every device's context, made before any work, so that a device that cannot be used fails
+/// the product with C untouched.
+fn contexts(ordinals: &[usize]) -> Result<Vec<Arc<Gpu>>, Failure> {
+    let untouched = |ordinal, error| Failure {
+        error: GpuDotError::SplitFailed {
+            ordinal,
+            source: Box::new(error),
+        },
+        touched: false,
+    };
+    let mut gpus: Vec<Arc<Gpu>> = Vec::with_capacity(ordinals.len());
+    for &o in ordinals {
+        gpus.push(context::gpu_on(o).map_err(|e| untouched(o, e))?);
+    }
+    Ok(gpus)
+}
+
+/// C cut into the devices' rows (`bounds`), front to back.
+fn cut_rows<'c, T>(c: &'c mut Dst<'_, T>, bounds: &[(usize, usize)]) -> Vec<Dst<'c, T>> {
+    let mut c_parts: Vec<Dst<'_, T>> = Vec::with_capacity(bounds.len());
+    let mut rest: Dst<'_, T> = match c {
+        Dst::Host(v) => Dst::Host(v.view_mut()),
+        Dst::Fresh(v) => Dst::Fresh(v.view_mut()),
+        Dst::Device { .. } => unreachable!("only host outputs are split"),
+    };
+    for &(r0, r1) in bounds {
+        let (head, tail) = match rest {
+            Dst::Host(v) => {
+                let (h, t) = v.split_at(Axis(0), r1 - r0);
+                (Dst::Host(h), Dst::Host(t))
+            }
+            Dst::Fresh(v) => {
+                let (h, t) = v.split_at(Axis(0), r1 - r0);
+                (Dst::Fresh(h), Dst::Fresh(t))
+            }
+            Dst::Device { .. } => unreachable!("only host outputs are split"),
+        };
+        c_parts.push(head);
+        rest = tail;
+    }
+    c_parts
+}
+
+/// The devices' results as one: the first failure (C counting as touched when any device
+/// wrote its rows), else the panels of the devices that ran and their ordinals.
+fn combine(
+    ordinals: &[usize],
+    results: Vec<Result<Done, Failure>>,
+) -> Result<(Done, Vec<usize>), Failure> {
     let touched = results
         .iter()
         .any(|r| r.as_ref().map_or_else(|f| f.touched, |d| d.ran.is_some()));
