@@ -137,8 +137,10 @@
 //! | `GPU_DOT_SPARE_RESULT` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: a loop's next large host result made ready between products | `1` |
 //! | `GPU_DOT_GUARD_MEMORY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: shapes the guard refused twice in a row run natively without it for a while | `1` |
 //!
-//! An invalid value of the first eight is [`GpuDotError::InvalidEnv`], whose message lists the
-//! accepted values; the last five ignore one, with a warning through `log`.
+//! An invalid value of the first eight is [`GpuDotError::InvalidEnv`] in the `try_` forms,
+//! whose message lists the accepted values; elsewhere that variable alone takes its built-in
+//! default, with a warning through the `log` crate. The last five ignore an invalid value the
+//! same way.
 //!
 //! # Kernel cache
 //!

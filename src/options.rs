@@ -395,46 +395,79 @@ impl DotOptions {
 
     /// The defaults with the process environment applied (`GPU_DOT_BACKEND`, `GPU_DOT_KERNEL`,
     /// `GPU_DOT_MIN_FLOPS`, `GPU_DOT_AUTOTUNE`, `GPU_DOT_DEVICE`, `GPU_DOT_DEVICES`,
-    /// `GPU_DOT_PEER_COPY`, `GPU_DOT_PRECISION`). Read
-    /// once per process; an invalid value is an error here and is ignored, with a warning on
-    /// stderr, by [`DotOptions::default`].
+    /// `GPU_DOT_PEER_COPY`, `GPU_DOT_PRECISION`), read once per process. An invalid value is
+    /// an error here ([`GpuDotError::InvalidEnv`], the first one in that order); under
+    /// [`DotOptions::default`] only that variable falls back to its built-in default, with a
+    /// warning through the `log` crate, and every valid variable still applies.
     pub fn from_env() -> Result<Self, GpuDotError> {
-        ENV_OPTIONS.clone()
+        match &ENV_OPTIONS.1 {
+            None => Ok(ENV_OPTIONS.0.clone()),
+            Some(e) => Err(e.clone()),
+        }
     }
 
     /// The defaults with variables looked up through `lookup` instead of the process
-    /// environment (`lookup(name)` returns the variable's value, if set).
+    /// environment (`lookup(name)` returns the variable's value, if set); the first invalid
+    /// value is an error, as in [`DotOptions::from_env`].
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GpuDotError> {
+        let (opts, errors) = Self::lenient(lookup);
+        match errors.into_iter().next() {
+            None => Ok(opts),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// The defaults with every valid variable of `lookup` applied, and the errors of the
+    /// invalid ones, each of which leaves its option at the built-in default.
+    pub(crate) fn lenient(lookup: impl Fn(&str) -> Option<String>) -> (Self, Vec<GpuDotError>) {
         let mut opts = Self::builtin();
-        if let Some(v) = lookup(ENV_BACKEND) {
-            opts.backend = v.parse().map_err(|_| settings::BACKEND.invalid(&v))?;
-        }
-        if let Some(v) = lookup(ENV_KERNEL) {
-            opts.kernel = v.parse().map_err(|_| settings::KERNEL.invalid(&v))?;
-        }
-        if let Some(v) = lookup(ENV_MIN_FLOPS) {
-            opts.min_gpu_flops = Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| settings::MIN_FLOPS.invalid(&v))?,
-            );
-        }
-        if let Some(v) = lookup(ENV_DEVICE) {
-            opts.device = Some(v.trim().parse().map_err(|_| settings::DEVICE.invalid(&v))?);
-        }
-        if let Some(v) = lookup(ENV_DEVICES) {
-            opts.devices = Some(v.parse().map_err(|_| settings::DEVICES.invalid(&v))?);
-        }
-        if let Some(v) = lookup(ENV_PRECISION) {
-            opts.precision = v.parse().map_err(|_| settings::PRECISION.invalid(&v))?;
-        }
-        if let Some(v) = lookup(ENV_PEER_COPY) {
-            opts.peer_copies = settings::PEER_COPY.switch(&v)?;
-        }
-        if let Some(v) = lookup(ENV_AUTOTUNE) {
-            opts.autotune = settings::AUTOTUNE.switch(&v)?;
-        }
-        Ok(opts)
+        let mut errors = Vec::new();
+        // Applies `apply` to the variable's value where it is set; an invalid value is kept
+        // as an error and changes nothing.
+        let mut read = |name: &str, apply: &mut dyn FnMut(&str) -> Result<(), GpuDotError>| {
+            if let Some(v) = lookup(name) {
+                if let Err(e) = apply(&v) {
+                    errors.push(e);
+                }
+            }
+        };
+        read(ENV_BACKEND, &mut |v| {
+            opts.backend = v.parse().map_err(|_| settings::BACKEND.invalid(v))?;
+            Ok(())
+        });
+        read(ENV_KERNEL, &mut |v| {
+            opts.kernel = v.parse().map_err(|_| settings::KERNEL.invalid(v))?;
+            Ok(())
+        });
+        read(ENV_MIN_FLOPS, &mut |v| {
+            let flops = v
+                .trim()
+                .parse()
+                .map_err(|_| settings::MIN_FLOPS.invalid(v))?;
+            opts.min_gpu_flops = Some(flops);
+            Ok(())
+        });
+        read(ENV_DEVICE, &mut |v| {
+            opts.device = Some(v.trim().parse().map_err(|_| settings::DEVICE.invalid(v))?);
+            Ok(())
+        });
+        read(ENV_DEVICES, &mut |v| {
+            opts.devices = Some(v.parse().map_err(|_| settings::DEVICES.invalid(v))?);
+            Ok(())
+        });
+        read(ENV_PRECISION, &mut |v| {
+            opts.precision = v.parse().map_err(|_| settings::PRECISION.invalid(v))?;
+            Ok(())
+        });
+        read(ENV_PEER_COPY, &mut |v| {
+            opts.peer_copies = settings::PEER_COPY.switch(v)?;
+            Ok(())
+        });
+        read(ENV_AUTOTUNE, &mut |v| {
+            opts.autotune = settings::AUTOTUNE.switch(v)?;
+            Ok(())
+        });
+        (opts, errors)
     }
 
     /// These options with another backend.
@@ -524,18 +557,16 @@ impl Default for DotOptions {
 impl DotOptions {
     /// [`DotOptions::default`] without the clone: the options of the environment, parsed once.
     pub(crate) fn env_ref() -> &'static DotOptions {
-        static BUILTIN: Lazy<DotOptions> = Lazy::new(DotOptions::builtin);
-        match &*ENV_OPTIONS {
-            Ok(opts) => opts,
-            Err(_) => &BUILTIN,
-        }
+        &ENV_OPTIONS.0
     }
 }
 
-static ENV_OPTIONS: Lazy<Result<DotOptions, GpuDotError>> = Lazy::new(|| {
-    let parsed = DotOptions::from_lookup(|name| std::env::var(name).ok());
-    if let Err(e) = &parsed {
-        eprintln!("gpu-dot: {e}; using the built-in defaults");
+/// The options of the process environment, each invalid variable at its built-in default, and
+/// the first invalid variable's error. Each invalid value is logged once, as a warning.
+static ENV_OPTIONS: Lazy<(DotOptions, Option<GpuDotError>)> = Lazy::new(|| {
+    let (opts, errors) = DotOptions::lenient(|name| std::env::var(name).ok());
+    for e in &errors {
+        log::warn!("gpu-dot: {e}; that variable takes its built-in default");
     }
-    parsed
+    (opts, errors.into_iter().next())
 });

@@ -212,3 +212,40 @@ fn a_wrong_default_fails_the_check() {
     let caught = std::panic::catch_unwind(|| check_table(&wrong, "a README", true));
     assert!(caught.is_err());
 }
+
+/// One invalid variable loses only itself: the valid ones still apply, and the error names
+/// the invalid one.
+#[test]
+fn an_invalid_variable_loses_only_itself() {
+    let vars = [
+        (settings::BACKEND.name, "cpu"),
+        (settings::KERNEL.name, "bogus"),
+        (settings::PRECISION.name, "native"),
+        (settings::AUTOTUNE.name, "sometimes"),
+    ];
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    };
+    let (opts, errors) = DotOptions::lenient(lookup);
+    assert_eq!(opts.backend, crate::Backend::Cpu);
+    assert_eq!(opts.precision, crate::Precision::Native);
+    assert_eq!(opts.kernel, DotOptions::builtin().kernel);
+    assert_eq!(opts.autotune, DotOptions::builtin().autotune);
+    let vars_named: Vec<&str> = errors
+        .iter()
+        .map(|e| match e {
+            GpuDotError::InvalidEnv { var, .. } => *var,
+            other => panic!("expected InvalidEnv, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(vars_named, [settings::KERNEL.name, settings::AUTOTUNE.name]);
+    // The fallible form reports the first.
+    match DotOptions::from_lookup(lookup) {
+        Err(GpuDotError::InvalidEnv { var, value, .. }) => {
+            assert_eq!((var, value.as_str()), (settings::KERNEL.name, "bogus"));
+        }
+        other => panic!("expected InvalidEnv, got {other:?}"),
+    }
+}
