@@ -279,6 +279,20 @@ compile_error!(
      \"cuda-12080\"] } (ndarray-0-15 for 0.15)"
 );
 
+#[cfg(not(any(
+    feature = "cuda-12080",
+    feature = "cuda-12090",
+    feature = "cuda-13000",
+    feature = "cuda-version-from-build-system",
+    feature = "cuda-version-elsewhere"
+)))]
+compile_error!(
+    "gpu-dot needs one CUDA version feature beside its ndarray feature, for ndarray 0.16: \
+     gpu-dot = { version = \"0.1\", default-features = false, features = [\"ndarray-0-16\", \
+     \"cuda-12080\"] } (cuda-12080, cuda-12090, cuda-13000, cuda-version-from-build-system, \
+     or cuda-version-elsewhere where another crate of the build names cudarc's version)"
+);
+
 use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
 pub use device::api::{
