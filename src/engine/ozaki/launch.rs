@@ -423,10 +423,10 @@ enum Scaling {
 
 /// Step 1 for one operand: its rows' shifts (`ozaki_scale_*`), or the guard's scaling
 /// (`ozaki_guard_scale_*`), or both the guard's scaling and its magnitudes in one pass
-/// (`ozaki_guard_rows_*`) where `op.one_pass`; that pass also splits it where `op.early`, for
-/// the count the early refusal before it found its elements need (the first or the next),
-/// and leaves at once where `refused` is given and that refusal set it. `first`, the first
-/// count's constants, fills the place of those the pass does not read.
+/// (`ozaki_guard_rows_*`, [`guard_rows`]) where `op.one_pass`; that pass also splits it where
+/// `op.early`, for the count the early refusal before it found its elements need (the first or
+/// the next), and leaves at once where `refused` is given and that refusal set it. `first`,
+/// the first count's constants, fills the place of those the pass does not read.
 fn scale<T: Element>(
     run: &Run<'_>,
     op: &Rows<'_, '_, T>,
@@ -436,7 +436,7 @@ fn scale<T: Element>(
 ) -> Result<(), OzError> {
     let stream = run.stream;
     let (_, _, ki) = run.dims;
-    let (rows, rows_p, x, (sr, sk)) = (op.rows, op.padded, op.x, op.strides);
+    let (rows, (sr, sk)) = (op.rows, op.strides);
     let (e, s, l) = (op.shifts, op.sigmas, op.norms);
     if let (
         true,
@@ -447,59 +447,7 @@ fn scale<T: Element>(
         },
     ) = (op.one_pass, how)
     {
-        let rows_fn = run.typed("ozaki_guard_rows")?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid_x(rows_p).map_err(OzError::Gpu)?, 1, 1),
-            block_dim: (GUARD_ROWS_THREADS, 1, 1),
-            shared_mem_bytes: *row_bytes as u32,
-        };
-        let (lde, kgi, kgpi) = (rows_p as i32, *kg as i32, kg.next_multiple_of(128) as i32);
-        let (residues, (c0, c1)) = match op.early {
-            Some(e) => (op.panels, (e.first, e.next)),
-            None => (0u64, (first, first)),
-        };
-        let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
-        let refused_ptr = refused.unwrap_or(0);
-        let mut builder = Launch::new(stream, &rows_fn, run.programmatic);
-        builder
-            .arg(&rows)
-            .arg(&ki)
-            .view(x)
-            .arg(&sr)
-            .arg(weighed)
-            .arg(&e)
-            .arg(&lde)
-            .arg(&s)
-            .arg(&l)
-            .arg(&op.magnitudes)
-            .arg(&kgi)
-            .arg(&kgpi)
-            .arg(&op.tile)
-            .arg(&residues)
-            .arg(&rpi)
-            .arg(&kpi)
-            .arg(c0)
-            .arg(c1)
-            .arg(&refused_ptr);
-        // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64
-        // sr, GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int
-        // Kgp, int TM, signed char* RP, int Rp, int Kp, Consts c, Consts c1, const int*
-        // refused)`; X as for
-        // `ozaki_guard_scale_*` with sk = 1 (row r's K elements contiguous from X + r·sr);
-        // E, S and L as for that kernel; P is the operand's magnitudes' section (Rp·Kgp
-        // bytes, MA or MB), written whole in the tiles of TM rows, as by
-        // `ozaki_magnitudes_*`; RP is null, or the operand's residue panels (c1.count·Rp·Kp
-        // bytes at least, c and c1 the first and the next candidate count's constants,
-        // c1.count ≥ c.count, Kp = K rounded up to 128), written whole as by `ozaki_split_*`
-        // with E's layer of the early refusal's lead; one block of `GUARD_ROWS_THREADS` per
-        // row of Rp; `row_bytes` of dynamic shared memory (K elements rounded up to 16
-        // bytes, then Kgp), at most the limit the module raised for the entry
-        // (`OZAKI_GUARD_ROWS_SMEM`); each `Consts` matches the kernel's struct by value;
-        // `refused` is null (and RP then null too) or the FLAGS section, whose ints the
-        // early refusal before it on this stream wrote.
-        unsafe { builder.launch(cfg) }
-            .map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
-        return Ok(());
+        return guard_rows(run, op, (weighed, *kg, *row_bytes), first, refused);
     }
     // Rows along the contiguous index: one block of ALONG_R_ROWS × 32 threads per
     // ALONG_R_ROWS rows (each row's 32 threads in the kernel's order of sums); else a warp
@@ -534,7 +482,7 @@ fn scale<T: Element>(
         }
         Scaling::Guard { weighed, .. } => {
             let guard_scale = run.typed("ozaki_guard_scale")?;
-            let lde = rows_p as i32;
+            let lde = op.padded as i32;
             let mut builder = Launch::new(stream, &guard_scale, run.programmatic);
             op.push_rows(&mut builder, &ki);
             builder.arg(weighed).arg(&e).arg(&lde).arg(&s).arg(&l);
@@ -547,5 +495,72 @@ fn scale<T: Element>(
             unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's scaling"))?;
         }
     }
+    Ok(())
+}
+
+/// The guard's one pass over one operand's rows (`ozaki_guard_rows_*`): its scaling for the
+/// candidate counts `weighed` and its magnitudes over the guard's sample `kg` of k, with
+/// `row_bytes` of shared memory; and its residues where `op.early` ([`scale`] says when).
+fn guard_rows<T: Element>(
+    run: &Run<'_>,
+    op: &Rows<'_, '_, T>,
+    (weighed, kg, row_bytes): (&GuardScale, usize, usize),
+    first: &Consts,
+    refused: Option<u64>,
+) -> Result<(), OzError> {
+    let stream = run.stream;
+    let (_, _, ki) = run.dims;
+    let (rows, rows_p, x, (sr, _)) = (op.rows, op.padded, op.x, op.strides);
+    let (e, s, l) = (op.shifts, op.sigmas, op.norms);
+    let rows_fn = run.typed("ozaki_guard_rows")?;
+    let cfg = LaunchConfig {
+        grid_dim: (grid_x(rows_p).map_err(OzError::Gpu)?, 1, 1),
+        block_dim: (GUARD_ROWS_THREADS, 1, 1),
+        shared_mem_bytes: row_bytes as u32,
+    };
+    let (lde, kgi, kgpi) = (rows_p as i32, kg as i32, kg.next_multiple_of(128) as i32);
+    let (residues, (c0, c1)) = match op.early {
+        Some(e) => (op.panels, (e.first, e.next)),
+        None => (0u64, (first, first)),
+    };
+    let (rpi, kpi) = (rows_p as i32, (ki as usize).next_multiple_of(128) as i32);
+    let refused_ptr = refused.unwrap_or(0);
+    let mut builder = Launch::new(stream, &rows_fn, run.programmatic);
+    builder
+        .arg(&rows)
+        .arg(&ki)
+        .view(x)
+        .arg(&sr)
+        .arg(weighed)
+        .arg(&e)
+        .arg(&lde)
+        .arg(&s)
+        .arg(&l)
+        .arg(&op.magnitudes)
+        .arg(&kgi)
+        .arg(&kgpi)
+        .arg(&op.tile)
+        .arg(&residues)
+        .arg(&rpi)
+        .arg(&kpi)
+        .arg(c0)
+        .arg(c1)
+        .arg(&refused_ptr);
+    // SAFETY: arguments match `ozaki_guard_rows_{d,s}(int R, int K, const T* X, i64 sr,
+    // GuardScale g, int* E, int ldE, int* S, double* L, signed char* P, int Kg, int Kgp, int
+    // TM, signed char* RP, int Rp, int Kp, Consts c, Consts c1, const int* refused)`; X as for
+    // `ozaki_guard_scale_*` with sk = 1 (row r's K elements contiguous from X + r·sr; `scale`
+    // takes this pass only where `op.one_pass`, which holds only for sk = 1); E, S and L as
+    // for that kernel; P is the operand's magnitudes' section (Rp·Kgp bytes, MA or MB),
+    // written whole in the tiles of TM rows, as by `ozaki_magnitudes_*`; RP is null, or the
+    // operand's residue panels (c1.count·Rp·Kp bytes at least, c and c1 the first and the
+    // next candidate count's constants, c1.count ≥ c.count, Kp = K rounded up to 128),
+    // written whole as by `ozaki_split_*` with E's layer of the early refusal's lead; one
+    // block of `GUARD_ROWS_THREADS` per row of Rp; `row_bytes` of dynamic shared memory (K
+    // elements rounded up to 16 bytes, then Kgp), at most the limit the module raised for the
+    // entry (`OZAKI_GUARD_ROWS_SMEM`); each `Consts` matches the kernel's struct by value;
+    // `refused` is null (and RP then null too) or the FLAGS section, whose ints the early
+    // refusal before it on this stream wrote.
+    unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki guard's one-pass scaling"))?;
     Ok(())
 }
