@@ -402,7 +402,11 @@ impl<A: Element> AsOutput<A> for GpuMatrix<A> {
 /// m × n, any layouts. On the GPU when the product is large enough and a GPU is usable, else
 /// on the CPU (options from the environment). `beta == 0` never reads `c`.
 ///
-/// **Panics** if the shapes are incompatible, with ndarray's message.
+/// **Panics** if the shapes are incompatible, with ndarray's message; and, with `beta != 0`,
+/// if the device faults after the GPU wrote part of `c` (docs/faults.md): those rows' old
+/// values are gone, so the product cannot be redone on the CPU. Any other GPU failure, and a
+/// fault with `beta == 0`, is answered on the CPU. [`try_general_mat_mul`] returns the fault
+/// instead.
 ///
 /// ```
 /// use ndarray::arr2;
@@ -437,15 +441,21 @@ pub fn general_mat_mul<A, S1, S2, S3>(
     let opts = DotOptions::default();
     let (a, b) = (a.as_operand(), b.as_operand());
     if let Err(e) = general(alpha, &a, &b, beta, &mut c.as_output(), &opts, true) {
-        // Only a device fault after part of C was written gets here.
-        panic!("gpu-dot: the GPU failed after writing part of the output: {e}");
+        // Only a device fault after part of C was written, with beta != 0, gets here.
+        panic!(
+            "gpu-dot: the GPU failed after writing part of the output, whose old values \
+             beta multiplies: {e}"
+        );
     }
 }
 
 /// `C = alpha·A·B + beta·C` over any operands ([`AsOperand`]: host arrays or views, device
 /// matrices or views) into a host array or a [`GpuMatrix`], with options from the environment.
 /// Returns the route taken. Never panics: incompatible shapes are
-/// [`GpuDotError::ShapeMismatch`].
+/// [`GpuDotError::ShapeMismatch`]. Under [`Backend::Auto`](crate::Backend::Auto), a GPU
+/// failure is answered on the CPU, except a device fault after the GPU wrote part of a host C
+/// with `beta != 0`: that is returned, and C then holds new values in some rows and old ones
+/// in the rest.
 pub fn try_general_mat_mul<A: Element>(
     alpha: A,
     a: &impl AsOperand<A>,

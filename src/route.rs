@@ -373,8 +373,9 @@ fn decide<T: Element>(
             Err(e)
         };
     }
-    // A fresh output holds nothing of the caller's: a failure never leaves it half-written.
-    let fresh = matches!(g.c, Dst::Fresh(_));
+    // A fresh output holds nothing of the caller's, and with beta == 0 the product never
+    // reads C: a failure after part of either was written is redone on the CPU whole.
+    let redoable = matches!(g.c, Dst::Fresh(_)) || g.beta == T::zero();
     let split = match crate::split::split_devices(opts, flops, m) {
         Ok(split) => split,
         Err(e) if fall_back => return Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))),
@@ -383,7 +384,7 @@ fn decide<T: Element>(
     if let Some(ordinals) = split {
         return match crate::split::gemm_split(&ordinals, opts, g) {
             Ok((done, used)) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1, used))),
-            Err(f) if fall_back && (fresh || !f.touched) => {
+            Err(f) if fall_back && (redoable || !f.touched) => {
                 Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
             }
             Err(f) => Err(f.error),
@@ -402,7 +403,7 @@ fn decide<T: Element>(
     let ordinal = gpu.info.ordinal;
     match pipeline::gemm(&gpu, opts, g) {
         Ok(done) => Ok(Decision::Done(gpu_route::<T>(opts, done, 1, vec![ordinal]))),
-        Err(f) if fall_back && (fresh || !f.touched) => {
+        Err(f) if fall_back && (redoable || !f.touched) => {
             Ok(Decision::Cpu(CpuReason::GpuUnavailable(f.error)))
         }
         Err(f) => Err(f.error),
