@@ -11,10 +11,11 @@
 //! The files: [`scheme`] (moduli, reconstruction constants, exactness bounds), [`scaling`]
 //! (the count of moduli and each row's shift), [`guard`] (whether an element is within
 //! native's bound), [`passes`] (what the device's passes share: the INT8 GEMM, the workspace,
-//! the operands as rows), [`verdict`] (the guard's passes on the device), [`launch`](mod@launch) (one
-//! product's passes in order), [`model`] (the exact CPU model the tests compare the
-//! kernels with), [`cost`] (where the default precision's guarded product pays on a
-//! Hopper) and [`recent`] (the shapes the guard refused lately, which skip it).
+//! the operands as rows), [`scale_passes`] (the rows' scaling on the device), [`verdict`] (the
+//! guard's passes on the device), [`launch`](mod@launch) (one product's passes in order, as
+//! its steps), [`model`] (the exact CPU model the tests compare the kernels with), [`cost`]
+//! (where the default precision's guarded product pays on a Hopper) and [`recent`] (the
+//! shapes the guard refused lately, which skip it).
 
 pub(crate) mod cost;
 pub(crate) mod guard;
@@ -22,6 +23,7 @@ pub(crate) mod launch;
 pub(crate) mod model;
 pub(crate) mod passes;
 pub(crate) mod recent;
+pub(crate) mod scale_passes;
 pub(crate) mod scaling;
 pub(crate) mod scheme;
 #[cfg(test)]
