@@ -50,7 +50,8 @@ fn thresholds(dtype: Dtype) -> Thresholds {
         // size: twice the tiles.
         //
         // Splits of 64 K elements (four K tiles): on an H100 (2026-11-27, ladder with
-        // autotuning off, benches/results/split-k-small-*), 384³ ran in 17.9 µs against 29.5
+        // autotuning off, benches/results/2026-11-27-05-guard-memory-split-k-6d6c1ac/
+        // split-k-small-*), 384³ ran in 17.9 µs against 29.5
         // with splits of 256 (that is, none), 512³ in 24.6 against 35.4 and 256³ in 18.0
         // against 22.4: 1.2–1.4× cuBLAS's speed where it was 0.8–1.0×; host to host, 192³ to
         // 512³ ran 3–14% faster in the same call.

@@ -1,6 +1,6 @@
 //! Where the default precision emulates on a Hopper: a model of a guarded Ozaki product's time
-//! against the native product's, fitted to products measured on an H100 (BENCHMARKS.md, the
-//! entry "where the default emulates").
+//! against the native product's, fitted to products measured on an H100 (the journal entry
+//! benches/journal/2026-11-26-14-emulation-model-49db41b.md).
 //!
 //! A guarded product of `m × k · k × n` with `c` moduli (the guard's first count,
 //! [`auto_moduli`]) runs its INT8 GEMMs
@@ -101,9 +101,9 @@ pub(crate) fn emulation_pays_on_hopper(dtype: Dtype, dims: (usize, usize, usize)
 mod tests {
     use super::*;
 
-    /// The products the model was fitted to (H100, 2026-11-26; benches/results/
-    /// emulation-shapes-2026-11-26-nvidia-h100-*.json and ladder-2026-11-26-nvidia-h100-8192-
-    /// clocks.json): shape, the moduli the default used, the native product's time and the
+    /// The products the model was fitted to (H100, 2026-11-26; in
+    /// benches/results/2026-11-26-14-emulation-model-49db41b/, emulation-shapes-*.json and
+    /// ladder-2026-11-26-nvidia-h100-8192-clocks.json): shape, the moduli the default used, the native product's time and the
     /// default's (guarded Ozaki), in milliseconds.
     type Measured = (Dtype, (usize, usize, usize), usize, f64, f64);
     #[rustfmt::skip]
