@@ -52,7 +52,7 @@ fn gemm(c: &mut Criterion) {
         if gpu {
             let opts = DotOptions::builtin().backend(Backend::Gpu);
             group.bench_function("gpu_dot_host_to_host", |bench| {
-                bench.iter(|| a.gpu_dot_with(&b, &opts).expect("gpu product").c)
+                bench.iter(|| a.try_gpu_dot_with(&b, &opts).expect("gpu product").c)
             });
             let mut problem =
                 DeviceProblem::<f32>::new(size, size, size, 3).expect("device problem");

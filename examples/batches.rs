@@ -104,9 +104,9 @@ fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool, loop_too: bool) -> 
     let b2 = b3.index_axis(Axis(0), 0).to_owned();
     let run = |opts: &DotOptions| {
         if shared {
-            a.gpu_dot_with(&b2, opts).expect("batch")
+            a.try_gpu_dot_with(&b2, opts).expect("batch")
         } else {
-            a.gpu_dot_with(&b3, opts).expect("batch")
+            a.try_gpu_dot_with(&b3, opts).expect("batch")
         }
     };
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
@@ -122,7 +122,7 @@ fn measure<A: Element>(case: Case, seed: u64, cpu_too: bool, loop_too: bool) -> 
                 } else {
                     b3.index_axis(Axis(0), z)
                 };
-                drop(az.gpu_dot_with(&bz, &gpu).expect("item"));
+                drop(az.try_gpu_dot_with(&bz, &gpu).expect("item"));
             }
         })
     });

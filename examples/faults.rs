@@ -45,9 +45,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use gpu_dot::{
-    device_status, Backend, CpuReason, DeviceStatus, DotOptions, GpuDot, GpuDotError, Route,
-};
+use gpu_dot::{device_status, Backend, CpuReason, DotOptions, GpuDot, GpuDotError, Route};
 use ndarray::{s, Array1, Array2, ArrayView2};
 use rand::{Rng, SeedableRng};
 
@@ -117,10 +115,7 @@ fn report(what: &str, outcome: Result<String, String>) -> bool {
 fn run_checks(expect: Expect) -> bool {
     let status = device_status();
     println!("device: {status}");
-    let reason = match &status {
-        DeviceStatus::Ready(_) => None,
-        DeviceStatus::Unavailable(reason) => Some(reason.clone()),
-    };
+    let reason = status.reason().map(str::to_string);
     let mut ok = report(
         "device as expected",
         match (expect, &reason) {
@@ -153,7 +148,7 @@ fn run_checks(expect: Expect) -> bool {
     ok &= report(
         "shape mismatch, Backend::Gpu",
         mismatch(
-            x.gpu_dot_with(&y, &DotOptions::builtin().backend(Backend::Gpu))
+            x.try_gpu_dot_with(&y, &DotOptions::builtin().backend(Backend::Gpu))
                 .map(drop),
         ),
     );
@@ -172,10 +167,10 @@ fn run_checks(expect: Expect) -> bool {
         ("strided slice", wide.slice(s![1.., ..;2])),
     ];
     for (layout, a) in views {
-        let auto = a.gpu_dot_with(&b, &DotOptions::builtin());
+        let auto = a.try_gpu_dot_with(&b, &DotOptions::builtin());
         ok &= report(
             &format!("Backend::Auto, {n}³, {layout}"),
-            auto.map_err(|e| format!("error {e}")).and_then(|p| {
+            auto.map_err(|e| format!("error {e:#}")).and_then(|p| {
                 let err = check(&p.c, a, b.view())?;
                 match (&reason, &p.route) {
                     (None, route @ Route::Gpu { .. }) => Ok(format!("{route}; {err}")),
@@ -189,7 +184,7 @@ fn run_checks(expect: Expect) -> bool {
                 }
             }),
         );
-        let gpu = a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu));
+        let gpu = a.try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu));
         ok &= report(
             &format!("Backend::Gpu, {n}³, {layout}"),
             match (&reason, gpu) {
@@ -215,7 +210,7 @@ fn run_checks(expect: Expect) -> bool {
     let unit = Array2::from_elem((1, 1), 0.25f32);
     ok &= report(
         "m = 2^31, Backend::Gpu",
-        match tall.gpu_dot_with(&unit, &DotOptions::builtin().backend(Backend::Gpu)) {
+        match tall.try_gpu_dot_with(&unit, &DotOptions::builtin().backend(Backend::Gpu)) {
             Err(GpuDotError::TooLarge { dims }) if dims == (big, 1, 1) => {
                 Ok(format!("TooLarge {{ dims: {dims:?} }}"))
             }
@@ -227,7 +222,7 @@ fn run_checks(expect: Expect) -> bool {
     let (small_a, small_b) = (random(20, 30), random(30, 10));
     ok &= report(
         "below the threshold",
-        match small_a.gpu_dot_with(&small_b, &DotOptions::builtin()) {
+        match small_a.try_gpu_dot_with(&small_b, &DotOptions::builtin()) {
             Ok(p) if matches!(p.route, Route::Cpu(CpuReason::BelowThreshold { .. })) => {
                 check(&p.c, small_a.view(), small_b.view()).map(|e| format!("{}; {e}", p.route))
             }
@@ -236,7 +231,7 @@ fn run_checks(expect: Expect) -> bool {
     );
     ok &= report(
         "Backend::Cpu",
-        match a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Cpu)) {
+        match a.try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Cpu)) {
             Ok(p) if matches!(p.route, Route::Cpu(CpuReason::Requested)) => {
                 if p.c == a.dot(&b) {
                     Ok("equal to ndarray's dot".into())

@@ -145,17 +145,17 @@ fn child(case: &str) {
                 Precision::Tf32x3
             };
             let opts = DotOptions::default().precision(precision);
-            let p = a.gpu_dot_with(&b, &opts).expect("the first product");
+            let p = a.try_gpu_dot_with(&b, &opts).expect("the first product");
             println!("RESULT");
             let error = relative_error_to(p.c.view(), &reference_f64(a.view(), b.view()));
-            let fast = until_gpu(start, || a.gpu_dot_with(&b, &opts).unwrap().route);
+            let fast = until_gpu(start, || a.try_gpu_dot_with(&b, &opts).unwrap().route);
             json!({"route": p.route.to_string(), "relative_error": error, "ms_to_fast_kernel": fast})
         }
         "f64" => {
             let a = random_matrix_of::<f64>(1024, 1024, 1);
             let b = random_matrix_of::<f64>(1024, 1024, 2);
             let p = a
-                .gpu_dot_with(&b, &DotOptions::default())
+                .try_gpu_dot_with(&b, &DotOptions::default())
                 .expect("the first product");
             println!("RESULT");
             // The f64 reference: ndarray's own product, in the same precision.
@@ -163,7 +163,9 @@ fn child(case: &str) {
             let error =
                 ((&p.c - &expected).mapv(|x| x * x).sum() / expected.mapv(|x| x * x).sum()).sqrt();
             let fast = until_gpu(start, || {
-                a.gpu_dot_with(&b, &DotOptions::default()).unwrap().route
+                a.try_gpu_dot_with(&b, &DotOptions::default())
+                    .unwrap()
+                    .route
             });
             json!({"route": p.route.to_string(), "relative_error": error, "ms_to_fast_kernel": fast})
         }
@@ -179,7 +181,7 @@ fn child(case: &str) {
             )
             .unwrap();
             let opts = DotOptions::default();
-            let p = a.gpu_dot_with(&b, &opts).expect("the first product");
+            let p = a.try_gpu_dot_with(&b, &opts).expect("the first product");
             println!("RESULT");
             let error = (0..8)
                 .map(|i| {
@@ -190,18 +192,18 @@ fn child(case: &str) {
                     relative_error_to(p.c.index_axis(ndarray::Axis(0), i), &reference_f64(ai, bi))
                 })
                 .fold(0.0, f64::max);
-            let fast = until_gpu(start, || a.gpu_dot_with(&b, &opts).unwrap().route);
+            let fast = until_gpu(start, || a.try_gpu_dot_with(&b, &opts).unwrap().route);
             json!({"route": p.route.to_string(), "relative_error": error, "ms_to_fast_kernel": fast})
         }
         "matvec" => {
             let a = random_matrix(4096, 4096, 1);
             let x: Array1<f32> = random_matrix(4096, 1, 2).column(0).to_owned();
             let opts = DotOptions::default();
-            let p = a.gpu_dot_with(&x, &opts).expect("the first product");
+            let p = a.try_gpu_dot_with(&x, &opts).expect("the first product");
             println!("RESULT");
             let reference = reference_f64(a.view(), x.view().insert_axis(ndarray::Axis(1)));
             let error = relative_error_to(p.c.view().insert_axis(ndarray::Axis(1)), &reference);
-            let fast = until_gpu(start, || a.gpu_dot_with(&x, &opts).unwrap().route);
+            let fast = until_gpu(start, || a.try_gpu_dot_with(&x, &opts).unwrap().route);
             json!({"route": p.route.to_string(), "relative_error": error, "ms_to_fast_kernel": fast})
         }
         "loop" => {
@@ -213,7 +215,7 @@ fn child(case: &str) {
             let mut last = None;
             for i in 0..50 {
                 let t = Instant::now();
-                let p = a.gpu_dot_with(&b, &opts).expect("a product");
+                let p = a.try_gpu_dot_with(&b, &opts).expect("a product");
                 last_ms = ms(t);
                 if i == 0 {
                     println!("RESULT");

@@ -1,5 +1,5 @@
 //! What a fresh host result costs: loops of `gpu_dot` on host arrays, each result new memory,
-//! against the same products written into an existing array (`general_mat_mul_with`).
+//! against the same products written into an existing array (`try_general_mat_mul_with`).
 //!
 //! For each shape it reports medians of: the product alone (the call, its result dropped
 //! after the clock stops), the drop of the result, the same products with a pause of 20 ms
@@ -15,7 +15,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use gpu_dot::profile::random_matrix_of;
-use gpu_dot::{general_mat_mul_with, retained_host_memory, DotOptions, Element, GpuDot};
+use gpu_dot::{retained_host_memory, try_general_mat_mul_with, DotOptions, Element, GpuDot};
 use ndarray::Array2;
 use serde_json::{json, Value};
 
@@ -55,7 +55,8 @@ fn shape<A: Element>((m, k, n): (usize, usize, usize), reps: usize) -> Value {
                 .map(|_| {
                     std::thread::sleep(pause);
                     let t0 = Instant::now();
-                    general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &opts).expect("into");
+                    try_general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &opts)
+                        .expect("into");
                     t0.elapsed().as_secs_f64() * 1e3
                 })
                 .collect(),

@@ -709,8 +709,8 @@ fn main() {
     }
     let info = match device_status() {
         DeviceStatus::Ready(info) => info,
-        DeviceStatus::Unavailable(reason) => {
-            eprintln!("the ladder needs a CUDA GPU: {reason}");
+        other => {
+            eprintln!("the ladder needs a CUDA GPU: {other}");
             std::process::exit(2);
         }
     };
@@ -895,6 +895,6 @@ fn device_sm() -> Option<u32> {
         DeviceStatus::Ready(d) => {
             Some((d.compute_capability.0 * 10 + d.compute_capability.1) as u32)
         }
-        DeviceStatus::Unavailable(_) => None,
+        _ => None,
     }
 }

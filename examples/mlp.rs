@@ -649,7 +649,7 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&GpuRuns>, agree: Option<bool>) {
     };
     let device = match device_status() {
         DeviceStatus::Ready(info) => Value::from(info.name),
-        DeviceStatus::Unavailable(why) => Value::from(format!("no GPU: {why}")),
+        other => Value::from(other.to_string()),
     };
     let doc = json!({
         "device": device,
@@ -772,7 +772,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("gpu-dot run failed: {e}");
+            eprintln!("gpu-dot run failed: {e:#}");
             return ExitCode::FAILURE;
         }
     };

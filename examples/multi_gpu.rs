@@ -1,5 +1,5 @@
 //! Host-to-host products on one device and split across several: for each size, the median
-//! time of `gpu_dot_with` on device 0 alone, then on devices 0..g for every g up to the
+//! time of `try_gpu_dot_with` on device 0 alone, then on devices 0..g for every g up to the
 //! device count (`DotOptions::devices`, the split threshold off), with the speed-up over one
 //! device; splits run twice, B shared over peer links (`peer`, where the devices have them)
 //! and B uploaded by every device from the host. Run with `GPU_DOT_TRACE=1` to see each
@@ -51,18 +51,18 @@ fn main() {
                     .min_split_flops(0)
                     .peer_copies(peer);
                 // Warm-up: contexts, kernels, buffers, and the autotuner settled on each device.
-                let mut route = a.gpu_dot_with(&b, &opts).expect("warm-up").route;
+                let mut route = a.try_gpu_dot_with(&b, &opts).expect("warm-up").route;
                 for _ in 0..24 {
                     if gpu_dot::tuning_in_progress() == 0 {
                         break;
                     }
-                    route = a.gpu_dot_with(&b, &opts).expect("warm-up").route;
+                    route = a.try_gpu_dot_with(&b, &opts).expect("warm-up").route;
                 }
                 let reps = if s >= 16384 { 5 } else { 15 };
                 let mut t: Vec<f64> = (0..reps)
                     .map(|_| {
                         let start = Instant::now();
-                        drop(a.gpu_dot_with(&b, &opts).expect("product"));
+                        drop(a.try_gpu_dot_with(&b, &opts).expect("product"));
                         start.elapsed().as_secs_f64() * 1e3
                     })
                     .collect();

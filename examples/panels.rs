@@ -46,7 +46,7 @@ fn probe<A: Element>(n: usize, buf: &mut [u64]) {
         .map(|&rows| DotOptions::builtin().backend(Backend::Gpu).panel_rows(rows))
         .collect();
     let into = |o: &DotOptions, c: &mut ndarray::Array2<A>| {
-        gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), c, o).expect("into")
+        gpu_dot::try_general_mat_mul_with(A::one(), &a, &b, A::zero(), c, o).expect("into")
     };
     let routes: Vec<String> = opts
         .iter()

@@ -446,7 +446,7 @@ fn adversarial_suite(json_path: Option<&str>, plot_path: Option<&str>) {
                 } else {
                     SuiteCase::run::<f32>(family, k, seed)
                 }
-                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e}", family.name()));
+                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e:#}", family.name()));
                 println!(
                     "| {} | {k} | {:.3} | {:.3} | {} | {:.3e} | {} |",
                     family.name(),

@@ -28,7 +28,7 @@ fn main() {
     let opts = DotOptions::default();
 
     let start = Instant::now();
-    let first = a.gpu_dot_with(&b, &opts).expect("shapes match");
+    let first = a.try_gpu_dot_with(&b, &opts).expect("shapes match");
     let first_ms = start.elapsed().as_secs_f64() * 1e3;
     println!("ran on: {}", first.route);
 
@@ -98,14 +98,14 @@ fn main() {
 
     // The other forms of `dot`, and f64: each equal to ndarray's within rounding.
     let v = random_matrix(k, 1, 3).remove_axis(ndarray::Axis(1));
-    let p = a.gpu_dot_with(&v, &opts).expect("shapes match");
+    let p = a.try_gpu_dot_with(&v, &opts).expect("shapes match");
     check("matrix · vector", &p.c, &a.dot(&v), k);
     println!("matrix · vector ({m} × {k} · {k}) ran on: {}", p.route);
     let (a64, b64) = (
         random_matrix_of::<f64>(m, k, 4),
         random_matrix_of::<f64>(k, n, 5),
     );
-    let p = a64.gpu_dot_with(&b64, &opts).expect("shapes match");
+    let p = a64.try_gpu_dot_with(&b64, &opts).expect("shapes match");
     check("f64", &p.c, &a64.dot(&b64), k);
     println!("f64 ran on: {}", p.route);
 
@@ -117,7 +117,7 @@ fn main() {
     let keys = random_matrix(batch * bk, bn, 7)
         .into_shape_with_order((batch, bk, bn))
         .expect("batch · k · n values");
-    let p = q.gpu_dot_with(&keys, &opts).expect("shapes match");
+    let p = q.try_gpu_dot_with(&keys, &opts).expect("shapes match");
     for z in 0..batch {
         let item = |s: &ndarray::Array3<f32>| s.index_axis(ndarray::Axis(0), z).to_owned();
         check("batch", &item(&p.c), &item(&q).dot(&item(&keys)), bk);

@@ -88,7 +88,7 @@ fn first_call_child() {
     let (a, b) = (random_matrix(512, 512, 1), random_matrix(512, 512, 2));
     let start = Instant::now();
     let p = a
-        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
+        .try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
         .expect("the first product");
     let product_ms = start.elapsed().as_secs_f64() * 1e3;
     let loads = module_loads();
@@ -153,10 +153,10 @@ fn f64_crossover(json_path: Option<String>) {
         let b = gpu_dot::profile::random_matrix_of::<f64>(n, n, 2);
         // Warm up until the autotuner has settled.
         for _ in 0..40 {
-            std::hint::black_box(a.gpu_dot_with(&b, &gpu).expect("the GPU path"));
+            std::hint::black_box(a.try_gpu_dot_with(&b, &gpu).expect("the GPU path"));
         }
         let g = median_ms(150.0, || {
-            std::hint::black_box(a.gpu_dot_with(&b, &gpu).expect("the GPU path"));
+            std::hint::black_box(a.try_gpu_dot_with(&b, &gpu).expect("the GPU path"));
         });
         let c = median_ms(150.0, || {
             std::hint::black_box(a.dot(&b));
@@ -202,7 +202,7 @@ fn sweep<A: Element>(
         // Warm-up: grows the staging buffers and lets the autotuner settle (each candidate is
         // a real product, measured as it runs).
         let warm = || {
-            a.gpu_dot_with(&b, &DotOptions::default())
+            a.try_gpu_dot_with(&b, &DotOptions::default())
                 .expect("gpu_dot")
                 .route
         };
@@ -215,7 +215,7 @@ fn sweep<A: Element>(
         }
         // The route of the settled choice (the loop's last product may be a tuning trial).
         let route = warm();
-        a.gpu_dot_with(&b, &gpu).expect("the GPU path");
+        a.try_gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
         // The four in a fresh random order each round, so that none always follows the same
         // one (a GPU product leaves the caches cold for whatever runs next, and ndarray's
@@ -239,11 +239,18 @@ fn sweep<A: Element>(
                 match which {
                     0 if huge => continue,
                     0 => drop(a.dot(&b)),
-                    1 => drop(a.gpu_dot_with(&b, &gpu).expect("GPU path")),
+                    1 => drop(a.try_gpu_dot_with(&b, &gpu).expect("GPU path")),
                     2 => drop(a.gpu_dot(&b)),
                     _ => drop(
-                        gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu)
-                            .expect("into"),
+                        gpu_dot::try_general_mat_mul_with(
+                            A::one(),
+                            &a,
+                            &b,
+                            A::zero(),
+                            &mut c,
+                            &gpu,
+                        )
+                        .expect("into"),
                     ),
                 }
                 times[which].push(start.elapsed().as_secs_f64() * 1e3);
@@ -258,7 +265,8 @@ fn sweep<A: Element>(
         // Into an existing array, back to back: the crate's helpers still awake from the
         // product before.
         let into_loop_ms = median_ms(budget, || {
-            gpu_dot::general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu).expect("into");
+            gpu_dot::try_general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu)
+                .expect("into");
         });
         let torch_ms = torch.as_ref().map(|t| t[i]);
         let width = std::mem::size_of::<A>();

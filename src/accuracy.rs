@@ -572,7 +572,7 @@ impl SuiteCase {
                 .backend(Backend::Gpu)
                 .precision(precision)
                 .poison_output(true);
-            a.gpu_dot_with(&b, &opts)
+            a.try_gpu_dot_with(&b, &opts)
                 .map(|p| (componentwise(p.c.view(), &reference), p.route))
         };
         let (native, _) = product(Precision::Native)?;

@@ -304,10 +304,10 @@ macro_rules! batch_forms {
             }
 
             fn try_gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> Result<Array3<A>, GpuDotError> {
-                Ok(self.gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
+                Ok(self.try_gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
             }
 
-            fn gpu_dot_with(
+            fn try_gpu_dot_with(
                 &self,
                 rhs: &ArrayBase<S2, $rhs>,
                 opts: &DotOptions,

@@ -3,7 +3,6 @@
 
 use std::fmt;
 
-use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 use ndarray::LinalgScalar;
 use num_traits::Float;
 
@@ -58,26 +57,21 @@ impl fmt::Display for Dtype {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+    /// Seals [`Element`](super::Element), and carries what the CUDA bindings need of an
+    /// element type, so that they stay out of the public trait's bounds.
+    pub trait Sealed: DeviceRepr + ValidAsZeroBits {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
 }
 
 /// A floating-point type the crate multiplies on the GPU: `f32` and `f64`.
 ///
-/// Sealed: a new element type is one impl here plus its kernels (see "Adding a kernel or an
-/// element type" in the crate docs).
+/// Sealed: a new element type is one impl here plus its kernels (see "Where a new thing goes"
+/// in the repository's ARCHITECTURE.md).
 pub trait Element:
-    sealed::Sealed
-    + LinalgScalar
-    + Float
-    + DeviceRepr
-    + ValidAsZeroBits
-    + Send
-    + Sync
-    + fmt::Debug
-    + fmt::Display
-    + 'static
+    sealed::Sealed + LinalgScalar + Float + Send + Sync + fmt::Debug + fmt::Display + 'static
 {
     /// The type at run time.
     const DTYPE: Dtype;

@@ -8,10 +8,30 @@ use cudarc::nvrtc::CompileError;
 
 /// Everything [`try_gpu_dot`](crate::GpuDot::try_gpu_dot) and its relatives can fail with.
 ///
-/// Only [`ShapeMismatch`](GpuDotError::ShapeMismatch) and
-/// [`BatchMismatch`](GpuDotError::BatchMismatch) are the caller's mistake; every other
-/// variant describes the GPU or the environment, and [`Backend::Auto`](crate::Backend::Auto)
-/// answers those by computing on the CPU instead.
+/// [`ShapeMismatch`](GpuDotError::ShapeMismatch), [`BatchMismatch`](GpuDotError::BatchMismatch),
+/// [`OutputShape`](GpuDotError::OutputShape), [`OperandShapes`](GpuDotError::OperandShapes) and
+/// [`CpuBackendWithDeviceOperands`](GpuDotError::CpuBackendWithDeviceOperands) are the
+/// caller's mistake; every other variant describes the GPU or the environment, and
+/// [`Backend::Auto`](crate::Backend::Auto) answers those by computing on the CPU instead.
+///
+/// Each error's `Display` describes its own level only; the error that caused it (the
+/// driver's [`CudaError`], or a device's error in a split product) is its
+/// [`source`](std::error::Error::source), as error-reporting crates (`anyhow`, `eyre`)
+/// expect. The alternate form, `{:#}`, prints the whole chain on one line, each cause after
+/// a colon:
+///
+/// ```
+/// use gpu_dot::{Backend, DotOptions, GpuDot, GpuDotError};
+/// use ndarray::Array2;
+///
+/// let (a, b) = (Array2::<f32>::ones((64, 64)), Array2::<f32>::ones((64, 64)));
+/// let gpu = DotOptions::builtin().backend(Backend::Gpu);
+/// match a.try_gpu_dot_with(&b, &gpu) {
+///     Ok(p) => assert_eq!(p.c[[0, 0]], 64.0),
+///     // "CUDA driver error while …: CUDA_ERROR_… (code): …" for a driver error.
+///     Err(e) => eprintln!("{e:#}"),
+/// }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum GpuDotError {
@@ -34,7 +54,7 @@ pub enum GpuDotError {
         batch2: usize,
     },
     /// A product split across several devices ([`DotOptions::devices`](crate::DotOptions))
-    /// failed on one of them.
+    /// failed on one of them. How it failed is the [`source`](std::error::Error::source).
     SplitFailed {
         /// The device that failed.
         ordinal: usize,
@@ -47,7 +67,9 @@ pub enum GpuDotError {
         /// Why no GPU is usable.
         reason: String,
     },
-    /// A CUDA driver call failed.
+    /// A CUDA driver call failed. The driver's error is the
+    /// [`source`](std::error::Error::source).
+    #[non_exhaustive]
     Driver {
         /// What the crate was doing.
         context: &'static str,
@@ -55,6 +77,7 @@ pub enum GpuDotError {
         source: CudaError,
     },
     /// NVRTC rejected a kernel source.
+    #[non_exhaustive]
     Compile {
         /// The kernel family being compiled.
         kernel: &'static str,
@@ -67,15 +90,30 @@ pub enum GpuDotError {
         bytes: usize,
     },
     /// The output of a general product ([`try_general_mat_mul`](crate::try_general_mat_mul))
-    /// does not have the shape `m × n` of the product, or the operands of an element-wise
-    /// operation ([`GpuMatrix::copy_to`](crate::GpuMatrix::copy_to),
-    /// [`GpuMatrix::relu_backward`](crate::GpuMatrix::relu_backward)) differ in shape.
+    /// does not have the shape `m × n` of the product.
+    #[non_exhaustive]
     OutputShape {
         /// The product's shape.
         expected: (usize, usize),
         /// The output's shape.
         found: (usize, usize),
     },
+    /// The two operands of an element-wise operation differ in shape
+    /// ([`GpuMatrix::copy_to`](crate::GpuMatrix::copy_to): the matrix and the array it is
+    /// copied into; [`GpuMatrix::relu_backward`](crate::GpuMatrix::relu_backward): the
+    /// gradient and the activation). Nothing was changed.
+    OperandShapes {
+        /// The shape of the matrix the method was called on.
+        left: (usize, usize),
+        /// The shape of the other operand.
+        right: (usize, usize),
+    },
+    /// [`Backend::Cpu`](crate::Backend::Cpu) was asked for a product with a device operand or
+    /// output (a [`GpuMatrix`](crate::GpuMatrix)): the CPU backend reads and writes host
+    /// arrays only, and device memory is not downloaded behind the caller's back. Download
+    /// the matrix ([`GpuMatrix::to_array`](crate::GpuMatrix::to_array)), or compute with
+    /// [`Backend::Auto`](crate::Backend::Auto) or [`Backend::Gpu`](crate::Backend::Gpu).
+    CpuBackendWithDeviceOperands,
     /// Host memory for the result (or page-locked staging memory) could not be allocated.
     HostOutOfMemory {
         /// Bytes asked for in the allocation that failed.
@@ -105,6 +143,8 @@ pub enum GpuDotError {
     /// matrices made before then are lost ([`MatrixLost`](Self::MatrixLost)). Where the
     /// driver refuses a new context after a fault (as some do until the process ends), later
     /// GPU calls get [`NoDevice`](Self::NoDevice) saying so, and `Auto` computes on the CPU.
+    /// The driver's error is the [`source`](std::error::Error::source).
+    #[non_exhaustive]
     DeviceFault {
         /// What the crate was doing when the driver reported it.
         context: &'static str,
@@ -129,6 +169,7 @@ pub enum GpuDotError {
         expected: usize,
     },
     /// An environment variable holds a value the crate does not understand.
+    #[non_exhaustive]
     InvalidEnv {
         /// The variable's name.
         var: &'static str,
@@ -233,6 +274,33 @@ impl fmt::Display for CudaError {
 
 impl std::error::Error for CudaError {}
 
+/// A value that [`Backend`](crate::Backend), [`Kernel`](crate::Kernel),
+/// [`Precision`](crate::Precision) or [`Devices`](crate::Devices) cannot be parsed from
+/// (their `FromStr`): they accept the values their environment variables document (the
+/// README's table of settings), in any case, with spaces around them ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ParseOptionError {
+    /// What was being parsed: `backend`, `kernel`, `precision` or `devices`.
+    pub what: &'static str,
+    /// The value as given.
+    pub value: String,
+    /// What would have been accepted, as [`GpuDotError::InvalidEnv`] says it.
+    pub expected: &'static str,
+}
+
+impl fmt::Display for ParseOptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not a valid {}: expected {}",
+            self.value, self.what, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ParseOptionError {}
+
 /// The driver's errors after which the context is unusable: every later call in it fails.
 fn is_sticky(code: CUresult) -> bool {
     use CUresult::*;
@@ -251,8 +319,25 @@ fn is_sticky(code: CUresult) -> bool {
     )
 }
 
+/// This level's message (the causes are the [`source`](std::error::Error::source) chain);
+/// the alternate form, `{:#}`, adds each cause after a colon.
 impl fmt::Display for GpuDotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_level(f)?;
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(e) = cause {
+                write!(f, ": {e}")?;
+                cause = e.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GpuDotError {
+    /// This level's message, without its causes.
+    fn fmt_level(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GpuDotError::ShapeMismatch { m, k, k2, n } => write!(
                 f,
@@ -262,14 +347,12 @@ impl fmt::Display for GpuDotError {
                 f,
                 "batches of {batch} and {batch2} matrices are not compatible for a batched product"
             ),
-            GpuDotError::SplitFailed { ordinal, source } => write!(
+            GpuDotError::SplitFailed { ordinal, .. } => write!(
                 f,
-                "device {ordinal} failed its share of a product split across devices: {source}"
+                "device {ordinal} failed its share of a product split across devices"
             ),
             GpuDotError::NoDevice { reason } => write!(f, "no usable CUDA device: {reason}"),
-            GpuDotError::Driver { context, source } => {
-                write!(f, "CUDA driver error while {context}: {source}")
-            }
+            GpuDotError::Driver { context, .. } => write!(f, "CUDA driver error while {context}"),
             GpuDotError::Compile { kernel, log } => {
                 write!(f, "NVRTC could not compile the {kernel} kernels: {log}")
             }
@@ -280,6 +363,15 @@ impl fmt::Display for GpuDotError {
                 f,
                 "the output is {} × {}, but the product is {} × {}",
                 found.0, found.1, expected.0, expected.1
+            ),
+            GpuDotError::OperandShapes { left, right } => write!(
+                f,
+                "the operands are {} × {} and {} × {}, but must have the same shape",
+                left.0, left.1, right.0, right.1
+            ),
+            GpuDotError::CpuBackendWithDeviceOperands => f.write_str(
+                "the CPU backend cannot take device operands or outputs: download them, or use \
+                 the GPU or automatic backend",
             ),
             GpuDotError::HostOutOfMemory { bytes } => {
                 write!(f, "out of host memory allocating {bytes} bytes")
@@ -292,10 +384,9 @@ impl fmt::Display for GpuDotError {
             GpuDotError::HostThread { what } => write!(f, "host copy failed: {what}"),
             #[cfg(feature = "cublas")]
             GpuDotError::Cublas { status } => write!(f, "cuBLAS failed: {status}"),
-            GpuDotError::DeviceFault { context, source } => write!(
+            GpuDotError::DeviceFault { context, .. } => write!(
                 f,
-                "the device faulted while {context} ({source}); its context is rebuilt on the \
-                 next GPU call"
+                "the device faulted while {context}; its context is rebuilt on the next GPU call"
             ),
             GpuDotError::MatrixLost { dim: (r, c) } => write!(
                 f,
@@ -328,5 +419,102 @@ impl std::error::Error for GpuDotError {
             GpuDotError::SplitFailed { source, .. } => Some(&**source),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    fn cuda_error() -> CudaError {
+        CudaError {
+            code: 700,
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            description: "an illegal memory access was encountered".into(),
+        }
+    }
+
+    /// The messages of every cause in `e`'s source chain, `e`'s own first.
+    fn chain(e: &(dyn Error + 'static)) -> Vec<String> {
+        let mut messages = Vec::new();
+        let mut next = Some(e);
+        while let Some(e) = next {
+            messages.push(e.to_string());
+            next = e.source();
+        }
+        messages
+    }
+
+    #[test]
+    fn a_cause_is_the_source_and_not_in_the_message() {
+        let driver = GpuDotError::Driver {
+            context: "waiting for the product",
+            source: cuda_error(),
+        };
+        let text = driver.to_string();
+        assert_eq!(text, "CUDA driver error while waiting for the product");
+        assert!(!text.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{text}");
+        let source = driver.source().expect("the driver's error is the source");
+        assert_eq!(
+            source.downcast_ref::<CudaError>(),
+            Some(&cuda_error()),
+            "{source}"
+        );
+        assert_eq!(
+            chain(&driver),
+            [
+                "CUDA driver error while waiting for the product",
+                "CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access was encountered",
+            ]
+        );
+
+        let fault = GpuDotError::DeviceFault {
+            context: "synchronizing",
+            source: cuda_error(),
+        };
+        assert_eq!(
+            fault.to_string(),
+            "the device faulted while synchronizing; its context is rebuilt on the next GPU call"
+        );
+        assert!(fault.source().unwrap().is::<CudaError>());
+
+        // Two levels: the split, the device's fault, the driver's error; each says its own.
+        let split = GpuDotError::SplitFailed {
+            ordinal: 1,
+            source: Box::new(fault.clone()),
+        };
+        assert_eq!(
+            chain(&split),
+            [
+                "device 1 failed its share of a product split across devices".to_string(),
+                fault.to_string(),
+                cuda_error().to_string(),
+            ]
+        );
+        // The alternate form prints the whole chain, each cause once.
+        assert_eq!(format!("{split:#}"), chain(&split).join(": "));
+        assert_eq!(format!("{driver:#}"), chain(&driver).join(": "));
+        // Without a source, both forms are the same.
+        let lost = GpuDotError::MatrixLost { dim: (2, 3) };
+        assert!(lost.source().is_none());
+        assert_eq!(format!("{lost:#}"), lost.to_string());
+    }
+
+    #[test]
+    fn element_wise_shapes_and_the_cpu_backend_have_their_own_messages() {
+        let e = GpuDotError::OperandShapes {
+            left: (4, 5),
+            right: (5, 4),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the operands are 4 × 5 and 5 × 4, but must have the same shape"
+        );
+        let e = GpuDotError::CpuBackendWithDeviceOperands.to_string();
+        assert!(
+            e.starts_with("the CPU backend cannot take device operands"),
+            "{e}"
+        );
     }
 }

@@ -1,124 +1,118 @@
 //! Matrix products of `f32` and `f64` [ndarray] matrices on an NVIDIA GPU, as easy as `dot`.
 //!
+//! `a.gpu_dot(&b)` returns what ndarray's `a.dot(&b)` returns, within floating-point rounding,
+//! with `dot`'s result types, memory order and panics, for every 2-D array kind (`Array2`,
+//! `ArrayView2`, `ArrayViewMut2`, `ArcArray2`, `CowArray`) in any layout: C order, F order
+//! (`a.t()`), sliced, stepped and negative-stride views. Products of fewer than
+//! [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; [`DEFAULT_MIN_GPU_FLOPS_F64`] for `f64`), and
+//! every product on a machine without a usable GPU, run on ndarray's own `dot` at its own cost.
+//! Larger ones run on the GPU: by default ([`Precision::Auto`]) on the INT8 tensor cores (Ozaki
+//! scheme II) where that is faster and a guard computed on the device shows every element
+//! within native FP32/FP64's error bound, and natively otherwise. Building needs no CUDA
+//! toolkit: the driver and NVRTC (CUDA 12 or 13) are found at run time, and the kernels ship
+//! compiled for Ampere, Ada and Hopper GPUs; other GPUs compile them once with NVRTC.
+//!
 //! ```
 //! use gpu_dot::GpuDot;
+//! use gpu_dot::{Backend, DotOptions, Route};
 //! use ndarray::arr2;
+//! use ndarray::Array3;
 //!
 //! let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
 //! let b = arr2(&[[5.0f32, 6.0], [7.0, 8.0]]);
-//! assert_eq!(a.gpu_dot(&b), a.dot(&b));
+//! assert_eq!(a.gpu_dot(&b), a.dot(&b)); // a product this small runs on the CPU, as `dot`
 //!
-//! let x = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]); // f64: DGEMM on the FP64 tensor cores
-//! assert_eq!(x.gpu_dot(&x.t()), x.dot(&x.t()));
+//! let x = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
+//! assert_eq!(x.gpu_dot(&x.t()), x.dot(&x.t())); // f64, any layout
+//!
+//! // A batch, item by item as torch.bmm computes it: 8 × (4 × 3) times 8 × (3 × 5).
+//! let s = Array3::<f32>::ones((8, 4, 3)).gpu_dot(&Array3::<f32>::ones((8, 3, 5)));
+//! assert_eq!(s, Array3::from_elem((8, 4, 5), 3.0));
+//!
+//! // Options per call, errors as values, and the route the product took.
+//! let p = a.try_gpu_dot_with(&b, &DotOptions::default().backend(Backend::Cpu))?;
+//! assert!(matches!(p.route, Route::Cpu(_)));
+//! println!("{}", p.route); // "CPU, as requested"; a GPU product says "GPU, f32, …"
+//! # Ok::<(), gpu_dot::GpuDotError>(())
 //! ```
 //!
-//! [`GpuDot`] is implemented for every 2-D array kind of an [`Element`] type (`f32`, `f64`):
-//! `Array2`, `ArrayView2`, `ArrayViewMut2`, `ArcArray2`, `CowArray`, in any layout: C order,
-//! F order (`a.t()`), sliced, stepped and negative-stride views. Results equal ndarray's `dot`
-//! within floating-point tolerance, in ndarray's memory order (F order when both operands are
-//! column-major, else C order) on every route.
+//! # Entry points
 //!
-//! # Batches
+//! - [`GpuDot`], the trait that gives ndarray's arrays their methods (without
+//!   `use gpu_dot::GpuDot`, a call fails with E0599, "no method named `gpu_dot` found"):
+//!   - [`gpu_dot`](GpuDot::gpu_dot): ndarray's `dot` on the GPU, matrix · matrix,
+//!     matrix · vector, vector · matrix and vector · vector;
+//!   - [`try_gpu_dot`](GpuDot::try_gpu_dot): the same, with every failure returned as a
+//!     [`GpuDotError`];
+//!   - [`try_gpu_dot_with`](GpuDot::try_gpu_dot_with): with explicit [`DotOptions`],
+//!     returning a [`Product`]: the result and the [`Route`] it took (the GPU with its
+//!     precision and kernel, or the CPU and why, a [`CpuReason`]).
+//! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
+//!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
+//!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different
+//!   lengths panic ([`GpuDotError::BatchMismatch`] in the `try_` forms).
+//! - [`general_mat_mul`]: ndarray's `general_mat_mul`, `C = alpha·A·B + beta·C`, for host
+//!   arrays. [`try_general_mat_mul`] and [`try_general_mat_mul_with`] take host or device
+//!   operands and write a host array or a [`GpuMatrix`] in place (an SGD step
+//!   `W ← W − lr·Xᵀ·G` on device-resident weights, for one).
+//! - [`GpuMatrix`]: a matrix kept in device memory. Upload once ([`GpuMatrix::from_array`]),
+//!   multiply many times ([`GpuMatrix::product`], [`GpuMatrix::try_dot`], transposed views by
+//!   [`GpuMatrix::t`], host arrays in any mix), download when asked
+//!   ([`GpuMatrix::to_array`]): a chain of products makes no round trips.
+//! - [`DotOptions`], per call: the [`Backend`] ([`Backend::Auto`] by size, [`Backend::Gpu`],
+//!   [`Backend::Cpu`]), the [`Precision`] ([`Precision::Auto`], [`Precision::Native`],
+//!   [`Precision::Tf32x3`], [`Precision::Tf32`], [`Precision::Ozaki`]), the [`Kernel`], the
+//!   CPU/GPU threshold, the device ([`DotOptions::device`]) and the [`Devices`] a large
+//!   host-to-host product may be split across ([`DotOptions::devices`]).
+//!   [`DotOptions::default`] is the built-in defaults with the environment's variables (below)
+//!   applied; [`DotOptions::builtin`] ignores the environment.
+//! - Around them: [`warm_up`] loads (or compiles) the kernels up front; [`device_status`] and
+//!   [`Device`] say which GPUs are usable, and why not; [`module_loads`] says where each
+//!   kernel module came from; [`trim`] frees the staging and device buffers kept for later
+//!   products, which [`retained_memory`] and [`retained_host_memory`] count.
 //!
-//! A 3-D array is a stack of matrices: `q.gpu_dot(&k)` multiplies a `batch × m × k` stack by a
-//! `batch × k × n` stack item by item (as `torch.bmm`), and by a 2-D `k × n` matrix each item
-//! by the same matrix. Any layout per operand; the `Array3` result is in C order on every
-//! route. On the GPU each operand is uploaded once and one launch computes every item; a stack
-//! that moves 8 MiB or more, whose items lie one after another in memory, runs in groups of
-//! items instead, each group's copies overlapping another group's launch, with two groups on
-//! the device at a time. On the CPU each item is ndarray's `general_mat_mul`. Stacks of
-//! different lengths panic (typed [`GpuDotError::BatchMismatch`] in the `try_` forms).
+//! # Kernels
 //!
-//! ```
-//! use gpu_dot::GpuDot;
-//! use ndarray::{Array2, Array3};
+//! | kernel | what it does |
+//! |---|---|
+//! | [`Kernel::Naive`] | one thread per output element, reading global memory |
+//! | [`Kernel::Tiled16`] | 16 × 16 shared-memory tiles, boundary-checked |
+//! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked |
+//! | [`Kernel::Reg64`], [`Kernel::Reg128`] | register-blocked tiles with a cp.async pipeline |
+//! | [`Kernel::Auto`] | per shape class, the register-blocked tiles, split-K or a matrix–vector kernel, and the panel count, measured fastest as the products run (`GPU_DOT_AUTOTUNE=0`: chosen from the shape) |
 //!
-//! let q = Array3::<f32>::ones((8, 4, 3));
-//! let k = Array3::<f32>::ones((8, 3, 5));
-//! assert_eq!(q.gpu_dot(&k), Array3::from_elem((8, 4, 5), 3.0));
-//! assert_eq!(q.gpu_dot(&Array2::<f32>::ones((3, 2))).dim(), (8, 4, 2));
-//! ```
+//! Each kernel exists for both element types; `f64` products run the register-blocked tiles on
+//! the FP64 tensor cores from `sm_80` on, and a SIMT FP64 kernel on older devices. The
+//! precisions, what runs where and the kernels' measured speed are in `docs/precision.md`.
 //!
-//! # How a product is computed
+//! # Features
 //!
-//! - Products of fewer than [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; for `f64`,
-//!   [`DEFAULT_MIN_GPU_FLOPS_F64`]) run on the CPU through ndarray's own `dot`: below that,
-//!   copying to the GPU costs more than it saves.
-//! - Larger products run on the GPU when one is usable. The first GPU product of the process
-//!   creates a CUDA context (through the driver library, loaded at run time) and loads the
-//!   kernels it needs: CUBINs the crate ships for `sm_80` (every Ampere and Ada device) and
-//!   `sm_90` (H100, H200), in milliseconds; on other devices NVRTC compiles them once, on a
-//!   background thread while `Auto` products run on the CPU ([`CpuReason::Compiling`]), and
-//!   the on-disk cache keeps them for later processes (see [Kernel cache](#kernel-cache)).
-//!   [`warm_up`] loads (or compiles) them up front.
-//! - With no usable GPU (no driver, no NVRTC, no device), [`GpuDot::gpu_dot`] computes on the
-//!   CPU; [`device_status`] says why, and [`GpuDot::gpu_dot_with`] reports the route each
-//!   product took.
-//! - Host operands of any layout are packed into page-locked staging rings (F-order views as
-//!   their transpose, so every copy reads memory in order) by the calling thread and a crew of
-//!   helper threads, in pieces of tens of KiB; each parcel (128 KiB growing to 4 MiB) is copied
-//!   to the device as soon as its pieces are packed, and results come back in parcels that
-//!   shrink toward the end, unpacked as they land. Products run in row panels (one stream for
-//!   one panel, three for several), so packing, the copies in both directions, the kernels and
-//!   the unpacking all overlap at every size. A fresh result's pages are faulted in by the crew
-//!   while the device works. Staging and device buffers are kept and reused ([`trim`] frees
-//!   them; [`retained_memory`] reports them), so a repeated product allocates nothing.
-//! - A fresh result of 32 MiB or more is new memory whose pages the kernel zeroes on first
-//!   write, which can cost as much as the copies. When products repeat one such size (up to
-//!   256 MiB), a background thread allocates the next result and faults in its pages between
-//!   products, and the next product of that size takes it: the *spare result*, one at most,
-//!   freed by [`trim`] and counted by [`retained_host_memory`]; `GPU_DOT_SPARE_RESULT=0` turns it
-//!   off.
+//! One ndarray feature and one CUDA feature, exactly; the defaults are `ndarray-0-17` and
+//! `cuda-12080`. A project on ndarray 0.16 writes
+//! `gpu-dot = { version = "0.1", default-features = false, features = ["ndarray-0-16", "cuda-12080"] }`.
 //!
-//! # Device-resident matrices and the general form
+//! - `ndarray-0-17` (default): works on ndarray 0.17, its reference types (`&ArrayRef2`,
+//!   `&ArrayRef1`) included.
+//! - `ndarray-0-16`: works on ndarray 0.16.
+//! - `ndarray-0-15`: works on ndarray 0.15 (0.15.6 or later).
+//! - `cuda-12080` (default): cudarc's CUDA 12.8 bindings, which run on CUDA 12.x and 13.x
+//!   drivers.
+//! - `cuda-12090`: cudarc's CUDA 12.9 bindings.
+//! - `cuda-13000`: cudarc's CUDA 13.0 bindings.
+//! - `cuda-version-from-build-system`: cudarc takes the CUDA version from the build machine's
+//!   toolkit (`nvcc --version`).
+//! - `cuda-version-elsewhere`: names no version; another crate of the build names cudarc's
+//!   (candle's `cuda-12080`, burn's `cuda-version-from-build-system`).
+//! - `cublas`: cuBLAS SGEMM and DGEMM as references for the crate's `ladder` and `precision`
+//!   examples; products never come from cuBLAS.
+//! - `two-gpus`: builds the tests that need two CUDA GPUs.
+//! - `internals`: unstable, and not for users: the crate's own measuring tools and test hooks,
+//!   which its tests, examples and benches turn on. No item behind it keeps semver.
 //!
-//! [`GpuMatrix`] keeps a matrix in device memory: upload once ([`GpuMatrix::from_array`]),
-//! multiply many times, download when asked ([`GpuMatrix::to_array`]). Products of device
-//! matrices, their transposed views ([`GpuMatrix::t`]) and host arrays in any mix stay on the
-//! device ([`GpuMatrix::product`], [`GpuMatrix::dot`]), so chains make no round trips.
-//! [`general_mat_mul`] is ndarray's `general_mat_mul` (`C = alpha·A·B + beta·C`) for host
-//! arrays, and [`try_general_mat_mul`] takes any operands and writes a host array or a
-//! [`GpuMatrix`] in place, e.g. an SGD step `W ← W − lr·Xᵀ·G` on device-resident weights.
+//! # Environment variables
 //!
-//! # Devices
-//!
-//! Products run on the default device: `GPU_DOT_DEVICE`, else device 0. [`DotOptions::device`]
-//! sends one product elsewhere, and [`GpuMatrix::from_array_on`] uploads to a chosen device
-//! ([`Device`] lists them and reports each one's status). Every device the process uses has
-//! its own context, compiled modules, streams, reusable buffers and tuned plans, and a fault
-//! on one device rebuilds that device's context alone (where the driver contains the fault:
-//! driver 580 lets it reach every device of the process, which then fail with typed errors
-//! while `gpu_dot` answers on the CPU). Device matrices never cross devices
-//! unasked: a product that mixes them is [`GpuDotError::WrongDevice`];
-//! [`GpuMatrix::to_device`] copies one over.
-//!
-//! One large host-to-host product can use several devices at once: with
-//! [`DotOptions::devices`] (or `GPU_DOT_DEVICES`) naming more than one, products of at least
-//! [`DEFAULT_MIN_SPLIT_FLOPS`] flops are cut into row panels, one per device in proportion to
-//! its multiprocessors, each computed by that device's own pipeline and host threads (B is
-//! uploaded to each device once). A device that fails is [`GpuDotError::SplitFailed`] with its
-//! ordinal.
-//!
-//! Building needs no CUDA toolkit; running on a GPU needs only the driver and NVRTC
-//! (`libcuda.so`, `libnvrtc.so`, CUDA 12 or 13; with the `cuda-12080` bindings cudarc looks
-//! for `libnvrtc.so` and `libnvrtc.so.12`, so a CUDA 13 install needs its unversioned
-//! `libnvrtc.so`, which the toolkit's runtime packages ship).
-//!
-//! The crate logs through the [`log`](https://docs.rs/log) crate: each product's route at
-//! debug level, a warning the first time a product that asked for the GPU runs on the CPU
-//! because the GPU failed or is missing, and each GPU product's phase times at trace level.
-//! `GPU_DOT_TRACE=1` also prints each GPU product's panels, plan, helper threads and phase times
-//! (milliseconds from the call: schedule, buffers, first copy, last input copy, last kernel
-//! enqueued, results landed, unpacked; the host time spent issuing copies, launching kernels
-//! and polling events; and, timed on the device with events, when the last input landed, the
-//! kernels began and ended, and the last result landed; who packed and unpacked each piece of
-//! the first parcel up and the last parcel down, and when) to stderr.
-//!
-//! # Choosing
-//!
-//! [`DotOptions`] picks the backend ([`Backend::Auto`], [`Backend::Gpu`], [`Backend::Cpu`]),
-//! the kernel ([`Kernel`]) and the threshold per call. For a whole program, environment
-//! variables set the defaults:
+//! [`DotOptions`] sets the backend, kernel, precision, threshold and devices per call. For a
+//! whole program, environment variables set the defaults:
 //!
 //! | variable | values | default |
 //! |---|---|---|
@@ -137,88 +131,86 @@
 //! | `GPU_DOT_SPARE_RESULT` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: a loop's next large host result made ready between products | `1` |
 //! | `GPU_DOT_GUARD_MEMORY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: shapes the guard refused twice in a row run natively without it for a while | `1` |
 //!
-//! An invalid value of the first eight is [`GpuDotError::InvalidEnv`] in the `try_` forms,
-//! whose message lists the accepted values; elsewhere that variable alone takes its built-in
-//! default, with a warning through the `log` crate. The last five ignore an invalid value the
-//! same way.
+//! The first eight are [`DotOptions`]' own: [`DotOptions::default`] reads them once per
+//! process. An invalid value of one of them is [`GpuDotError::InvalidEnv`] in the `try_`
+//! forms (and from [`DotOptions::from_env`]), whose message lists the accepted values;
+//! elsewhere that variable alone takes its built-in default, with a warning through the `log`
+//! crate, and the others still apply. The other six are read by the parts of the crate that
+//! use them: `GPU_DOT_CACHE_DIR` takes any value, and the last five ignore an invalid value
+//! with a warning through `log`, keeping their defaults. In code, [`DotOptions`]' builders set
+//! the first eight per call, and [`ProcessSettings`] sets the other six for the process,
+//! before its first product.
+//!
+//! # Errors and the CPU fallback
+//!
+//! - [`GpuDot::gpu_dot`] behaves as ndarray's `dot`: it panics only on incompatible shapes,
+//!   with ndarray's message, never because of the GPU. With no driver, no NVRTC, no device, a
+//!   failing driver call, full device memory or a device fault, it computes on the CPU, even
+//!   with `GPU_DOT_BACKEND=gpu`; the first such product logs a warning through the
+//!   [`log`](https://docs.rs/log) crate, and [`device_status`] says why the GPU is unusable.
+//! - The `try_` forms ([`GpuDot::try_gpu_dot`], [`GpuDot::try_gpu_dot_with`],
+//!   [`try_general_mat_mul`]) never panic: every failure is a typed [`GpuDotError`] (the
+//!   driver's code, NVRTC's log). Under [`Backend::Auto`] a failing GPU still sends a product
+//!   of host arrays to the CPU, and its [`Route`] says why; with [`Backend::Gpu`], and for
+//!   products of device matrices, the failure is returned, never a silent CPU run.
+//! - One case cannot fall back: a device fault after the GPU wrote part of a caller's `C` in
+//!   `C = alpha·A·B + beta·C` with `beta ≠ 0`, whose old values are then gone.
+//!   [`try_general_mat_mul`] returns it; [`general_mat_mul`] panics with it.
+//!
+//! # Naming
+//!
+//! One rule for every name:
+//!
+//! - A function named after ndarray's ([`GpuDot::gpu_dot`] for `dot`, [`general_mat_mul`])
+//!   returns its value and panics only where ndarray's does, on shapes.
+//! - A `try_` form returns a `Result` and never panics. So do the constructors and transfers
+//!   of [`GpuMatrix`] ([`GpuMatrix::from_array`], [`GpuMatrix::to_array`],
+//!   [`GpuMatrix::assign`], [`GpuMatrix::copy_to`]), as ndarray's fallible constructors do.
+//! - A `_with` form takes a [`DotOptions`]; the others read the environment's
+//!   ([`DotOptions::default`]).
+//! - A device is a [`Device`]; where a function takes one, its ordinal (`usize`) converts to
+//!   it, and back with `usize::from`.
+//!
+//! Former names that broke the rule stay for a release, deprecated: `gpu_dot_with`
+//! ([`GpuDot::try_gpu_dot_with`]), `general_mat_mul_with` ([`try_general_mat_mul_with`]) and
+//! `GpuMatrix::dot` ([`GpuMatrix::try_dot`]).
 //!
 //! # Kernel cache
 //!
-//! The crate ships every kernel family compiled ahead of time (by NVRTC 12.9, from the same
-//! sources) for `sm_80` and `sm_90` (`kernels/prebuilt/`, zstd-compressed, about 3 MB
-//! embedded in the library), so that on those devices and their minor versions (`sm_86`,
-//! `sm_89`) nothing is compiled at run time ([`ModuleLoad::prebuilt`]). Elsewhere, or where
-//! the driver refuses a shipped CUBIN, NVRTC compiles each kernel family to a CUBIN for the
-//! device's architecture, and the CUBIN is kept on disk, so that a later process loads it
-//! without compiling (see [`ModuleLoad::cached`]). Entries are keyed by the kernel sources ([`KERNELS_HASH`]), the
-//! family, the compile options, the architecture and the driver and NVRTC versions, and carry a
-//! checksum: anything that does not match is compiled again and rewritten, and a folder that
-//! cannot be written only costs the compilation. The folder is [`ENV_CACHE_DIR`] when set
-//! (`off`, `0`, `none` or empty turn the cache off), else `$XDG_CACHE_HOME/gpu-dot` or
-//! `~/.cache/gpu-dot` on Linux, `~/Library/Caches/gpu-dot` on macOS, `%LOCALAPPDATA%\gpu-dot`
-//! on Windows; [`kernel_cache_dir`] says which is in force.
+//! The kernels ship compiled for `sm_80` (every Ampere and Ada GPU) and `sm_90` (H100, H200).
+//! On other devices (or where the driver refuses a shipped kernel) NVRTC compiles each kernel
+//! family once, on a background thread while [`Backend::Auto`] products run on the CPU
+//! ([`CpuReason::Compiling`]), and an on-disk cache keeps the result for later processes
+//! ([`ModuleLoad::cached`]). The folder is [`ENV_CACHE_DIR`] when set, else the platform's
+//! cache folder; [`kernel_cache_dir`] says which is in force. What the cache loads runs on the
+//! GPU with the process's context, so it trusts only a folder and files that the process's own
+//! user alone can have written: a folder owned by another user, or writable by its group or
+//! others, turns the cache off for the process, with one warning; products still run, on the
+//! shipped kernels or compiled by NVRTC.
 //!
-//! What the cache loads runs on the GPU with the process's CUDA context, where it can read and
-//! write every operand and result; the checksum guards against damage, not against intent.
-//! So, as ssh and gpg refuse key folders that others can write to, the cache trusts only what
-//! the process's own (effective) user alone can have written. On Unix:
+//! # Further reading
 //!
-//! - The folder must be owned by the user and not writable by its group or others. The crate
-//!   makes it, and any missing folders above it, with mode 0700, and checks the ones it made
-//!   (a folder made by someone else in between is refused). A folder that fails turns the
-//!   cache off for the process, with one warning through `log` naming the folder and the
-//!   reason; products still run, on the shipped CUBINs or compiled by NVRTC.
-//! - An entry is loaded only if it is a regular file (not a link, not a FIFO), owned by the
-//!   user and not writable by group or others: it is opened without following links and
-//!   checked on the opened file, so nothing can be swapped in between. Any other is ignored,
-//!   with a warning, and replaced by the next write.
-//! - Entries are written to a new temporary file (created exclusively, mode 0600, never through
-//!   a link) and renamed within the folder: no write follows a link planted in the folder.
+//! These documents come with the crate's source, in its package and repository:
 //!
-//! Folders above the cache folder that existed already, and access control lists, are not
-//! examined. On other platforms (Windows) there are no owners or modes to check: entries must
-//! be regular files and temporary files are still created exclusively, but who may write to
-//! the folder is up to its access control list (`%LOCALAPPDATA%`, the default, is the user's
-//! own); keep [`ENV_CACHE_DIR`] off shared folders there.
-//!
-//! # Kernels
-//!
-//! | kernel | what it does |
-//! |---|---|
-//! | [`Kernel::Naive`] | one thread per output element, reading global memory |
-//! | [`Kernel::Tiled16`] | 16 × 16 shared-memory tiles, boundary-checked |
-//! | [`Kernel::Tiled32`] | 32 × 32 shared-memory tiles, boundary-checked |
-//! | [`Kernel::Reg64`], [`Kernel::Reg128`] | register-blocked tiles with a cp.async pipeline |
-//! | [`Kernel::Auto`] | the register-blocked [`Plan`] and panel count measured fastest, as the pipeline runs them, for the shape class |
-//!
-//! Each kernel exists for both element types. `f64` products run the register-blocked tiles
-//! on the FP64 tensor cores (`mma.sync` f64 shapes of sm_80 and sm_90); devices older than
-//! sm_80 run a SIMT FP64 kernel in their place.
-//!
-//! The `cublas` feature adds cuBLAS SGEMM and DGEMM to [`profile`] as references for benches
-//! and the ladder example; products never come from cuBLAS.
-//!
-//! # Adding a kernel or an element type
-//!
-//! The kernel table (`src/engine/table.rs`) is the only place launch constants live: each
-//! tiled kernel is one row (family, entry stem, tile, threads, dynamic shared memory, K tile,
-//! oldest architecture), and entry names are derived from it as
-//! `{stem}_{nn|nt|tn|tt}[_u][_splitk]`.
-//!
-//! - **A tile configuration**: write its entries in the family's `.cu` file with the
-//!   `GEMM_PARAMS(T)` signature (kernels/common.cuh), add a `// @launch STEM tile=… block=…
-//!   smem=… bk=… minsm=…` line with `static_assert`s tying it to the code, and add the table
-//!   row. A unit test checks the table against every `@launch` line.
-//! - **An element type**: one `Element` impl (`src/element.rs`: its [`Dtype`], with its BLAS
-//!   letter and size), its kernels (the naive and tiled templates instantiate for it with one
-//!   line each; a fast family gives the tiled, GEMV and element-wise entries), and its rows in
-//!   the table. The transfer pipeline moves elements of any width and needs no change; the
-//!   tuner keys plans by element type.
+//! - `docs/precision.md`: the precisions, the bound the default keeps, what runs where, Ozaki
+//!   scheme II and the kernels.
+//! - `docs/first-use.md`: the first product's cost, the shipped kernels, NVRTC on other GPUs,
+//!   [`warm_up`], the kernel cache and what it trusts, and CUDA versions.
+//! - `docs/threads-and-devices.md`: the CPU/GPU threshold, how host arrays reach the device,
+//!   the helper threads, `GPU_DOT_TRACE`, device-resident matrices and several GPUs.
+//! - `docs/faults.md`: no GPU, NVRTC failures, device faults, and the errors that say so.
+//! - `ARCHITECTURE.md`: the crate's layers and where new code goes; `BENCHMARKS.md`: the
+//!   measured figures, each with its device and method.
 //!
 //! [ndarray]: https://docs.rs/ndarray
 
 #![warn(missing_docs)]
+// The crate's own tools and test hooks are compiled with the `internals` feature alone; the
+// code only they reach is dead without it. Dead code is found in the build with `internals`,
+// which the crate's tests, examples and lints use.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
+#[cfg(any(test, feature = "internals"))]
 #[doc(hidden)]
 pub mod accuracy;
 mod batch;
@@ -231,8 +223,10 @@ mod layout;
 mod matrix;
 mod options;
 mod pipeline;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod prebuild;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod profile;
 mod route;
@@ -295,10 +289,10 @@ compile_error!(
 
 use ndarray::{Array1, Array2, ArrayBase, Axis, Data, Ix1, Ix2};
 
-pub use device::api::{
-    context_rebuilds, device_status, module_loads, nvrtc_compilations,
-    nvrtc_compilations_in_flight, Device, DeviceStatus,
-};
+pub use device::api::{context_rebuilds, device_status, module_loads, Device, DeviceStatus};
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use device::api::{nvrtc_compilations, nvrtc_compilations_in_flight};
 pub use device::cache::{kernel_cache_dir, ENV_CACHE_DIR};
 pub use device::context::DeviceInfo;
 pub use device::modules::ModuleLoad;
@@ -307,24 +301,40 @@ pub use element::{Dtype, Element};
 pub use engine::ozaki::GuardReport;
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use engine::tuner::{tuned_plans, tuning_in_progress};
-pub use error::{CudaError, GpuDotError};
+pub use error::{CudaError, GpuDotError, ParseOptionError};
 pub use host::crew::ENV_HOST_THREADS;
-pub use layout::{layout_of, Layout};
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use layout::layout_of;
+pub use layout::Layout;
+#[allow(deprecated)]
+pub use matrix::general_mat_mul_with;
 pub use matrix::{
-    general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, AsOutput, GpuMatrix,
+    general_mat_mul, try_general_mat_mul, try_general_mat_mul_with, AsOperand, AsOutput, GpuMatrix,
     GpuView, Operand, Output,
 };
 pub use options::{
     Backend, Devices, DotOptions, Kernel, Precision, DEFAULT_MIN_GPU_FLOPS,
     DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
-    ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION, MAX_MODULI, MIN_MODULI,
+    ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION,
 };
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use options::{MAX_MODULI, MIN_MODULI};
 pub use pipeline::{retained_host_memory, retained_memory, trim};
-pub use route::{flops, CpuReason, Product, Route};
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use route::flops;
+pub use route::{CpuReason, Product, Route};
+pub use settings::{
+    ProcessSettings, SettingAlreadyRead, ENV_GUARD_MEMORY, ENV_SPARE_RESULT, ENV_TRACE,
+};
 pub use warm::{warm_up, WarmUp};
 
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use device::KERNELS_HASH;
 
@@ -402,15 +412,26 @@ pub trait GpuDot<Rhs: ?Sized> {
     /// use ndarray::arr2;
     ///
     /// let a = arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
-    /// let p = a.gpu_dot_with(&a, &DotOptions::builtin().backend(Backend::Cpu)).unwrap();
+    /// let p = a.try_gpu_dot_with(&a, &DotOptions::builtin().backend(Backend::Cpu)).unwrap();
     /// assert_eq!(p.c, a.dot(&a));
     /// assert!(matches!(p.route, Route::Cpu(_)));
     /// ```
-    fn gpu_dot_with(
+    fn try_gpu_dot_with(
         &self,
         rhs: &Rhs,
         opts: &DotOptions,
     ) -> Result<Product<Self::Output>, GpuDotError>;
+
+    /// The former name of [`try_gpu_dot_with`](GpuDot::try_gpu_dot_with), from before the
+    /// `try_` forms were the ones that return a `Result`.
+    #[deprecated(note = "renamed `try_gpu_dot_with`: it returns a `Result`")]
+    fn gpu_dot_with(
+        &self,
+        rhs: &Rhs,
+        opts: &DotOptions,
+    ) -> Result<Product<Self::Output>, GpuDotError> {
+        self.try_gpu_dot_with(rhs, opts)
+    }
 }
 
 impl<A, S, S2> GpuDot<ArrayBase<S2, Ix2>> for ArrayBase<S, Ix2>
@@ -439,7 +460,7 @@ where
         Ok(route::dot(self, rhs, &DotOptions::from_env()?, false)?.c)
     }
 
-    fn gpu_dot_with(
+    fn try_gpu_dot_with(
         &self,
         rhs: &ArrayBase<S2, Ix2>,
         opts: &DotOptions,
@@ -513,10 +534,10 @@ macro_rules! vector_forms {
             }
 
             fn try_gpu_dot(&self, rhs: &ArrayBase<S2, $rhs>) -> Result<$out, GpuDotError> {
-                Ok(self.gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
+                Ok(self.try_gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
             }
 
-            fn gpu_dot_with(
+            fn try_gpu_dot_with(
                 &self,
                 rhs: &ArrayBase<S2, $rhs>,
                 opts: &DotOptions,
@@ -568,12 +589,12 @@ macro_rules! reference_forms {
                 self.view().try_gpu_dot(&rhs.view())
             }
 
-            fn gpu_dot_with(
+            fn try_gpu_dot_with(
                 &self,
                 rhs: &$rhs,
                 opts: &DotOptions,
             ) -> Result<Product<$out>, GpuDotError> {
-                self.view().gpu_dot_with(&rhs.view(), opts)
+                self.view().try_gpu_dot_with(&rhs.view(), opts)
             }
         }
     )*};
@@ -629,6 +650,7 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 
 /// Hooks for the crate's tests (a kernel that faults, kernel sources replaced before
 /// compilation, kernels chosen for an older device); not part of the API.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod __testing {
     pub use crate::device::overrides::{
@@ -659,6 +681,7 @@ pub mod __testing {
 }
 
 /// Helpers exposed for the fuzz targets; not part of the API.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::host::staging::{pack, unpack};

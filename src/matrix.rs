@@ -100,9 +100,9 @@ impl<A: Element> GpuMatrix<A> {
     /// Uploads `a` (any layout) to `device`.
     pub fn from_array_on<S: Data<Elem = A>>(
         a: &ArrayBase<S, Ix2>,
-        device: Device,
+        device: impl Into<Device>,
     ) -> Result<Self, GpuDotError> {
-        let gpu = context::gpu_on(device.ordinal())?;
+        let gpu = context::gpu_on(device.into().ordinal())?;
         let (rows, cols) = a.dim();
         let buf = pipeline::upload(&gpu, a.view())?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
@@ -130,7 +130,8 @@ impl<A: Element> GpuMatrix<A> {
     }
 
     /// A copy of the matrix on `device` (through host memory when the devices differ).
-    pub fn to_device(&self, device: Device) -> Result<GpuMatrix<A>, GpuDotError> {
+    pub fn to_device(&self, device: impl Into<Device>) -> Result<GpuMatrix<A>, GpuDotError> {
+        let device = device.into();
         if device == self.device() {
             let gpu = self.gpu()?;
             let buf = pipeline::duplicate(&gpu, &self.buf)?;
@@ -145,8 +146,11 @@ impl<A: Element> GpuMatrix<A> {
     }
 
     /// A `rows × cols` matrix of zeros on `device`.
-    pub fn zeros_on((rows, cols): (usize, usize), device: Device) -> Result<Self, GpuDotError> {
-        let gpu = context::gpu_on(device.ordinal())?;
+    pub fn zeros_on(
+        (rows, cols): (usize, usize),
+        device: impl Into<Device>,
+    ) -> Result<Self, GpuDotError> {
+        let gpu = context::gpu_on(device.into().ordinal())?;
         let buf = pipeline::zeros(&gpu, checked_len::<A>(rows, cols)?)?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
@@ -180,9 +184,16 @@ impl<A: Element> GpuMatrix<A> {
         Ok(c)
     }
 
-    /// `self · rhs`, left on the device.
-    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
+    /// `self · rhs`, left on the device. Never panics: incompatible shapes are
+    /// [`GpuDotError::ShapeMismatch`].
+    pub fn try_dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
         GpuMatrix::product(self, rhs)
+    }
+
+    /// The former name of [`try_dot`](GpuMatrix::try_dot).
+    #[deprecated(note = "renamed `try_dot`: it returns a `Result`, where ndarray's `dot` panics")]
+    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
+        self.try_dot(rhs)
     }
 
     /// Downloads the matrix into a new host array (C order).
@@ -191,15 +202,16 @@ impl<A: Element> GpuMatrix<A> {
         pipeline::download_fresh(&gpu, &self.buf, (self.rows, self.cols))
     }
 
-    /// Replaces the contents with `a`, which must have the same shape.
+    /// Replaces the contents with `a`, which must have the same shape, else
+    /// [`GpuDotError::OperandShapes`] (it returns a `Result`, so it never panics).
     pub fn assign<S: Data<Elem = A>>(&mut self, a: &ArrayBase<S, Ix2>) -> Result<(), GpuDotError> {
-        assert_eq!(a.dim(), self.dim(), "assign: shapes differ");
+        self.same_shape(a.dim())?;
         let gpu = self.gpu()?;
         pipeline::upload_into(&gpu, a.view(), &mut self.buf)
     }
 
     /// Downloads the matrix into `out` (any layout), which must have the same shape, else
-    /// [`GpuDotError::OutputShape`]. Allocates nothing once the crate's staging buffers are
+    /// [`GpuDotError::OperandShapes`]. Allocates nothing once the crate's staging buffers are
     /// warm: the form for a training loop that reads a small result every step.
     pub fn copy_to<S: DataMut<Elem = A>>(
         &self,
@@ -221,7 +233,7 @@ impl<A: Element> GpuMatrix<A> {
     /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
     /// loss with respect to a layer's output and `activation` that output (after its
     /// [`relu`](GpuMatrix::relu)), zeroes every entry of `self` where `activation` is not
-    /// positive. The shapes must be equal, else [`GpuDotError::OutputShape`].
+    /// positive. The shapes must be equal, else [`GpuDotError::OperandShapes`].
     pub fn relu_backward(&mut self, activation: &GpuMatrix<A>) -> Result<(), GpuDotError> {
         self.same_shape(activation.dim())?;
         let gpu = self.gpu()?;
@@ -234,13 +246,13 @@ impl<A: Element> GpuMatrix<A> {
         aux::elementwise(&gpu, op, len)
     }
 
-    fn same_shape(&self, found: (usize, usize)) -> Result<(), GpuDotError> {
-        if found == self.dim() {
+    fn same_shape(&self, other: (usize, usize)) -> Result<(), GpuDotError> {
+        if other == self.dim() {
             Ok(())
         } else {
-            Err(GpuDotError::OutputShape {
-                expected: self.dim(),
-                found,
+            Err(GpuDotError::OperandShapes {
+                left: self.dim(),
+                right: other,
             })
         }
     }
@@ -296,9 +308,16 @@ impl<'a, A: Element> GpuView<'a, A> {
         }
     }
 
-    /// `self · rhs`, left on the device.
-    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
+    /// `self · rhs`, left on the device. Never panics: incompatible shapes are
+    /// [`GpuDotError::ShapeMismatch`].
+    pub fn try_dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
         GpuMatrix::product(self, rhs)
+    }
+
+    /// The former name of [`try_dot`](GpuView::try_dot).
+    #[deprecated(note = "renamed `try_dot`: it returns a `Result`, where ndarray's `dot` panics")]
+    pub fn dot(&self, rhs: &impl AsOperand<A>) -> Result<GpuMatrix<A>, GpuDotError> {
+        self.try_dot(rhs)
     }
 }
 
@@ -444,7 +463,7 @@ pub fn general_mat_mul<A, S1, S2, S3>(
         // Only a device fault after part of C was written, with beta != 0, gets here.
         panic!(
             "gpu-dot: the GPU failed after writing part of the output, whose old values \
-             beta multiplies: {e}"
+             beta multiplies: {e:#}"
         );
     }
 }
@@ -463,11 +482,25 @@ pub fn try_general_mat_mul<A: Element>(
     beta: A,
     c: &mut impl AsOutput<A>,
 ) -> Result<Route, GpuDotError> {
-    general_mat_mul_with(alpha, a, b, beta, c, &DotOptions::from_env()?)
+    try_general_mat_mul_with(alpha, a, b, beta, c, &DotOptions::from_env()?)
+}
+
+/// The former name of [`try_general_mat_mul_with`], from before the `try_` forms were the
+/// ones that return a `Result`.
+#[deprecated(note = "renamed `try_general_mat_mul_with`: it returns a `Result`")]
+pub fn general_mat_mul_with<A: Element>(
+    alpha: A,
+    a: &impl AsOperand<A>,
+    b: &impl AsOperand<A>,
+    beta: A,
+    c: &mut impl AsOutput<A>,
+    opts: &DotOptions,
+) -> Result<Route, GpuDotError> {
+    try_general_mat_mul_with(alpha, a, b, beta, c, opts)
 }
 
 /// [`try_general_mat_mul`] with explicit options.
-pub fn general_mat_mul_with<A: Element>(
+pub fn try_general_mat_mul_with<A: Element>(
     alpha: A,
     a: &impl AsOperand<A>,
     b: &impl AsOperand<A>,

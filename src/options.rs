@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use once_cell::sync::Lazy;
 
-use crate::error::GpuDotError;
+use crate::error::{GpuDotError, ParseOptionError};
 use crate::settings;
 
 /// Products of fewer floating-point operations (`2·m·k·n`) than this run on the CPU under
@@ -63,22 +63,41 @@ pub enum Devices {
     List(Vec<usize>),
 }
 
+/// `all`, or device ordinals separated by commas (`0,1`), as `GPU_DOT_DEVICES` takes them
+/// (any case, spaces around each ignored).
 impl FromStr for Devices {
-    type Err = ();
+    type Err = ParseOptionError;
 
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("all") {
+    fn from_str(s: &str) -> Result<Self, ParseOptionError> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("all") {
             return Ok(Devices::All);
         }
-        let list = s
+        let list = t
             .split(',')
-            .map(|o| o.trim().parse::<usize>().map_err(drop))
-            .collect::<Result<Vec<_>, ()>>()?;
-        if list.is_empty() {
-            return Err(());
-        }
+            .map(|o| {
+                Some(o.trim())
+                    .filter(|o| is_number(o))?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| parse_error("devices", s, &settings::DEVICES))?;
         Ok(Devices::List(list))
+    }
+}
+
+/// Whether `s` is a number written in decimal digits alone (no sign).
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The error for `value`, which the setting's `FromStr` does not accept.
+fn parse_error(what: &'static str, value: &str, setting: &settings::Setting) -> ParseOptionError {
+    ParseOptionError {
+        what,
+        value: value.to_string(),
+        expected: setting.expected(),
     }
 }
 
@@ -158,35 +177,39 @@ impl fmt::Display for Backend {
     }
 }
 
+/// `auto`, `gpu` or `cpu`, as `GPU_DOT_BACKEND` takes them (any case, spaces around ignored).
 impl FromStr for Backend {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
+    type Err = ParseOptionError;
+    fn from_str(s: &str) -> Result<Self, ParseOptionError> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(Backend::Auto),
-            "gpu" | "cuda" => Ok(Backend::Gpu),
+            "auto" => Ok(Backend::Auto),
+            "gpu" => Ok(Backend::Gpu),
             "cpu" => Ok(Backend::Cpu),
-            _ => Err(()),
+            _ => Err(parse_error("backend", s, &settings::BACKEND)),
         }
     }
 }
 
+/// A kernel's [`name`](Kernel::name), as `GPU_DOT_KERNEL` takes it (any case, spaces around
+/// ignored).
 impl FromStr for Kernel {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
+    type Err = ParseOptionError;
+    fn from_str(s: &str) -> Result<Self, ParseOptionError> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(Kernel::Auto),
+            "auto" => Ok(Kernel::Auto),
             "naive" => Ok(Kernel::Naive),
-            "tiled16" | "tiled_16" => Ok(Kernel::Tiled16),
-            "tiled32" | "tiled_32" => Ok(Kernel::Tiled32),
+            "tiled16" => Ok(Kernel::Tiled16),
+            "tiled32" => Ok(Kernel::Tiled32),
             "reg64" => Ok(Kernel::Reg64),
             "reg128" => Ok(Kernel::Reg128),
-            _ => Err(()),
+            _ => Err(parse_error("kernel", s, &settings::KERNEL)),
         }
     }
 }
 
-/// How a product's multiplications run on the GPU. `f64` products run in FP64 (reported as
-/// `Fp32`, the native precision) or, asked for, by [`Precision::Ozaki`]; `f32` products take
+/// How a product's multiplications run on the GPU. `f64` products run in FP64
+/// ([`Precision::Native`]) or by [`Precision::Ozaki`], asked for or chosen by the default
+/// ([`Precision::Auto`]); asked for in TF32 or 3xTF32, they run in FP64. `f32` products take
 /// every precision.
 ///
 /// Only the register-blocked kernels (`Kernel::Auto`, `Reg64`, `Reg128`) on devices with
@@ -303,20 +326,27 @@ impl fmt::Display for Precision {
     }
 }
 
+/// `auto`, `native` (or `fp32`, its former name), `tf32x3`, `tf32`, `ozaki` or `ozaki-N` with
+/// N from 2 to 18, as `GPU_DOT_PRECISION` takes them (any case, spaces around ignored): the
+/// [`Display`](fmt::Display) form of every precision parses back to it.
 impl FromStr for Precision {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
+    type Err = ParseOptionError;
+    fn from_str(s: &str) -> Result<Self, ParseOptionError> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Ok(Precision::Auto),
+            "auto" => Ok(Precision::Auto),
             "native" | "fp32" => Ok(Precision::Native),
-            "tf32x3" | "3xtf32" => Ok(Precision::Tf32x3),
+            "tf32x3" => Ok(Precision::Tf32x3),
             "tf32" => Ok(Precision::Tf32),
             "ozaki" => Ok(Precision::OZAKI),
-            other => match other.strip_prefix("ozaki-").map(str::parse::<u8>) {
+            other => match other
+                .strip_prefix("ozaki-")
+                .filter(|n| is_number(n))
+                .map(str::parse::<u8>)
+            {
                 Some(Ok(n)) if (MIN_MODULI..=MAX_MODULI).contains(&(n as usize)) => {
                     Ok(Precision::Ozaki { moduli: n })
                 }
-                _ => Err(()),
+                _ => Err(parse_error("precision", s, &settings::PRECISION)),
             },
         }
     }
@@ -335,8 +365,9 @@ pub struct DotOptions {
     /// element type's default, [`DEFAULT_MIN_GPU_FLOPS`] or [`DEFAULT_MIN_GPU_FLOPS_F64`]).
     pub min_gpu_flops: Option<u64>,
     /// Fill the device output with NaN before the kernel runs, so that an element the kernel
-    /// fails to write shows up as NaN. For testing kernels; costs one memset.
-    pub poison_output: bool,
+    /// fails to write shows up as NaN. For testing kernels; costs one memset (the crate's
+    /// internals: [`DotOptions::poison_output`] with the `internals` feature).
+    pub(crate) poison_output: bool,
     /// Under [`Kernel::Auto`], tune each *key* (the shape class, i.e. the powers of two
     /// bracketing m, k and n, with the operands' layouts and residency, alignment and whether
     /// an epilogue runs): its first products each run one candidate (panel count and kernel
@@ -348,8 +379,9 @@ pub struct DotOptions {
     /// each panel is copied, multiplied and copied back while the next one is on its way.
     /// `None` chooses from the shape (one panel for small products, panels of 128-row
     /// multiples of at most 32 MiB for large ones); `Some(rows)` forces that height (at least
-    /// 1; `Some(m)` or more means one panel).
-    pub panel_rows: Option<usize>,
+    /// 1; `Some(m)` or more means one panel). The crate's internals, for its tests and
+    /// measurements.
+    pub(crate) panel_rows: Option<usize>,
     /// The CUDA device, by ordinal, that computes GPU products (`None`: the device of the
     /// first device operand, else `GPU_DOT_DEVICE`, else 0). Each device keeps its own
     /// context, modules, workspaces and tuned plans.
@@ -502,13 +534,16 @@ impl DotOptions {
         self
     }
 
-    /// These options with a fixed panel height (`None`: chosen from the shape).
+    /// These options with a fixed panel height (`None`: chosen from the shape). Internals.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub fn panel_rows(mut self, rows: Option<usize>) -> Self {
         self.panel_rows = rows;
         self
     }
 
-    /// These options with GPU products on device `ordinal` (see [`Device`](crate::Device)).
+    /// These options with GPU products on device `ordinal` (a [`Device`](crate::Device)'s
+    /// ordinal; `usize::from(device)` gives it).
     pub fn device(mut self, ordinal: usize) -> Self {
         self.device = Some(ordinal);
         self
@@ -534,14 +569,16 @@ impl DotOptions {
         self
     }
 
-    /// These options with another precision (see [`Precision`]; `f64` takes `Fp32`, its native
-    /// FP64, or `Ozaki`).
+    /// These options with another precision (see [`Precision`]; `f64` takes `Auto`, `Native`
+    /// (FP64) or `Ozaki`, and runs the others as `Native`).
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self
     }
 
-    /// These options with output poisoning on or off.
+    /// These options with output poisoning on or off. Internals.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub fn poison_output(mut self, on: bool) -> Self {
         self.poison_output = on;
         self

@@ -34,7 +34,8 @@ pub struct Product<C = Array2<f32>> {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Route {
-    /// On the GPU.
+    /// On the GPU. More fields may come (match with `..`).
+    #[non_exhaustive]
     Gpu {
         /// The element type.
         dtype: Dtype,
@@ -55,7 +56,8 @@ pub enum Route {
         /// The devices that computed it, by ordinal (several for a product split across
         /// devices, each computing a panel of rows).
         devices: Vec<usize>,
-        /// The precision its multiplications ran in (`Fp32` for `f64`: FP64 throughout).
+        /// The precision its multiplications ran in ([`Precision::Native`]: FP32 for `f32`,
+        /// FP64 for `f64`).
         precision: Precision,
         /// The precision the options asked for, when it could not run (a device without
         /// TF32 tensor cores, or a kernel without tensor-core forms): then `precision` is
@@ -160,7 +162,7 @@ impl fmt::Display for Route {
                     )?,
                     Some(asked) => write!(
                         f,
-                        "fp32 ({asked} needs TF32 tensor cores, compute capability 8.0, and a \
+                        "native ({asked} needs TF32 tensor cores, compute capability 8.0, and a \
                          register-blocked kernel), "
                     )?,
                     None => {}
@@ -185,7 +187,7 @@ impl fmt::Display for Route {
                 f,
                 "CPU: {flops} flops is below the GPU threshold of {threshold}"
             ),
-            Route::Cpu(CpuReason::GpuUnavailable(e)) => write!(f, "CPU, because {e}"),
+            Route::Cpu(CpuReason::GpuUnavailable(e)) => write!(f, "CPU, because {e:#}"),
             Route::Cpu(CpuReason::Compiling { kernels }) => write!(
                 f,
                 "CPU, while NVRTC compiles the {kernels} kernels on a background thread"
@@ -260,7 +262,7 @@ pub(crate) fn log_route(
         static WARNED: std::sync::Once = std::sync::Once::new();
         WARNED.call_once(|| {
             log::warn!(
-                "a product ran on the CPU because {e} (warned once; each later product's \
+                "a product ran on the CPU because {e:#} (warned once; each later product's \
                  route is logged at debug level)"
             )
         });
@@ -277,7 +279,7 @@ pub(crate) fn log_route(
     match decision {
         Ok(Decision::Done(route)) => log::debug!("{shape}: {route}"),
         Ok(Decision::Cpu(why)) => log::debug!("{shape}: {}", Route::Cpu(why.clone())),
-        Err(e) => log::debug!("{shape}: failed: {e}"),
+        Err(e) => log::debug!("{shape}: failed: {e:#}"),
     }
 }
 
@@ -350,9 +352,7 @@ fn decide<T: Element>(
         && matches!(g.c, Dst::Host(_) | Dst::Fresh(_));
     if !on_host {
         if opts.backend == Backend::Cpu {
-            return Err(GpuDotError::NoDevice {
-                reason: "the CPU backend cannot take device operands".into(),
-            });
+            return Err(GpuDotError::CpuBackendWithDeviceOperands);
         }
         let homes = [g.a.home(), g.b.home(), g.c.home()].map(|h| h.map(|(home, _)| home));
         let gpu = context::gpu_on(device_for(opts, homes)?)?;

@@ -6,8 +6,9 @@
 //! code that reads each variable, the README's table of settings and the crate docs' against
 //! this table.
 
+use std::ffi::OsString;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::GpuDotError;
 
@@ -51,6 +52,15 @@ pub const ENV_PREBUILT: &str = "GPU_DOT_PREBUILT";
 /// Environment variable setting the number of helper threads (default: one fewer than the
 /// cores, at most 15; `0` copies on the calling thread alone).
 pub const ENV_HOST_THREADS: &str = "GPU_DOT_HOST_THREADS";
+
+/// Environment variable: `1` (or `on`) prints each GPU product's phase times to stderr.
+pub const ENV_TRACE: &str = "GPU_DOT_TRACE";
+/// Environment variable: `0` (or `off`) stops a loop of products with large host results
+/// from getting its next result's memory ready on a background thread between products.
+pub const ENV_SPARE_RESULT: &str = "GPU_DOT_SPARE_RESULT";
+/// Environment variable: `0` (or `off`) makes the default precision forget the shapes its
+/// guard refused, so that every product of such a shape weighs emulation again.
+pub const ENV_GUARD_MEMORY: &str = "GPU_DOT_GUARD_MEMORY";
 
 /// One environment variable.
 #[derive(Debug)]
@@ -277,7 +287,7 @@ pub(crate) const HOST_THREADS: Setting = Setting {
 
 /// `GPU_DOT_TRACE`.
 pub(crate) const TRACE: Setting = Setting {
-    name: "GPU_DOT_TRACE",
+    name: ENV_TRACE,
     values: SWITCH,
     doc: "whether each GPU product's phase times are printed to stderr",
     default: "`0`",
@@ -285,14 +295,14 @@ pub(crate) const TRACE: Setting = Setting {
 
 /// `GPU_DOT_SPARE_RESULT`.
 pub(crate) const SPARE_RESULT: Setting = Setting {
-    name: "GPU_DOT_SPARE_RESULT",
+    name: ENV_SPARE_RESULT,
     values: SWITCH,
     doc: "whether a loop of products with large host results (32 to 256 MiB) gets its next result's memory allocated and its pages faulted in by a background thread between products (`trim` frees it)",    default: "`1`",
 };
 
 /// `GPU_DOT_GUARD_MEMORY`.
 pub(crate) const GUARD_MEMORY: Setting = Setting {
-    name: "GPU_DOT_GUARD_MEMORY",
+    name: ENV_GUARD_MEMORY,
     values: SWITCH,
     doc: "whether the default precision remembers the guard's refusals by shape: after two refusals in a row, the next products of that shape (1, then 3, 7, … up to 63 as refusals repeat) run natively without the guard",    default: "`1`",
 };
@@ -358,7 +368,7 @@ impl Setting {
     /// ends `; {otherwise}` (what the crate does instead).
     pub(crate) fn switch_from_env(&self, otherwise: &str) -> bool {
         let default = self.switch_default();
-        let Ok(value) = std::env::var(self.name) else {
+        let Some(value) = var(self.name) else {
             return default;
         };
         self.switch(&value).unwrap_or_else(|e| {
@@ -402,6 +412,146 @@ impl fmt::Display for Setting {
         write!(f, " | {} |", self.doc)
     }
 }
+
+/// Values set in code ([`ProcessSettings::apply`]) for settings read once per process, each
+/// taking the place of its variable.
+static IN_CODE: Mutex<Vec<(&'static str, OsString)>> = Mutex::new(Vec::new());
+/// The settings the crate has read: from then on a value set in code would come too late.
+static READ: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The value of the setting `name` (a `GPU_DOT_*` variable): the one set in code, else the
+/// environment's. Noted as read.
+pub(crate) fn var_os(name: &'static str) -> Option<OsString> {
+    let in_code = IN_CODE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+    if !read.contains(&name) {
+        read.push(name);
+    }
+    match in_code.iter().find(|(n, _)| *n == name) {
+        Some((_, value)) => Some(value.clone()),
+        None => std::env::var_os(name),
+    }
+}
+
+/// [`var_os`] as text (a value that is not Unicode reads as unset, as `std::env::var` has it).
+pub(crate) fn var(name: &'static str) -> Option<String> {
+    var_os(name).and_then(|v| v.into_string().ok())
+}
+
+/// The settings the crate reads once per process, set in code instead of by environment
+/// variables (`std::env::set_var` is `unsafe` in Rust 2024, and racy in any edition). Each
+/// setting given takes the place of its variable; those not given keep the variable's value
+/// or the default. Apply them before the crate's first product: a setting the crate has already
+/// read cannot change, and [`apply`](Self::apply) then changes nothing and says which.
+///
+/// The per-product settings are [`DotOptions`](crate::DotOptions)'
+/// ([`DotOptions::default`](crate::DotOptions) reads their variables,
+/// [`DotOptions::builtin`](crate::DotOptions::builtin) does not).
+///
+/// ```
+/// gpu_dot::ProcessSettings::new()
+///     .host_threads(4)
+///     .trace(false)
+///     .apply()
+///     .expect("set before the first product");
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use = "the settings take effect when applied"]
+pub struct ProcessSettings {
+    values: Vec<(&'static str, OsString)>,
+}
+
+impl ProcessSettings {
+    /// No setting: every variable keeps its value or its default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with(mut self, name: &'static str, value: impl Into<OsString>) -> Self {
+        self.values.retain(|(n, _)| *n != name);
+        self.values.push((name, value.into()));
+        self
+    }
+
+    fn switch(self, name: &'static str, on: bool) -> Self {
+        self.with(name, if on { "1" } else { "0" })
+    }
+
+    /// The folder of the compiled-kernel cache ([`ENV_CACHE_DIR`]); the crate makes it, owned
+    /// by the user and closed to others, if need be.
+    pub fn cache_dir(self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.with(ENV_CACHE_DIR, dir.into().into_os_string())
+    }
+
+    /// No compiled-kernel cache on disk ([`ENV_CACHE_DIR`] `off`).
+    pub fn no_cache(self) -> Self {
+        self.with(ENV_CACHE_DIR, "off")
+    }
+
+    /// Whether modules may come from the CUBINs the crate ships ([`ENV_PREBUILT`]; off,
+    /// NVRTC compiles every kernel family).
+    pub fn prebuilt(self, on: bool) -> Self {
+        self.switch(ENV_PREBUILT, on)
+    }
+
+    /// Helper threads for host copies ([`ENV_HOST_THREADS`]; at most 15 are used, `0`: the
+    /// calling thread alone).
+    pub fn host_threads(self, count: usize) -> Self {
+        self.with(ENV_HOST_THREADS, count.to_string())
+    }
+
+    /// Whether each GPU product's phase times are printed to stderr ([`ENV_TRACE`]).
+    pub fn trace(self, on: bool) -> Self {
+        self.switch(ENV_TRACE, on)
+    }
+
+    /// Whether a loop of products with large host results gets its next result's memory
+    /// ready between products ([`ENV_SPARE_RESULT`]).
+    pub fn spare_result(self, on: bool) -> Self {
+        self.switch(ENV_SPARE_RESULT, on)
+    }
+
+    /// Whether the default precision remembers the shapes its guard refused
+    /// ([`ENV_GUARD_MEMORY`]).
+    pub fn guard_memory(self, on: bool) -> Self {
+        self.switch(ENV_GUARD_MEMORY, on)
+    }
+
+    /// Sets these values for the process. All or nothing: where the crate has already read
+    /// one of them, none is set, and the error names it.
+    pub fn apply(self) -> Result<(), SettingAlreadyRead> {
+        let mut in_code = IN_CODE.lock().unwrap_or_else(|e| e.into_inner());
+        let read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((name, _)) = self.values.iter().find(|(n, _)| read.contains(n)) {
+            return Err(SettingAlreadyRead { var: name });
+        }
+        for (name, value) in self.values {
+            in_code.retain(|(n, _)| *n != name);
+            in_code.push((name, value));
+        }
+        Ok(())
+    }
+}
+
+/// [`ProcessSettings::apply`] came after the crate had read one of the settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SettingAlreadyRead {
+    /// The setting's variable.
+    pub var: &'static str,
+}
+
+impl fmt::Display for SettingAlreadyRead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} was already read: process settings are applied before the first product",
+            self.var
+        )
+    }
+}
+
+impl std::error::Error for SettingAlreadyRead {}
 
 #[cfg(test)]
 mod tests {

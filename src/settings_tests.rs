@@ -46,16 +46,21 @@ fn parse(name: &str, value: &str) -> Result<(), GpuDotError> {
 
 /// Values each setting refuses (none for the cache folder, which takes any path).
 const REJECTED: &[(&str, &[&str])] = &[
-    ("GPU_DOT_BACKEND", &["tpu", "gpus"]),
-    ("GPU_DOT_KERNEL", &["fastest", "reg256"]),
+    ("GPU_DOT_BACKEND", &["tpu", "gpus", "", "cuda"]),
+    (
+        "GPU_DOT_KERNEL",
+        &["fastest", "reg256", "", "tiled_16", "tiled_32"],
+    ),
     ("GPU_DOT_AUTOTUNE", &["sometimes", "2", ""]),
     (
         "GPU_DOT_PRECISION",
-        &["bf16", "ozaki-1", "ozaki-19", "ozaki-", "ozaki-x", "fp64"],
+        &[
+            "bf16", "ozaki-1", "ozaki-19", "ozaki-", "ozaki-x", "ozaki-+5", "fp64", "", "3xtf32",
+        ],
     ),
     ("GPU_DOT_MIN_FLOPS", &["-1", "1e6", "many"]),
     ("GPU_DOT_DEVICE", &["first", "-1", "0,1"]),
-    ("GPU_DOT_DEVICES", &["", "one", "0,,1", "-1"]),
+    ("GPU_DOT_DEVICES", &["", "one", "0,,1", "-1", "+1", "0,"]),
     ("GPU_DOT_PEER_COPY", &["sometimes"]),
     ("GPU_DOT_PREBUILT", &["later", "2"]),
     ("GPU_DOT_HOST_THREADS", &["many", "-1"]),
@@ -115,6 +120,63 @@ fn every_rejected_value_names_the_accepted_ones() {
         2..=18,
         "the range the table spells out"
     );
+}
+
+/// The `FromStr` of the options' types accepts exactly what their variables document: every
+/// documented value (in any case, with spaces around it), no rejected one, and a rejected
+/// value's [`ParseOptionError`](crate::ParseOptionError) says what is accepted.
+#[test]
+fn the_options_parse_the_documented_values_alone() {
+    use crate::{Backend, Devices, Kernel, ParseOptionError, Precision};
+    use std::str::FromStr;
+
+    fn check<T: FromStr<Err = ParseOptionError>>(s: &Setting, what: &str) {
+        for v in s.values {
+            for example in v.accepted() {
+                for spelled in [
+                    example.to_string(),
+                    example.to_ascii_uppercase(),
+                    format!(" {example} "),
+                ] {
+                    if let Err(e) = spelled.parse::<T>() {
+                        panic!("{what}: {spelled:?} ({}) is refused: {e}", v.spelled);
+                    }
+                }
+            }
+        }
+        let (_, rejected) = REJECTED.iter().find(|(n, _)| *n == s.name).unwrap();
+        for bad in *rejected {
+            match bad.parse::<T>() {
+                Err(e) => {
+                    assert_eq!((e.what, e.value.as_str()), (what, *bad));
+                    assert_eq!(e.expected, s.expected());
+                    assert_eq!(
+                        e.to_string(),
+                        format!("{bad:?} is not a valid {what}: expected {}", s.expected())
+                    );
+                }
+                Ok(_) => panic!("{what}: {bad:?} is accepted"),
+            }
+        }
+    }
+    check::<Backend>(&settings::BACKEND, "backend");
+    check::<Kernel>(&settings::KERNEL, "kernel");
+    check::<Precision>(&settings::PRECISION, "precision");
+    check::<Devices>(&settings::DEVICES, "devices");
+    // Every precision's and kernel's own spelling parses back to it.
+    for p in [
+        Precision::Auto,
+        Precision::OZAKI,
+        Precision::Ozaki { moduli: 11 },
+    ]
+    .into_iter()
+    .chain(Precision::ALL)
+    {
+        assert_eq!(p.to_string().parse::<Precision>(), Ok(p));
+    }
+    for k in std::iter::once(Kernel::Auto).chain(Kernel::ALL) {
+        assert_eq!(k.name().parse::<Kernel>(), Ok(k));
+    }
 }
 
 /// The row of the markdown table in `doc` (lines may carry a prefix, `//! `) that starts with

@@ -150,7 +150,7 @@ fn guard_is_its_model<A: Element>(sm: i32) {
                 .try_fold(0, |most, v| v.map(|c| most.max(c)))
                 .map(|most| lead.map_or(most, |l| most.max(counts[l])));
             let p = a
-                .gpu_dot_with(&b, &options(Precision::Auto))
+                .try_gpu_dot_with(&b, &options(Precision::Auto))
                 .unwrap_or_else(|e| panic!("default: {e}"));
             let what = format!("{} {} k={k}: {}", A::DTYPE, family.name(), p.route);
             let Route::Gpu {
@@ -206,7 +206,7 @@ fn early_split_is_the_split<A: Element>(sm: i32) {
         gpu_dot::__testing::split_early(early);
         gpu_dot::__testing::gemm_before_verdict(before);
         // Autotuning off: where the guard refuses, both runs take the same native kernel.
-        let p = a.gpu_dot_with(&b, &options(Precision::Auto).autotune(false));
+        let p = a.try_gpu_dot_with(&b, &options(Precision::Auto).autotune(false));
         gpu_dot::__testing::split_early(true);
         gpu_dot::__testing::gemm_before_verdict(true);
         p.unwrap_or_else(|e| panic!("default (early split {early}, GEMM before {before}): {e}"))
@@ -354,7 +354,7 @@ fn panels_share_op_b<A: Element>(sm: i32) {
     let b_f = b_c.t().as_standard_layout().into_owned().reversed_axes();
     for (order, b) in [("C", &b_c), ("F", &b_f), ("C again", &b_c)] {
         let p = a
-            .gpu_dot_with(b, &opts(Some(rows)))
+            .try_gpu_dot_with(b, &opts(Some(rows)))
             .unwrap_or_else(|e| panic!("{} B in {order} order: {e}", A::DTYPE));
         let what = format!("{} B in {order} order: {}", A::DTYPE, p.route);
         let Route::Gpu { panels, .. } = &p.route else {
@@ -364,7 +364,7 @@ fn panels_share_op_b<A: Element>(sm: i32) {
         let mut ran = Vec::new();
         for (i, block) in blocks.iter().enumerate() {
             let alone = block
-                .gpu_dot_with(b, &opts(Some(rows)))
+                .try_gpu_dot_with(b, &opts(Some(rows)))
                 .unwrap_or_else(|e| panic!("{what}: panel {i} alone: {e}"));
             // One panel: in panels of its own, each would weigh its count on its own rows.
             assert!(
@@ -392,10 +392,10 @@ fn panels_share_op_b<A: Element>(sm: i32) {
         }
         // Another op(B) of the same shape between the runs.
         let q = a
-            .gpu_dot_with(&other, &opts(Some(rows)))
+            .try_gpu_dot_with(&other, &opts(Some(rows)))
             .expect("another B");
         let native = a
-            .gpu_dot_with(&other, &options(Precision::Native))
+            .try_gpu_dot_with(&other, &options(Precision::Native))
             .expect("native");
         let reference = Reference::new(a.view(), other.view());
         let (got, native) = (
@@ -423,9 +423,11 @@ fn host_panels<A: Element>(sm: i32) {
                 .autotune(false)
         };
         let native = a
-            .gpu_dot_with(&b, &opts(Precision::Native))
+            .try_gpu_dot_with(&b, &opts(Precision::Native))
             .expect("native");
-        let default = a.gpu_dot_with(&b, &opts(Precision::Auto)).expect("default");
+        let default = a
+            .try_gpu_dot_with(&b, &opts(Precision::Auto))
+            .expect("default");
         let (native_r, default_r) = (
             componentwise(native.c.view(), &reference),
             componentwise(default.c.view(), &reference),

@@ -115,14 +115,14 @@ fn the_cpu_route_multiplies_each_item_with_ndarray<T: TestElem>() {
     let shared = random::<T>(k, n);
     for (la, a) in sa.all() {
         for (lb, b) in sb.all() {
-            let p = a.gpu_dot_with(&b, &cpu_options()).unwrap();
+            let p = a.try_gpu_dot_with(&b, &cpu_options()).unwrap();
             assert!(matches!(p.route, Route::Cpu(_)), "{}", p.route);
             for z in 0..batch {
                 let want = a.index_axis(Axis(0), z).dot(&b.index_axis(Axis(0), z));
                 assert_eq!(p.c.index_axis(Axis(0), z), want, "{la} · {lb}, item {z}");
             }
         }
-        let p = a.gpu_dot_with(&shared, &cpu_options()).unwrap();
+        let p = a.try_gpu_dot_with(&shared, &cpu_options()).unwrap();
         for z in 0..batch {
             let want = a.index_axis(Axis(0), z).dot(&shared);
             let diff = (&p.c.index_axis(Axis(0), z) - &want)
@@ -156,7 +156,7 @@ fn batch_shape_errors_panic_and_are_typed<T: TestElem>() {
         })
     ));
     assert!(matches!(
-        a.gpu_dot_with(&Array2::<T>::zeros((5, 6)), &DotOptions::builtin()),
+        a.try_gpu_dot_with(&Array2::<T>::zeros((5, 6)), &DotOptions::builtin()),
         Err(GpuDotError::ShapeMismatch {
             m: 3,
             k: 4,
@@ -171,7 +171,7 @@ fn empty_batches_give_zeros<T: TestElem>() {
     for (batch, m, k, n) in [(0, 3, 4, 5), (2, 0, 4, 5), (2, 3, 0, 5), (2, 3, 4, 0)] {
         let a = Array3::<T>::ones((batch, m, k));
         let p = a
-            .gpu_dot_with(&Array3::<T>::ones((batch, k, n)), &DotOptions::builtin())
+            .try_gpu_dot_with(&Array3::<T>::ones((batch, k, n)), &DotOptions::builtin())
             .unwrap();
         assert!(matches!(p.route, Route::Empty), "{}", p.route);
         assert_eq!(p.c, Array3::<T>::zeros((batch, m, n)));
@@ -182,7 +182,7 @@ both_types!(empty_batches_give_zeros);
 
 fn small_batches_stay_on_the_cpu_under_auto<T: TestElem>() {
     let (a, b) = (stack::<T>(2, 3, 4), stack::<T>(2, 4, 5));
-    let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+    let p = a.try_gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
     assert!(matches!(p.route, Route::Cpu(_)), "{}", p.route);
     check_items(&p.c, &a.view(), Some(&b.view()), None, "small");
 }
@@ -206,7 +206,7 @@ fn every_kernel_multiplies_batches_of_every_layout<T: TestElem>() {
             for (la, a) in sa.all() {
                 for (lb, b) in sb.all() {
                     let what = format!("{kernel:?} {batch}×{m}×{k}×{n} {la} · {lb}");
-                    let p = a.gpu_dot_with(&b, &opts).expect(&what);
+                    let p = a.try_gpu_dot_with(&b, &opts).expect(&what);
                     match &p.route {
                         Route::Gpu { batch: items, .. } => assert_eq!(*items, batch, "{what}"),
                         other => panic!("{what}: {other}"),
@@ -215,7 +215,7 @@ fn every_kernel_multiplies_batches_of_every_layout<T: TestElem>() {
                 }
                 for (ls, s) in [("shared C", shared.view()), ("shared F", shared_t.t())] {
                     let what = format!("{kernel:?} {batch}×{m}×{k}×{n} {la} · {ls}");
-                    let p = a.gpu_dot_with(&s, &opts).expect(&what);
+                    let p = a.try_gpu_dot_with(&s, &opts).expect(&what);
                     assert!(p.route.is_gpu(), "{what}: {}", p.route);
                     check_items(&p.c, &a, None, Some(&s.to_owned()), &what);
                 }
@@ -233,7 +233,7 @@ both_types!(
 fn a_batch_longer_than_the_grid_runs_in_chunks<T: TestElem>() {
     let batch = 70_001;
     let (a, b) = (stack::<T>(batch, 3, 2), stack::<T>(batch, 2, 2));
-    let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
+    let p = a.try_gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     for z in [0, 1, 65_534, 65_535, 65_536, batch - 1] {
         let (az, bz) = (a.index_axis(Axis(0), z), b.index_axis(Axis(0), z));
@@ -257,7 +257,7 @@ both_types!(
 fn gpu_dot_takes_large_batches_to_the_gpu<T: TestElem>() {
     let (a, b) = (stack::<T>(16, 128, 96), stack::<T>(16, 96, 160));
     let p = a
-        .gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Auto))
+        .try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Auto))
         .unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     check_items(&p.c, &a.view(), Some(&b.view()), None, "Auto");
@@ -317,21 +317,21 @@ fn large_batches_run_in_groups_of_items<T: TestElem>() {
         ("F order", sa.f.view()),
     ];
     for (la, a) in layouts {
-        let p = a.gpu_dot_with(&sb.c, &opts).expect(la);
+        let p = a.try_gpu_dot_with(&sb.c, &opts).expect(la);
         assert!(parts(&p.route) > 1, "{la}: {}", p.route);
         check_items(&p.c, &a, Some(&sb.c.view()), None, la);
         // A C-order stack times a shared B is one 2-D product, in its own row panels.
-        let p = a.gpu_dot_with(&shared, &opts).expect(la);
+        let p = a.try_gpu_dot_with(&shared, &opts).expect(la);
         if la != "C order" {
             assert!(parts(&p.route) > 1, "{la} · shared: {}", p.route);
         }
         check_items(&p.c, &a, None, Some(&shared), &format!("{la} · shared"));
     }
     let b_t = sb.items_t.view().permuted_axes([0, 2, 1]);
-    let p = sa.c.gpu_dot_with(&b_t, &opts).unwrap();
+    let p = sa.c.try_gpu_dot_with(&b_t, &opts).unwrap();
     assert!(parts(&p.route) > 1, "· items transposed: {}", p.route);
     check_items(&p.c, &sa.c.view(), Some(&b_t), None, "· items transposed");
-    let p = interleaved.gpu_dot_with(&sb.c, &opts).unwrap();
+    let p = interleaved.try_gpu_dot_with(&sb.c, &opts).unwrap();
     assert_eq!(parts(&p.route), 1, "interleaved: {}", p.route);
     check_items(
         &p.c,

@@ -124,7 +124,7 @@ fn child() {
 
     let context_ms = match device_status() {
         DeviceStatus::Ready(info) => info.context_ms,
-        DeviceStatus::Unavailable(_) => f64::NAN,
+        _ => f64::NAN,
     };
     let loads: Vec<String> = module_loads()
         .iter()
@@ -145,7 +145,7 @@ fn product<T: TestElem>(kernel: Kernel) -> f64 {
     let b = random::<T>(k, n);
     let start = Instant::now();
     let product = a
-        .gpu_dot_with(
+        .try_gpu_dot_with(
             &b,
             &DotOptions::builtin().backend(Backend::Gpu).kernel(kernel),
         )

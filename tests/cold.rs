@@ -27,7 +27,7 @@ fn auto_products_run_on_the_cpu_while_their_kernels_compile_then_on_the_gpu() {
     cold();
     let (a, b) = (random::<f32>(300, 200), random::<f32>(200, 260));
     let opts = DotOptions::builtin().min_gpu_flops(0);
-    let first = a.gpu_dot_with(&b, &opts).unwrap();
+    let first = a.try_gpu_dot_with(&b, &opts).unwrap();
     match &first.route {
         Route::Cpu(CpuReason::Compiling { kernels }) => assert_eq!(*kernels, "sgemm_fast"),
         other => panic!("the first product should wait for nothing, but ran: {other}"),
@@ -46,7 +46,7 @@ fn auto_products_run_on_the_cpu_while_their_kernels_compile_then_on_the_gpu() {
     );
 
     let later = a
-        .gpu_dot_with(&b, &opts.clone().poison_output(true))
+        .try_gpu_dot_with(&b, &opts.clone().poison_output(true))
         .unwrap();
     assert!(later.route.is_gpu(), "{}", later.route);
     assert_close(&later.c, &a, &b, "after the compilation");
@@ -57,7 +57,7 @@ fn auto_products_run_on_the_cpu_while_their_kernels_compile_then_on_the_gpu() {
 fn the_gpu_backend_waits_for_its_kernels() {
     cold();
     let (a, b) = (random::<f64>(130, 70), random::<f64>(70, 90));
-    let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
+    let p = a.try_gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     assert_close(&p.c, &a, &b, "f64, compiled in the foreground");
     let loads = gpu_dot::module_loads();
@@ -81,7 +81,7 @@ fn a_background_nvrtc_failure_leaves_auto_on_the_cpu_and_is_the_typed_error_for_
     ));
     let (a, b) = (random::<f32>(64, 64), random::<f32>(64, 64));
     let auto = DotOptions::builtin().min_gpu_flops(0).kernel(Kernel::Naive);
-    let first = a.gpu_dot_with(&b, &auto).unwrap();
+    let first = a.try_gpu_dot_with(&b, &auto).unwrap();
     assert!(
         matches!(
             first.route,
@@ -94,11 +94,11 @@ fn a_background_nvrtc_failure_leaves_auto_on_the_cpu_and_is_the_typed_error_for_
     // Once the background compilation has failed, Auto stays on the CPU and says why.
     let start = Instant::now();
     loop {
-        let p = a.gpu_dot_with(&b, &auto).unwrap();
+        let p = a.try_gpu_dot_with(&b, &auto).unwrap();
         assert_eq!(p.c, a.dot(&b));
         match p.route {
             Route::Cpu(CpuReason::Compiling { .. }) => {}
-            Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::Compile { kernel, log })) => {
+            Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::Compile { kernel, log, .. })) => {
                 assert_eq!(kernel, "naive");
                 assert!(!log.is_empty());
                 break;
@@ -114,7 +114,7 @@ fn a_background_nvrtc_failure_leaves_auto_on_the_cpu_and_is_the_typed_error_for_
     let gpu = DotOptions::builtin()
         .backend(Backend::Gpu)
         .kernel(Kernel::Naive);
-    match a.gpu_dot_with(&b, &gpu) {
+    match a.try_gpu_dot_with(&b, &gpu) {
         Err(GpuDotError::Compile {
             kernel: "naive", ..
         }) => {}
@@ -122,7 +122,7 @@ fn a_background_nvrtc_failure_leaves_auto_on_the_cpu_and_is_the_typed_error_for_
     }
     let mut out = ndarray::Array2::<f32>::from_elem((64, 64), 7.0);
     assert!(matches!(
-        gpu_dot::general_mat_mul_with(1.0, &a, &b, 0.0, &mut out, &gpu),
+        gpu_dot::try_general_mat_mul_with(1.0, &a, &b, 0.0, &mut out, &gpu),
         Err(GpuDotError::Compile { .. })
     ));
     assert!(
@@ -143,7 +143,7 @@ fn a_process_that_exits_while_compiling_exits_cleanly() {
         Ok("leave") => {
             let (a, b) = (random::<f64>(200, 200), random::<f64>(200, 200));
             let p = a
-                .gpu_dot_with(&b, &DotOptions::builtin().min_gpu_flops(0))
+                .try_gpu_dot_with(&b, &DotOptions::builtin().min_gpu_flops(0))
                 .unwrap();
             assert!(
                 matches!(
@@ -159,7 +159,7 @@ fn a_process_that_exits_while_compiling_exits_cleanly() {
         }
         Ok("after") => {
             let (a, b) = (random::<f64>(200, 200), random::<f64>(200, 200));
-            let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
+            let p = a.try_gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
             assert!(p.route.is_gpu(), "{}", p.route);
             assert_close(&p.c, &a, &b, "after a process left mid-compilation");
             return;

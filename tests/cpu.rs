@@ -67,8 +67,8 @@ fn shape_mismatch_is_a_typed_error<T: TestElem>() {
     let b = Array2::<T>::ones((4, 5));
     for result in [
         a.try_gpu_dot(&b).map(|_| ()),
-        a.gpu_dot_with(&b, &cpu()).map(|_| ()),
-        a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
+        a.try_gpu_dot_with(&b, &cpu()).map(|_| ()),
+        a.try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu))
             .map(|_| ()),
     ] {
         let err = result.expect_err("mismatched shapes");
@@ -105,7 +105,7 @@ fn zero_dimensions_give_zeros_without_a_device<T: TestElem>() {
         let b = random::<T>(k, n);
         for backend in [Backend::Auto, Backend::Gpu, Backend::Cpu] {
             let opts = DotOptions::builtin().backend(backend).min_gpu_flops(0);
-            let p = a.gpu_dot_with(&b, &opts).unwrap();
+            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
             assert_eq!(p.c.dim(), (m, n));
             assert!(p.c.iter().all(|&x| x == T::zero()));
             assert!(matches!(p.route, Route::Empty), "{:?}", p.route);
@@ -137,7 +137,7 @@ fn cpu_backend_equals_ndarray_dot_in_every_layout<T: TestElem>() {
     ];
     for av in &a_views {
         for bv in &b_views {
-            let p = av.gpu_dot_with(bv, &cpu()).unwrap();
+            let p = av.try_gpu_dot_with(bv, &cpu()).unwrap();
             assert!(matches!(p.route, Route::Cpu(CpuReason::Requested)));
             assert_eq!(p.c, av.dot(bv));
         }
@@ -176,7 +176,7 @@ both_types!(below_threshold_runs_on_the_cpu_and_says_so);
 /// [`DEFAULT_MIN_GPU_FLOPS_F64`]), the CPU, and the route says so.
 fn below_threshold_runs_on_the_cpu_and_says_so<T: TestElem>() {
     let a = arr2(&[[1.0, 2.0], [3.0, 4.0]]).mapv(T::from_f64);
-    let p = a.gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
+    let p = a.try_gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
     assert_eq!(p.c, arr2(&[[7.0, 10.0], [15.0, 22.0]]).mapv(T::from_f64));
     let default = match T::DTYPE {
         Dtype::F32 => DEFAULT_MIN_GPU_FLOPS,
@@ -197,7 +197,7 @@ fn auto_uses_the_gpu_when_there_is_one_else_the_cpu_with_the_reason<T: TestElem>
     let a = random::<T>(40, 50);
     let b = random::<T>(50, 30);
     let opts = DotOptions::builtin().min_gpu_flops(0);
-    let p = a.gpu_dot_with(&b, &opts).unwrap();
+    let p = a.try_gpu_dot_with(&b, &opts).unwrap();
     assert_close(&p.c, &a, &b, "auto");
     match (device_status(), &p.route) {
         (
@@ -224,7 +224,7 @@ both_types!(gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one)
 fn gpu_backend_is_an_error_without_a_device_and_a_gpu_product_with_one<T: TestElem>() {
     let a = random::<T>(9, 8);
     let b = random::<T>(8, 7);
-    let result = a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu));
+    let result = a.try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu));
     match device_status() {
         DeviceStatus::Unavailable(reason) => match result {
             Err(GpuDotError::NoDevice { reason: r }) => assert_eq!(r, reason),
@@ -251,14 +251,14 @@ fn without_a_visible_device_auto_falls_back_and_gpu_errors<T: TestElem>() {
         assert!(!reason.is_empty());
         let a = random::<T>(64, 64);
         let opts = DotOptions::builtin().min_gpu_flops(0);
-        let p = a.gpu_dot_with(&a, &opts).unwrap();
+        let p = a.try_gpu_dot_with(&a, &opts).unwrap();
         assert!(matches!(
             p.route,
             Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::NoDevice { .. }))
         ));
         assert_eq!(p.c, a.dot(&a));
         let err = a
-            .gpu_dot_with(&a, &opts.clone().backend(Backend::Gpu))
+            .try_gpu_dot_with(&a, &opts.clone().backend(Backend::Gpu))
             .unwrap_err();
         assert!(matches!(err, GpuDotError::NoDevice { .. }), "{err:?}");
         assert!(err.to_string().starts_with("no usable CUDA device: "));

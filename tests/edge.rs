@@ -148,7 +148,7 @@ fn in_every_layout<T: TestElem>(
 #[track_caller]
 fn check_cpu_paths<T: TestElem>(a: ArrayView2<T>, b: ArrayView2<T>, what: &str) {
     let r = reference(&a, &b);
-    let p = a.gpu_dot_with(&b, &cpu()).unwrap();
+    let p = a.try_gpu_dot_with(&b, &cpu()).unwrap();
     assert!(
         matches!(p.route, Route::Cpu(CpuReason::Requested)),
         "{what}: {:?}",
@@ -156,7 +156,7 @@ fn check_cpu_paths<T: TestElem>(a: ArrayView2<T>, b: ArrayView2<T>, what: &str) 
     );
     assert_eq!(p.c, a.dot(&b), "{what}: Backend::Cpu is not ndarray's dot");
     check(&p.c, &a, &b, &r, &format!("{what} Backend::Cpu"));
-    let p = a.gpu_dot_with(&b, &auto()).unwrap();
+    let p = a.try_gpu_dot_with(&b, &auto()).unwrap();
     check(
         &p.c,
         &a,
@@ -175,7 +175,7 @@ fn check_kernels<T: TestElem>(a: ArrayView2<T>, b: ArrayView2<T>, what: &str) {
     let r = reference(&a, &b);
     for kernel in kernels() {
         let p = a
-            .gpu_dot_with(&b, &on(kernel))
+            .try_gpu_dot_with(&b, &on(kernel))
             .unwrap_or_else(|e| panic!("{what} {kernel}: {e}"));
         match p.route {
             Route::Gpu {
@@ -227,7 +227,7 @@ fn zero_dimensions_in_every_layout_backend_and_kernel<T: TestElem>() {
             let mut options = vec![cpu(), auto(), DotOptions::builtin()];
             options.extend(kernels().map(on));
             for opts in options {
-                let p = a.gpu_dot_with(&b, &opts).unwrap();
+                let p = a.try_gpu_dot_with(&b, &opts).unwrap();
                 assert!(
                     matches!(p.route, Route::Empty),
                     "{what} {opts:?}: {:?}",
@@ -710,10 +710,10 @@ fn ieee_values_on_the_cpu_path_in_every_layout<T: TestElem>() {
     for fx in ieee_fixtures::<T>() {
         in_every_layout(&fx.a, &fx.b, |lays, a, b| {
             let expected = Expected::new(&fx, &a, &b);
-            let p = a.gpu_dot_with(&b, &cpu()).unwrap();
+            let p = a.try_gpu_dot_with(&b, &cpu()).unwrap();
             assert!(matches!(p.route, Route::Cpu(CpuReason::Requested)));
             expected.check(&p.c, &format!("{lays} Backend::Cpu"));
-            let p = a.gpu_dot_with(&b, &auto()).unwrap();
+            let p = a.try_gpu_dot_with(&b, &auto()).unwrap();
             expected.check(&p.c, &format!("{lays} Backend::Auto ({})", p.route));
             expected.check(&a.gpu_dot(&b), &format!("{lays} gpu_dot"));
             expected.check(&a.try_gpu_dot(&b).unwrap(), &format!("{lays} try_gpu_dot"));
@@ -736,7 +736,7 @@ fn ieee_values_on_every_kernel_in_every_layout<T: TestElem>() {
             for kernel in kernels() {
                 let what = format!("{lays} {kernel}");
                 let p = a
-                    .gpu_dot_with(&b, &on(kernel))
+                    .try_gpu_dot_with(&b, &on(kernel))
                     .unwrap_or_else(|e| panic!("{} {what}: {e}", fx.name));
                 assert!(p.route.is_gpu(), "{} {what}: {:?}", fx.name, p.route);
                 expected.check(&p.c, &what);
@@ -778,7 +778,7 @@ fn left_operand_of_more_than_2_pow_31_elements<T: TestElem>() {
         for panel_rows in [None, Some(M)] {
             let what = format!("{} {kernel}, panel rows {panel_rows:?}", T::DTYPE);
             let t = std::time::Instant::now();
-            match a.gpu_dot_with(&b, &on(kernel).panel_rows(panel_rows)) {
+            match a.try_gpu_dot_with(&b, &on(kernel).panel_rows(panel_rows)) {
                 Ok(p) => {
                     assert!(p.route.is_gpu(), "{what}: {:?}", p.route);
                     assert_eq!(p.c.dim(), (M, N));

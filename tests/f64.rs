@@ -10,7 +10,7 @@ use std::panic::catch_unwind;
 
 use common::{check, cpu_options, gpu_options, panic_message, random, reference};
 use gpu_dot::{
-    device_status, general_mat_mul, general_mat_mul_with, layout_of, Backend, CpuReason,
+    device_status, general_mat_mul, layout_of, try_general_mat_mul_with, Backend, CpuReason,
     DeviceStatus, DotOptions, Dtype, GpuDot, GpuDotError, GpuMatrix, Kernel, Route,
 };
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
@@ -35,7 +35,7 @@ fn the_cpu_route_is_ndarrays_f64_dot_in_every_layout() {
         (a.slice(s![..;-1, ..]), bt.t()),
     ];
     for (a, b) in views {
-        let p = a.gpu_dot_with(&b, &cpu_options()).unwrap();
+        let p = a.try_gpu_dot_with(&b, &cpu_options()).unwrap();
         assert_eq!(p.c, a.dot(&b));
         assert_eq!(p.c.strides(), a.dot(&b).strides());
         assert!(matches!(p.route, Route::Cpu(CpuReason::Requested)));
@@ -47,12 +47,12 @@ fn both_operands_in_f_order_give_an_f_order_result_on_every_route() {
     let a = Array2::<f64>::from_shape_fn((6, 4).f(), |(i, j)| (i + 2 * j) as f64);
     let b = Array2::<f64>::from_shape_fn((4, 5).f(), |(i, j)| (3 * i) as f64 - j as f64);
     for opts in [cpu_options(), DotOptions::builtin()] {
-        let p = a.gpu_dot_with(&b, &opts).unwrap();
+        let p = a.try_gpu_dot_with(&b, &opts).unwrap();
         assert_eq!(p.c, a.dot(&b));
         assert!(p.c.t().is_standard_layout(), "{}: not F order", p.route);
     }
     let e = Array2::<f64>::zeros((0, 4).f());
-    let p = e.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+    let p = e.try_gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
     assert!(matches!(p.route, Route::Empty));
     assert_eq!(p.c.strides(), e.dot(&b).strides());
     // Mixed layouts give C order, as ndarray does.
@@ -81,7 +81,7 @@ fn f64_shape_errors_match_ndarray() {
         })
     ));
     let mut c = Array2::<f64>::zeros((2, 2));
-    let err = general_mat_mul_with(
+    let err = try_general_mat_mul_with(
         1.0,
         &a,
         &a.t(),
@@ -160,7 +160,7 @@ fn every_f64_kernel_matches_the_reference_over_shapes_and_layouts() {
         for (name, av, bv, r) in pairs {
             for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
                 let what = format!("{m}×{k}×{n} {name} {kernel}");
-                let p = av.gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
+                let p = av.try_gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
                 match p.route {
                     Route::Gpu {
                         dtype, a_layout, ..
@@ -192,7 +192,7 @@ fn nan_inf_and_subnormals_propagate_as_in_ndarrays_f64_dot() {
     b[[9, 60]] = f64::MAX / 4.0;
     let want = a.dot(&b);
     for kernel in Kernel::ALL.into_iter().chain([Kernel::Auto]) {
-        let got = a.gpu_dot_with(&b, &gpu_options(kernel)).unwrap().c;
+        let got = a.try_gpu_dot_with(&b, &gpu_options(kernel)).unwrap().c;
         for ((i, j), &w) in want.indexed_iter() {
             let g = got[[i, j]];
             if w.is_nan() || w.is_infinite() {
@@ -224,7 +224,7 @@ fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     let c0 = random::<f64>(200, 170);
     let mut c = Array2::<f64>::zeros((200, 170).f());
     c.assign(&c0);
-    let route = general_mat_mul_with(0.5, &a, &b, -1.5, &mut c, &opts).unwrap();
+    let route = try_general_mat_mul_with(0.5, &a, &b, -1.5, &mut c, &opts).unwrap();
     assert!(route.is_gpu(), "{route}");
     let want = reference(&a, &b).mapv(|x| 0.5 * x) - c0.mapv(|x| 1.5 * x);
     let diff = (&c - &want).mapv(f64::abs).fold(0.0, |x: f64, &y| x.max(y));
@@ -233,7 +233,7 @@ fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     // Device matrices: a chain, a transposed view, ReLU and its gradient, downloads.
     let x = GpuMatrix::from_array(&a).unwrap();
     let w = GpuMatrix::from_array(&b).unwrap();
-    let mut h = x.dot(&w).unwrap();
+    let mut h = x.try_dot(&w).unwrap();
     assert_eq!(format!("{h:?}"), "GpuMatrix<f64>(200 × 170)");
     let hb = h.to_array().unwrap();
     check(&hb, &a, &b, &reference(&a, &b), "device chain");
@@ -253,7 +253,7 @@ fn the_f64_general_form_and_device_matrices_work_on_the_gpu() {
     // SGD step on device-resident weights: W ← W − 0.1·Xᵀ·G.
     let mut wd = GpuMatrix::from_array(&b).unwrap();
     let gr = random::<f64>(200, 170);
-    general_mat_mul_with(-0.1, &x.t(), &gr, 1.0, &mut wd, &opts).unwrap();
+    try_general_mat_mul_with(-0.1, &x.t(), &gr, 1.0, &mut wd, &opts).unwrap();
     let want = &b - &reference(&a.t(), &gr).mapv(|v| 0.1 * v);
     let diff = (&wd.to_array().unwrap() - &want)
         .mapv(f64::abs)
@@ -272,14 +272,14 @@ fn f64_bad_input_gets_typed_errors_on_the_gpu() {
     let a = GpuMatrix::from_array(&random::<f64>(4, 5)).unwrap();
     let b = GpuMatrix::from_array(&random::<f64>(4, 5)).unwrap();
     assert!(matches!(
-        a.dot(&b),
+        a.try_dot(&b),
         Err(GpuDotError::ShapeMismatch { k: 5, k2: 4, .. })
     ));
     // The CPU backend cannot take device operands.
     let mut c = Array2::<f64>::zeros((4, 4));
     assert!(matches!(
-        general_mat_mul_with(1.0, &a, &b.t(), 0.0, &mut c, &cpu_options()),
-        Err(GpuDotError::NoDevice { .. })
+        try_general_mat_mul_with(1.0, &a, &b.t(), 0.0, &mut c, &cpu_options()),
+        Err(GpuDotError::CpuBackendWithDeviceOperands)
     ));
 }
 
@@ -290,7 +290,7 @@ fn long_k_f64_products_split_and_stay_accurate() {
     for (m, k, n) in [(64, 8192, 512), (512, 8192, 64), (96, 20000, 96)] {
         let a = random::<f64>(m, k);
         let b = random::<f64>(k, n);
-        let p = a.gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
+        let p = a.try_gpu_dot_with(&b, &gpu_options(Kernel::Auto)).unwrap();
         let err = gpu_dot::profile::relative_error_sampled(p.c.view(), a.view(), b.view(), 24);
         assert!(
             err < 1e-14,
@@ -322,7 +322,7 @@ fn the_simt_fallback_matches_the_reference() {
             ] {
                 for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
                     let what = format!("SIMT {m}×{k}×{n} {name} {kernel}");
-                    let p = av.gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
+                    let p = av.try_gpu_dot_with(&bv, &gpu_options(kernel)).expect(&what);
                     assert!(p.route.is_gpu(), "{what}");
                     check(&p.c, &av, &bv, &r, &what);
                 }

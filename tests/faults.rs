@@ -149,7 +149,7 @@ fn check_no_gpu_fallback<T: TestElem>(reason_has: &str) {
     let at = random::<T>(256, 256); // read through at.t(): F order
     for (what, a) in [("C order", a.view()), ("F order", at.t())] {
         let want = reference(&a, &b);
-        let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+        let p = a.try_gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
         match &p.route {
             Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::NoDevice { reason: r })) => {
                 assert_eq!(r, &reason)
@@ -157,7 +157,7 @@ fn check_no_gpu_fallback<T: TestElem>(reason_has: &str) {
             other => panic!("{what}: Auto took {other:?}"),
         }
         check(&p.c, &a, &b, &want, &format!("Auto, {what}, CPU fallback"));
-        match a.gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu)) {
+        match a.try_gpu_dot_with(&b, &DotOptions::builtin().backend(Backend::Gpu)) {
             Err(GpuDotError::NoDevice { reason: r }) => assert_eq!(r, reason),
             other => panic!("{what}: Backend::Gpu gave {other:?}"),
         }
@@ -387,7 +387,7 @@ fn exhausted_device_memory_is_an_error_then_products_recover<T: TestElem>() {
     let r = reference(&a, &b);
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     // First GPU use: modules compiled, streams made, the shape class tuned.
-    let warm = a.gpu_dot_with(&b, &gpu).unwrap();
+    let warm = a.try_gpu_dot_with(&b, &gpu).unwrap();
     assert!(warm.route.is_gpu(), "{}", warm.route);
     check(
         &warm.c,
@@ -414,14 +414,14 @@ fn exhausted_device_memory_is_an_error_then_products_recover<T: TestElem>() {
         "could not fill the device: {free} bytes free, B alone needs {b_bytes}"
     );
 
-    match a.gpu_dot_with(&b, &gpu) {
+    match a.try_gpu_dot_with(&b, &gpu) {
         Err(GpuDotError::OutOfMemory { bytes }) => {
             println!("Backend::Gpu: OutOfMemory {{ bytes: {bytes} }} with {free} bytes free")
         }
         Err(e @ GpuDotError::Driver { .. }) => println!("Backend::Gpu: driver error {e}"),
         other => panic!("Backend::Gpu with the device full gave {other:?}"),
     }
-    let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+    let p = a.try_gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
     match &p.route {
         Route::Cpu(CpuReason::GpuUnavailable(
             GpuDotError::OutOfMemory { .. } | GpuDotError::Driver { .. },
@@ -438,7 +438,7 @@ fn exhausted_device_memory_is_an_error_then_products_recover<T: TestElem>() {
         "the memory did not come back: {free} bytes free"
     );
     let p = a
-        .gpu_dot_with(&b, &gpu)
+        .try_gpu_dot_with(&b, &gpu)
         .expect("a GPU product after the memory is back");
     assert!(p.route.is_gpu(), "{}", p.route);
     check(&p.c, &a, &b, &r, "Backend::Gpu after the memory is back");
@@ -461,9 +461,9 @@ fn a_dimension_above_i32_max_is_too_large_then_products_succeed<T: TestElem>() {
     let wide = one.broadcast((1, big)).unwrap(); // k or n = big
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     for (what, result, dims) in [
-        ("m", tall.gpu_dot_with(&small, &gpu), (big, 1, 1)),
-        ("k", wide.gpu_dot_with(&tall, &gpu), (1, big, 1)),
-        ("n", small.gpu_dot_with(&wide, &gpu), (1, 1, big)),
+        ("m", tall.try_gpu_dot_with(&small, &gpu), (big, 1, 1)),
+        ("k", wide.try_gpu_dot_with(&tall, &gpu), (1, big, 1)),
+        ("n", small.try_gpu_dot_with(&wide, &gpu), (1, 1, big)),
     ] {
         match result {
             Err(GpuDotError::TooLarge { dims: d }) => assert_eq!(d, dims, "{what}"),
@@ -491,7 +491,7 @@ fn products_succeed_on_every_family<T: TestElem>(when: &str) {
     for kernel in [Kernel::Naive, Kernel::Tiled32, Kernel::Reg128, Kernel::Auto] {
         let opts = DotOptions::builtin().backend(Backend::Gpu).kernel(kernel);
         let p = a
-            .gpu_dot_with(&b, &opts)
+            .try_gpu_dot_with(&b, &opts)
             .unwrap_or_else(|e| panic!("{kernel} {when}: {e}"));
         assert!(p.route.is_gpu(), "{kernel} {when}: {}", p.route);
         assert_close(&p.c, &a, &b, &format!("{kernel} {when}"));
@@ -544,7 +544,7 @@ fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
     for &(m, k, n) in &shapes {
         let (a, b) = (random::<T>(m, k), random::<T>(k, n));
         for _ in 0..4 {
-            let c = a.gpu_dot_with(&b, &gpu).unwrap().c;
+            let c = a.try_gpu_dot_with(&b, &gpu).unwrap().c;
             assert_close(&c, &a, &b, "warm-up");
         }
     }
@@ -570,7 +570,7 @@ fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
                         continue;
                     }
                     let opts = DotOptions::builtin().backend(Backend::Gpu);
-                    match a.gpu_dot_with(&b, &opts) {
+                    match a.try_gpu_dot_with(&b, &opts) {
                         Ok(p) => {
                             assert_close(&p.c, &a, &b, "GPU under a fault");
                             ok.fetch_add(1, Ordering::Relaxed);
@@ -590,7 +590,9 @@ fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     match raise_device_fault(kind) {
-        Err(GpuDotError::DeviceFault { context, source }) => {
+        Err(GpuDotError::DeviceFault {
+            context, source, ..
+        }) => {
             println!("{kind:?}: DeviceFault while {context}: {source:?}")
         }
         other => panic!("{kind:?}: expected a DeviceFault, got {other:?}"),
@@ -614,7 +616,7 @@ fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
 
     let (a, b) = (random::<T>(700, 300), random::<T>(300, 500));
     let host = random::<T>(64, 64);
-    match a.gpu_dot_with(&b, &gpu) {
+    match a.try_gpu_dot_with(&b, &gpu) {
         Ok(p) => {
             println!("{kind:?}: the context was rebuilt");
             assert!(p.route.is_gpu(), "{}", p.route);
@@ -638,7 +640,7 @@ fn a_device_fault_is_contained_while_threads_multiply<T: TestElem>() {
             assert!(reason.contains("faulted"), "{reason}");
             assert_eq!(context_rebuilds(), 0);
             assert!(matches!(device_status(), DeviceStatus::Unavailable(r) if r == reason));
-            let p = a.gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
+            let p = a.try_gpu_dot_with(&b, &DotOptions::builtin()).unwrap();
             assert!(
                 matches!(&p.route, Route::Cpu(CpuReason::GpuUnavailable(_))),
                 "{}",
@@ -684,8 +686,8 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
     let gpu = DotOptions::builtin()
         .backend(Backend::Gpu)
         .kernel(Kernel::Tiled16);
-    match a.gpu_dot_with(&b, &gpu) {
-        Err(GpuDotError::Compile { kernel, log }) => {
+    match a.try_gpu_dot_with(&b, &gpu) {
+        Err(GpuDotError::Compile { kernel, log, .. }) => {
             println!("NVRTC's log for the tiled family:\n{log}");
             assert_eq!(kernel, "tiled");
             assert!(
@@ -700,7 +702,7 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
         .backend(Backend::Auto)
         .kernel(Kernel::Tiled16)
         .min_gpu_flops(0);
-    let p = a.gpu_dot_with(&b, &auto).unwrap();
+    let p = a.try_gpu_dot_with(&b, &auto).unwrap();
     match &p.route {
         Route::Cpu(CpuReason::GpuUnavailable(GpuDotError::Compile { .. })) => {}
         other => panic!("expected a CPU fallback for the compile error, got {other}"),
@@ -709,7 +711,7 @@ fn an_nvrtc_rejection_through_the_crate_falls_back_and_spares_other_families<T: 
     // The other families compile and run.
     for kernel in [Kernel::Naive, Kernel::Reg128, Kernel::Auto] {
         let opts = DotOptions::builtin().backend(Backend::Gpu).kernel(kernel);
-        let p = a.gpu_dot_with(&b, &opts).unwrap();
+        let p = a.try_gpu_dot_with(&b, &opts).unwrap();
         assert!(p.route.is_gpu());
         assert_close(&p.c, &a, &b, "another family after a rejection");
     }
@@ -754,7 +756,7 @@ fn a_warpgroup_family_nvrtc_rejects_falls_back_to_the_mma_sync_kernels() {
                 .kernel(kernel)
                 .precision(precision)
                 .poison_output(true);
-            let p = a.gpu_dot_with(&b, &opts).unwrap();
+            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
             match &p.route {
                 Route::Gpu { precision: ran, .. } => assert_eq!(*ran, precision, "{}", p.route),
                 other => panic!("expected a GPU route, got {other}"),

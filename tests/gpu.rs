@@ -42,7 +42,7 @@ fn check_kernel<T: TestElem>(
     what: &str,
 ) -> Route {
     let p = a
-        .gpu_dot_with(&b, &on(kernel))
+        .try_gpu_dot_with(&b, &on(kernel))
         .unwrap_or_else(|e| panic!("{what} {kernel}: {e}"));
     match p.route {
         Route::Gpu { dtype, .. } => assert_eq!(dtype, T::DTYPE, "{what} {kernel}"),
@@ -193,7 +193,7 @@ fn zero_inner_dimension_gives_zeros<T: TestElem>() {
     let a = random::<T>(5, 0);
     let b = random::<T>(0, 6);
     for kernel in KERNELS {
-        let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
+        let p = a.try_gpu_dot_with(&b, &on(kernel)).unwrap();
         assert_eq!(p.c, Array2::<T>::zeros((5, 6)));
         assert!(matches!(p.route, Route::Empty));
     }
@@ -217,7 +217,7 @@ fn nan_and_inf_propagate_like_the_cpu<T: TestElem>() {
     // 1e-4 in f32 (about 840 ε), as many ε in f64.
     let tolerance = scaled_tolerance::<T>(f64::from(1e-4f32));
     for kernel in KERNELS {
-        let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
+        let c = a.try_gpu_dot_with(&b, &on(kernel)).unwrap().c;
         for ((i, j), &x) in c.indexed_iter() {
             let y = cpu[[i, j]];
             if y.is_finite() {
@@ -250,7 +250,7 @@ fn sixteen_threads_multiply_at_once<T: TestElem>() {
                     let (m, k, n) = (50 + 13 * t + round, 70 + 7 * round, 40 + 11 * t);
                     let a = random::<T>(m, k);
                     let b = random::<T>(k, n);
-                    let p = a.gpu_dot_with(&b, &on(kernel)).unwrap();
+                    let p = a.try_gpu_dot_with(&b, &on(kernel)).unwrap();
                     assert!(p.route.is_gpu());
                     assert_close(&p.c, &a, &b, &format!("thread {t} round {round} {kernel}"));
                 }
@@ -332,13 +332,13 @@ fn count_compilations<T: TestElem>() {
     let a = Arc::new(random::<T>(64, 48));
     let b = random::<T>(48, 80);
     for kernel in SIMPLE_KERNELS {
-        a.gpu_dot_with(&b, &on(kernel)).unwrap();
+        a.try_gpu_dot_with(&b, &on(kernel)).unwrap();
     }
     let after_first = nvrtc_compilations();
     assert_eq!(after_first, 2, "two families, each compiled once");
     for _ in 0..5 {
         for kernel in SIMPLE_KERNELS {
-            let c = a.gpu_dot_with(&b, &on(kernel)).unwrap().c;
+            let c = a.try_gpu_dot_with(&b, &on(kernel)).unwrap().c;
             assert_close(&c, &*a, &b, "cached module");
         }
     }
@@ -367,7 +367,7 @@ both_types!(
 fn auto_sends_large_products_to_the_gpu<T: TestElem>() {
     expect_device();
     let a = random::<T>(300, 300);
-    let p = a.gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
+    let p = a.try_gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
     assert!(p.route.is_gpu(), "{}", p.route);
     assert_close(&p.c, &a, &a, "auto");
     let c = a.gpu_dot(&a);
@@ -412,7 +412,7 @@ fn auto_plans_on_the_shape_suite<T: TestElem>() {
         let r = reference(&a, &b);
         for autotune in [true, false] {
             let opts = on(Kernel::Auto).autotune(autotune);
-            let p = a.gpu_dot_with(&b, &opts).unwrap();
+            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
             assert!(p.route.is_gpu(), "{}", p.route);
             check(
                 &p.c,

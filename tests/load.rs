@@ -16,7 +16,7 @@
 //!   (`TestElem::dot_reference`) within the worst-case bound of a sum of k products in the
 //!   element type, k·ε·Σ|a||b| (it never fails a correct result, whatever the summation order,
 //!   and still catches a wrong index or a skipped step). Half the products go through
-//!   `gpu_dot_with` with the built-in options, whose route must be the GPU above the element
+//!   `try_gpu_dot_with` with the built-in options, whose route must be the GPU above the element
 //!   type's threshold and the CPU below it: a GPU failure under load shows up there, where
 //!   `gpu_dot` would silently compute on the CPU.
 //! - No deadlock: the test fails if it has not finished within the run time plus
@@ -155,9 +155,9 @@ impl<T: TestElem> Operand<T> {
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
     products: usize,
-    /// Products through `gpu_dot_with` that reported the GPU route.
+    /// Products through `try_gpu_dot_with` that reported the GPU route.
     gpu_routes: usize,
-    /// Products through `gpu_dot_with` that reported the CPU, below the threshold.
+    /// Products through `try_gpu_dot_with` that reported the CPU, below the threshold.
     cpu_routes: usize,
 }
 
@@ -168,7 +168,7 @@ enum Msg {
 }
 
 /// One product of `shape` on fresh operands in random layouts, checked; half the time, at
-/// random, through `gpu_dot_with` with the built-in options, whose route is checked too.
+/// random, through `try_gpu_dot_with` with the built-in options, whose route is checked too.
 fn one_product<T: TestElem>(
     rng: &mut SmallRng,
     (m, k, n): (usize, usize, usize),
@@ -180,7 +180,7 @@ fn one_product<T: TestElem>(
     let threshold = DotOptions::builtin().threshold(T::DTYPE);
     let c = if rng.random_bool(0.5) {
         let p = a
-            .gpu_dot_with(&b, &DotOptions::builtin())
+            .try_gpu_dot_with(&b, &DotOptions::builtin())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         match &p.route {
             Route::Gpu { .. } if flops(m, k, n) >= threshold => counts.gpu_routes += 1,

@@ -33,7 +33,7 @@ fn routes_are_logged_and_the_first_fallback_is_a_warning() {
     let _session = session();
     let (a, b) = (random::<f32>(40, 30), random(30, 20));
     let cpu = DotOptions::builtin().backend(Backend::Cpu);
-    a.gpu_dot_with(&b, &cpu).expect("the CPU backend");
+    a.try_gpu_dot_with(&b, &cpu).expect("the CPU backend");
     let logged = take();
     assert!(
         logged
@@ -47,7 +47,7 @@ fn routes_are_logged_and_the_first_fallback_is_a_warning() {
     let absent = Device::count() + 3;
     let auto = DotOptions::builtin().min_gpu_flops(0).device(absent);
     for _ in 0..3 {
-        let p = a.gpu_dot_with(&b, &auto).expect("Auto never fails");
+        let p = a.try_gpu_dot_with(&b, &auto).expect("Auto never fails");
         assert!(!p.route.is_gpu());
     }
     let logged = take();
@@ -67,7 +67,7 @@ fn gpu_products_log_their_route_and_phase_times() {
     let _session = session();
     let (a, b) = (random::<f32>(300, 200), random(200, 100));
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
-    let p = a.gpu_dot_with(&b, &gpu).expect("a GPU product");
+    let p = a.try_gpu_dot_with(&b, &gpu).expect("a GPU product");
     assert!(p.route.is_gpu());
     let logged = take();
     assert!(

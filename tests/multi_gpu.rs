@@ -50,7 +50,7 @@ fn a_split_over_absent_devices_falls_back_under_auto() {
         .devices(Devices::List(vec![60, 61]))
         .min_split_flops(0)
         .min_gpu_flops(0);
-    let p = a.gpu_dot_with(&b, &opts).unwrap();
+    let p = a.try_gpu_dot_with(&b, &opts).unwrap();
     assert!(
         matches!(
             p.route,
@@ -63,7 +63,7 @@ fn a_split_over_absent_devices_falls_back_under_auto() {
         p.route
     );
     check(&p.c, &a, &b, &reference(&a, &b), "Auto over absent devices");
-    match a.gpu_dot_with(&b, &opts.backend(Backend::Gpu)) {
+    match a.try_gpu_dot_with(&b, &opts.backend(Backend::Gpu)) {
         Err(GpuDotError::SplitFailed { ordinal, source }) => {
             assert_eq!(ordinal, 60);
             assert!(matches!(*source, GpuDotError::NoDevice { .. }), "{source}");
@@ -141,7 +141,7 @@ mod two_gpus {
             ] {
                 let opts = split(devices.clone()).peer_copies(peer);
                 let what = format!("{m}×{k}×{n} on {devices:?}, peer copies {peer}");
-                let p = a.gpu_dot_with(&b, &opts).expect(&what);
+                let p = a.try_gpu_dot_with(&b, &opts).expect(&what);
                 match &p.route {
                     Route::Gpu { devices: used, .. } => {
                         assert_eq!(used.len(), 2, "{what}: {}", p.route)
@@ -149,13 +149,13 @@ mod two_gpus {
                     other => panic!("{what}: {other}"),
                 }
                 check(&p.c, &a, &b, &r, &what);
-                let p = a_f.gpu_dot_with(&b, &opts).expect(&what);
+                let p = a_f.try_gpu_dot_with(&b, &opts).expect(&what);
                 check(&p.c, &a, &b, &r, &format!("{what}, A in F order"));
                 let b_f = b.t().as_standard_layout().reversed_axes().to_owned();
-                let p = a.gpu_dot_with(&b_f, &opts).expect(&what);
+                let p = a.try_gpu_dot_with(&b_f, &opts).expect(&what);
                 check(&p.c, &a, &b, &r, &format!("{what}, B in F order"));
                 let rs = reference(&a, &b_strided);
-                let p = a.gpu_dot_with(&b_strided, &opts).expect(&what);
+                let p = a.try_gpu_dot_with(&b_strided, &opts).expect(&what);
                 check(&p.c, &a, &b_strided, &rs, &format!("{what}, B strided"));
                 // Into existing C, both orders: C = 2·A·B − C₀.
                 for f_order in [false, true] {
@@ -163,7 +163,7 @@ mod two_gpus {
                     let mut c = Array2::<T>::zeros((m, n).set_f(f_order));
                     c.assign(&c0);
                     let two = T::from_f64(2.0);
-                    gpu_dot::general_mat_mul_with(two, &a, &b, -T::one(), &mut c, &opts)
+                    gpu_dot::try_general_mat_mul_with(two, &a, &b, -T::one(), &mut c, &opts)
                         .expect(&what);
                     let want = &r * 2.0 - &c0.mapv(|x| x.into_f64());
                     let diff = (&c.mapv(|x| x.into_f64()) - &want)
@@ -193,13 +193,13 @@ mod two_gpus {
         let r = reference(&a, &b);
         let opts = split(Devices::List(vec![0, 1]));
         let warm = a
-            .gpu_dot_with(&b, &opts)
+            .try_gpu_dot_with(&b, &opts)
             .expect("a split before the device is full");
         check(&warm.c, &a, &b, &r, "before");
         gpu_dot::trim();
         let ctx = cudarc::driver::CudaContext::new(1).unwrap();
         let hog = Hog::fill(&ctx, 8 << 20);
-        match a.gpu_dot_with(&b, &opts) {
+        match a.try_gpu_dot_with(&b, &opts) {
             Err(GpuDotError::SplitFailed { ordinal, source }) => {
                 assert_eq!(ordinal, 1, "{source}");
                 println!("device 1 full: {source}");
@@ -209,7 +209,7 @@ mod two_gpus {
         let auto = DotOptions::builtin()
             .devices(Devices::List(vec![0, 1]))
             .min_split_flops(0);
-        let p = a.gpu_dot_with(&b, &auto).unwrap();
+        let p = a.try_gpu_dot_with(&b, &auto).unwrap();
         assert!(
             matches!(
                 &p.route,
@@ -224,7 +224,7 @@ mod two_gpus {
         check(&p.c, &a, &b, &r, "Auto with device 1 full");
         // Into existing C with the GPU backend: an error, and C either untouched or reported.
         let mut c = Array2::<T>::ones((m, n));
-        let e = gpu_dot::general_mat_mul_with(T::one(), &a, &b, T::one(), &mut c, &opts)
+        let e = gpu_dot::try_general_mat_mul_with(T::one(), &a, &b, T::one(), &mut c, &opts)
             .expect_err("device 1 is full");
         assert!(
             matches!(e, GpuDotError::SplitFailed { ordinal: 1, .. }),
@@ -232,7 +232,7 @@ mod two_gpus {
         );
         hog.release();
         let p = a
-            .gpu_dot_with(&b, &opts)
+            .try_gpu_dot_with(&b, &opts)
             .expect("a split after the memory is back");
         check(&p.c, &a, &b, &r, "after");
     }

@@ -7,7 +7,7 @@ mod common;
 
 use common::{both_types, check, random, reference, scaled_tolerance, TestElem};
 use gpu_dot::{
-    general_mat_mul, general_mat_mul_with, try_general_mat_mul, AsOperand, Backend, DotOptions,
+    general_mat_mul, try_general_mat_mul, try_general_mat_mul_with, AsOperand, Backend, DotOptions,
     GpuDot, GpuDotError, GpuMatrix, Kernel, Layout, Route,
 };
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
@@ -71,7 +71,7 @@ fn general_form_on_the_cpu_matches_the_reference<T: TestElem>() {
         let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
         let c0 = random::<T>(41, 37).reversed_axes(); // F order
         let mut c = c0.clone();
-        let route = general_mat_mul_with(
+        let route = try_general_mat_mul_with(
             alpha,
             &a,
             &b,
@@ -110,7 +110,9 @@ fn general_form_shape_errors_match_ndarray<T: TestElem>() {
     let ours = ours.downcast_ref::<String>().expect("a message");
     assert_eq!(Some(ours), theirs.downcast_ref::<String>());
     match try_general_mat_mul(one, &a, &b, zero, &mut wrong) {
-        Err(GpuDotError::OutputShape { expected, found }) => {
+        Err(GpuDotError::OutputShape {
+            expected, found, ..
+        }) => {
             assert_eq!((expected, found), ((2, 4), (2, 5)))
         }
         other => panic!("{other:?}"),
@@ -158,7 +160,7 @@ fn chunked_and_unchunked_products_agree_with_the_reference<T: TestElem>() {
                 (Some(1), rows_of_c),
             ] {
                 let p = av
-                    .gpu_dot_with(bv, &gpu().panel_rows(rows))
+                    .try_gpu_dot_with(bv, &gpu().panel_rows(rows))
                     .unwrap_or_else(|e| panic!("{al:?}·{bl:?} {rows:?}: {e}"));
                 assert_eq!(panels(&p.route), want_panels, "{al:?}·{bl:?} {rows:?}");
                 match p.route {
@@ -187,7 +189,7 @@ fn large_products_are_chunked_by_default_with_every_kernel<T: TestElem>() {
     let (a, b) = (random::<T>(2048, 1024), random::<T>(1024, 1536));
     let r = reference(&a, &b);
     for kernel in [Kernel::Auto, Kernel::Reg128, Kernel::Tiled32] {
-        let p = a.gpu_dot_with(&b, &gpu().kernel(kernel)).unwrap();
+        let p = a.try_gpu_dot_with(&b, &gpu().kernel(kernel)).unwrap();
         assert!(panels(&p.route) > 1, "{kernel}: {}", p.route);
         check(&p.c, &a, &b, &r, &format!("{kernel}, {}", p.route));
     }
@@ -209,6 +211,14 @@ fn matrices_round_trip_through_the_device_exactly<T: TestElem>() {
         let mut dev = dev;
         let other = random::<T>(r, c);
         dev.assign(&other.slice(s![.., ..])).unwrap();
+        assert_eq!(dev.to_array().unwrap(), other);
+        // Another shape is an error, and the contents stay.
+        match dev.assign(&random::<T>(r + 1, c)) {
+            Err(GpuDotError::OperandShapes { left, right, .. }) => {
+                assert_eq!((left, right), ((r, c), (r + 1, c)));
+            }
+            got => panic!("assign of another shape: {got:?}"),
+        }
         assert_eq!(dev.to_array().unwrap(), other);
     }
     let v = random::<T>(40, 60);
@@ -243,7 +253,7 @@ fn device_resident_chains_match_the_host_result<T: TestElem>() {
         "x·w1",
     );
     let hh = h.to_array().unwrap();
-    let y = h.dot(&w2).unwrap().to_array().unwrap();
+    let y = h.try_dot(&w2).unwrap().to_array().unwrap();
     check(&y, &hh, &w2h, &reference(&hh, &w2h), "(x·w1)·w2");
 
     // Transposed device views and host views on either side.
@@ -255,10 +265,13 @@ fn device_resident_chains_match_the_host_result<T: TestElem>() {
     check(&ht, &w1h.t(), &xt, &reference(&w1h.t(), &xt), "w1ᵀ·xᵀ");
     let dev_x = GpuMatrix::from_array(&x).unwrap();
     for (what, got) in [
-        ("device·device", dev_x.dot(&w1).unwrap()),
-        ("device·host", dev_x.dot(&w1h).unwrap()),
-        ("device·hostᵀ", dev_x.dot(&w1h.t().to_owned().t()).unwrap()),
-        ("view·view", dev_x.view().dot(&w1.view()).unwrap()),
+        ("device·device", dev_x.try_dot(&w1).unwrap()),
+        ("device·host", dev_x.try_dot(&w1h).unwrap()),
+        (
+            "device·hostᵀ",
+            dev_x.try_dot(&w1h.t().to_owned().t()).unwrap(),
+        ),
+        ("view·view", dev_x.view().try_dot(&w1.view()).unwrap()),
     ] {
         check(
             &got.to_array().unwrap(),
@@ -298,18 +311,18 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs<T: TestElem>() {
             // Host output in C order, F order and a stepped view.
             let c0 = random::<T>(m, n);
             let mut c = c0.clone();
-            let route = general_mat_mul_with(alpha, &a, &b, beta, &mut c, &opts).unwrap();
+            let route = try_general_mat_mul_with(alpha, &a, &b, beta, &mut c, &opts).unwrap();
             assert!(route.is_gpu(), "{what}: {route}");
             check_general(c.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
 
             let mut cf = Array2::<T>::zeros((m, n).f());
             cf.assign(&c0);
-            general_mat_mul_with(alpha, &a, &b, beta, &mut cf, &opts).unwrap();
+            try_general_mat_mul_with(alpha, &a, &b, beta, &mut cf, &opts).unwrap();
             check_general(cf.view(), alpha, a.view(), b.view(), beta, c0.view(), &what);
 
             let mut big = Array2::<T>::from_elem((2 * m, n + 3), v(7.0));
             big.slice_mut(s![..;-2, 1..n + 1]).assign(&c0);
-            general_mat_mul_with(
+            try_general_mat_mul_with(
                 alpha,
                 &a,
                 &b.t().to_owned().t(),
@@ -335,7 +348,7 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs<T: TestElem>() {
             // Device output, device and host operands.
             let mut dc = GpuMatrix::from_array(&c0).unwrap();
             let da = GpuMatrix::from_array(&a).unwrap();
-            general_mat_mul_with(alpha, &da, &b, beta, &mut dc, &opts).unwrap();
+            try_general_mat_mul_with(alpha, &da, &b, beta, &mut dc, &opts).unwrap();
             let got = dc.to_array().unwrap();
             check_general(
                 got.view(),
@@ -350,7 +363,7 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs<T: TestElem>() {
     }
     // beta = 0 never reads C: NaN there is overwritten.
     let mut c = Array2::<T>::from_elem((m, n), T::nan());
-    general_mat_mul_with(v(2.0), &a, &b, T::zero(), &mut c, &gpu()).unwrap();
+    try_general_mat_mul_with(v(2.0), &a, &b, T::zero(), &mut c, &gpu()).unwrap();
     check_general(
         c.view(),
         v(2.0),
@@ -361,14 +374,14 @@ fn general_form_with_alpha_and_beta_on_host_and_device_outputs<T: TestElem>() {
         "NaN C, beta 0",
     );
     let mut dc = GpuMatrix::from_array(&Array2::<T>::from_elem((m, n), T::nan())).unwrap();
-    general_mat_mul_with(T::one(), &a, &b, T::zero(), &mut dc, &gpu()).unwrap();
+    try_general_mat_mul_with(T::one(), &a, &b, T::zero(), &mut dc, &gpu()).unwrap();
     let got = dc.to_array().unwrap();
     check(&got, &a, &b, &reference(&a, &b), "NaN device C, beta 0");
     // k = 0: C = beta·C.
     let (a0, b0) = (Array2::<T>::zeros((m, 0)), Array2::<T>::zeros((0, n)));
     let c0 = random::<T>(m, n);
     let mut c = c0.clone();
-    general_mat_mul_with(T::one(), &a0, &b0, v(0.5), &mut c, &gpu()).unwrap();
+    try_general_mat_mul_with(T::one(), &a0, &b0, v(0.5), &mut c, &gpu()).unwrap();
     assert_eq!(c, c0.mapv(|x| v(0.5) * x));
 }
 
@@ -454,15 +467,18 @@ fn relu_and_its_gradient_on_the_device_match_the_host<T: TestElem>() {
     let h = GpuMatrix::zeros((5, 4)).unwrap();
     assert!(matches!(
         g.relu_backward(&h),
-        Err(GpuDotError::OutputShape {
-            expected: (4, 5),
-            found: (5, 4)
+        Err(GpuDotError::OperandShapes {
+            left: (4, 5),
+            right: (5, 4)
         })
     ));
     let mut wrong = Array2::<T>::zeros((4, 6));
     assert!(matches!(
         g.copy_to(&mut wrong),
-        Err(GpuDotError::OutputShape { .. })
+        Err(GpuDotError::OperandShapes {
+            left: (4, 5),
+            right: (4, 6)
+        })
     ));
     assert_eq!(g.to_array().unwrap(), before);
     assert!(wrong.iter().all(|&x| x == T::zero()));

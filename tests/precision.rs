@@ -15,12 +15,15 @@ fn the_precision_parses_from_the_environment() {
     let parse = |v: &str| DotOptions::from_lookup(|n| (n == ENV_PRECISION).then(|| v.to_string()));
     assert_eq!(DotOptions::builtin().precision, Precision::Auto);
     assert_eq!(parse("tf32x3").unwrap().precision, Precision::Tf32x3);
-    assert_eq!(parse(" 3xTF32").unwrap().precision, Precision::Tf32x3);
+    assert_eq!(parse(" TF32x3").unwrap().precision, Precision::Tf32x3);
     assert_eq!(parse("TF32").unwrap().precision, Precision::Tf32);
     assert_eq!(parse("fp32").unwrap().precision, Precision::Native);
-    match parse("bf16") {
-        Err(GpuDotError::InvalidEnv { var, .. }) => assert_eq!(var, ENV_PRECISION),
-        other => panic!("expected InvalidEnv, got {other:?}"),
+    // Only the documented spellings: not the empty value, nor `3xtf32` for `tf32x3`.
+    for bad in ["bf16", "", "3xtf32"] {
+        match parse(bad) {
+            Err(GpuDotError::InvalidEnv { var, .. }) => assert_eq!(var, ENV_PRECISION),
+            other => panic!("{bad:?}: expected InvalidEnv, got {other:?}"),
+        }
     }
     for p in Precision::ALL {
         assert_eq!(p.name().parse::<Precision>(), Ok(p));
@@ -115,7 +118,7 @@ fn tensor_core_products_match_the_reference_over_shapes_and_layouts() {
             for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
                 let opts = options(precision, kernel);
                 let what = format!("{m}×{k}×{n} {kernel}");
-                let p = a.gpu_dot_with(&b, &opts).expect(&what);
+                let p = a.try_gpu_dot_with(&b, &opts).expect(&what);
                 if m > 1 && n > 1 {
                     assert_eq!(precision_of(&p.route), precision, "{what}: {}", p.route);
                     assert!(
@@ -126,11 +129,11 @@ fn tensor_core_products_match_the_reference_over_shapes_and_layouts() {
                 }
                 let e = check(&p.c, &a, &b, precision, &what);
                 worst[pi] = worst[pi].max(e);
-                let p = a_f.gpu_dot_with(&b_f, &opts).expect(&what);
+                let p = a_f.try_gpu_dot_with(&b_f, &opts).expect(&what);
                 check(&p.c, &a, &b, precision, &format!("{what}, F · F"));
-                let p = a.gpu_dot_with(&b_f, &opts).expect(&what);
+                let p = a.try_gpu_dot_with(&b_f, &opts).expect(&what);
                 check(&p.c, &a, &b, precision, &format!("{what}, C · F"));
-                let p = a_s.gpu_dot_with(&b_s, &opts).expect(&what);
+                let p = a_s.try_gpu_dot_with(&b_s, &opts).expect(&what);
                 check(&p.c, &a_s, &b_s, precision, &format!("{what}, strided"));
             }
         }
@@ -151,7 +154,7 @@ fn batches_run_in_the_precision_asked_for() {
     let a = Array3::from_shape_simple_fn((items, m, k), || rng.random_range(-1.0f32..1.0));
     let b = Array3::from_shape_simple_fn((items, k, n), || rng.random_range(-1.0f32..1.0));
     let opts = options(Precision::Tf32x3, Kernel::Auto);
-    let p = a.gpu_dot_with(&b, &opts).expect("a batch");
+    let p = a.try_gpu_dot_with(&b, &opts).expect("a batch");
     assert_eq!(precision_of(&p.route), Precision::Tf32x3, "{}", p.route);
     for z in 0..items {
         let c = p.c.slice(s![z, .., ..]).to_owned();
@@ -178,7 +181,7 @@ fn integer_valued_inputs_give_exactly_ndarrays_answer() {
     let want = a.dot(&b);
     for precision in [Precision::Tf32x3, Precision::Tf32] {
         for kernel in [Kernel::Reg64, Kernel::Reg128] {
-            let p = a.gpu_dot_with(&b, &options(precision, kernel)).unwrap();
+            let p = a.try_gpu_dot_with(&b, &options(precision, kernel)).unwrap();
             assert_eq!(p.c, want, "{precision} {kernel}");
         }
     }
@@ -216,7 +219,7 @@ fn inf_and_nan_behave_as_on_the_fp32_path() {
     };
     for precision in [Precision::Tf32x3, Precision::Tf32] {
         for kernel in [Kernel::Reg64, Kernel::Reg128] {
-            let p = a.gpu_dot_with(&b, &options(precision, kernel)).unwrap();
+            let p = a.try_gpu_dot_with(&b, &options(precision, kernel)).unwrap();
             for ((i, &x), &y) in p.c.indexed_iter().zip(want.iter()) {
                 assert_eq!(
                     class(x),
@@ -243,7 +246,7 @@ fn wide_ranges_and_cancellation_stay_within_the_fp32_bound() {
     };
     let (a, b) = (wide(m, k), wide(k, n));
     let opts = options(Precision::Tf32x3, Kernel::Auto);
-    let p = a.gpu_dot_with(&b, &opts).unwrap();
+    let p = a.try_gpu_dot_with(&b, &opts).unwrap();
     check(&p.c, &a, &b, Precision::Tf32x3, "entries over 2^±20");
     // Cancellation: B's second half is the negated first half plus a small perturbation.
     let a = random(m, k);
@@ -256,7 +259,7 @@ fn wide_ranges_and_cancellation_stay_within_the_fp32_bound() {
     let mut a2 = a.clone();
     let left = a.slice(s![.., ..k / 2]).to_owned();
     a2.slice_mut(s![.., k / 2..]).assign(&left);
-    let p = a2.gpu_dot_with(&b, &opts).unwrap();
+    let p = a2.try_gpu_dot_with(&b, &opts).unwrap();
     check(&p.c, &a2, &b, Precision::Tf32x3, "heavy cancellation");
 }
 
@@ -278,10 +281,10 @@ fn the_mma_sync_kernels_serve_devices_before_hopper() {
                 for kernel in [Kernel::Reg64, Kernel::Reg128, Kernel::Auto] {
                     let opts = options(precision, kernel);
                     let what = format!("sm_80: {m}×{k}×{n} {kernel}");
-                    let p = a.gpu_dot_with(&b, &opts).expect(&what);
+                    let p = a.try_gpu_dot_with(&b, &opts).expect(&what);
                     assert_eq!(precision_of(&p.route), precision, "{what}");
                     check(&p.c, &a, &b, precision, &what);
-                    let p = a_f.gpu_dot_with(&b_f, &opts).expect(&what);
+                    let p = a_f.try_gpu_dot_with(&b_f, &opts).expect(&what);
                     check(&p.c, &a, &b, precision, &format!("{what}, F · F"));
                 }
             }

@@ -312,7 +312,7 @@ fn cpu_and_auto_match_the_reference<T: TestElem>() {
         let (a, b) = (a.view(), b.view());
         let r = reference(&a, &b);
         let cpu = DotOptions::builtin().backend(Backend::Cpu);
-        let p = a.gpu_dot_with(&b, &cpu).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let p = a.try_gpu_dot_with(&b, &cpu).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(p.c.dim(), (case.m, case.n));
         if case.is_empty() {
             prop_assert!(matches!(p.route, Route::Empty), "{:?}", p.route);
@@ -331,7 +331,7 @@ fn cpu_and_auto_match_the_reference<T: TestElem>() {
         let default = DotOptions::builtin().threshold(T::DTYPE);
         for threshold in [default, 0] {
             let opts = DotOptions::builtin().min_gpu_flops(threshold);
-            let q = a.gpu_dot_with(&b, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let q = a.try_gpu_dot_with(&b, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(q.c.dim(), (case.m, case.n));
             if case.is_empty() {
                 prop_assert!(matches!(q.route, Route::Empty), "{:?}", q.route);
@@ -360,7 +360,7 @@ fn mismatched_shapes_fail_like_ndarray<T: TestElem>() {
         let mut results = vec![("try_gpu_dot", a.try_gpu_dot(&b))];
         for backend in [Backend::Cpu, Backend::Auto, Backend::Gpu] {
             let opts = DotOptions::builtin().backend(backend).min_gpu_flops(0);
-            results.push(("gpu_dot_with", a.gpu_dot_with(&b, &opts).map(|p| p.c)));
+            results.push(("gpu_dot_with", a.try_gpu_dot_with(&b, &opts).map(|p| p.c)));
         }
         for (what, result) in results {
             match result {
@@ -412,7 +412,7 @@ fn every_kernel_matches_the_reference_on_the_gpu<T: TestElem>() {
                 .autotune(autotune)
                 .poison_output(true);
             let p = a
-                .gpu_dot_with(&b, &opts)
+                .try_gpu_dot_with(&b, &opts)
                 .map_err(|e| TestCaseError::fail(format!("{kernel}: {e}")))?;
             prop_assert_eq!(p.c.dim(), (case.m, case.n));
             prop_assert_eq!(p.c.strides(), ndarrays.strides(), "{}: memory order", kernel);

@@ -41,7 +41,7 @@ fn every_reference_form_matches_dot<T: TestElem>() {
     assert_eq!(v.gpu_dot(vr), v.dot(&v));
     // The options form reports the route, as for views.
     let p = ar
-        .gpu_dot_with(br, &cpu_options())
+        .try_gpu_dot_with(br, &cpu_options())
         .expect("the CPU backend");
     assert!(!p.route.is_gpu());
     check(&p.c, &a, &b, &reference(&a, &b), "by reference");
@@ -89,7 +89,7 @@ fn references_reach_the_gpu<T: TestElem>() {
     let gpu = DotOptions::builtin()
         .backend(Backend::Gpu)
         .poison_output(true);
-    let p = ar.gpu_dot_with(br, &gpu).expect("a GPU product");
+    let p = ar.try_gpu_dot_with(br, &gpu).expect("a GPU product");
     assert!(p.route.is_gpu(), "{:?}", p.route);
     check(&p.c, &a, &b, &reference(&a, &b), "references on the GPU");
 }

@@ -43,7 +43,7 @@ fn a_loop_takes_spare_results<T: TestElem>() {
             wait_for_retained(bytes, &format!("{} round {round}", T::DTYPE));
         }
         let a = random::<T>(m, k);
-        let p = a.gpu_dot_with(&b, &opts).unwrap();
+        let p = a.try_gpu_dot_with(&b, &opts).unwrap();
         assert!(matches!(p.route, Route::Gpu { .. }), "{:?}", p.route);
         assert_close(&p.c, &a, &b, &format!("round {round}"));
         if round == 0 {

@@ -62,7 +62,7 @@ fn check_forms<T: TestElem>(m: usize, k: usize, opts: &DotOptions, on_gpu: bool,
         for (alayout, av) in [("C", a.view()), ("F", at.t())] {
             // Matrix · vector.
             let p = av
-                .gpu_dot_with(&v, opts)
+                .try_gpu_dot_with(&v, opts)
                 .unwrap_or_else(|e| panic!("{what} mat·vec {alayout}/{layout}: {e}"));
             assert_eq!(p.c.dim(), m);
             assert_eq!(p.route.is_gpu(), on_gpu, "{:?}", p.route);
@@ -76,7 +76,7 @@ fn check_forms<T: TestElem>(m: usize, k: usize, opts: &DotOptions, on_gpu: bool,
             );
             // Vector · matrix.
             let p = v
-                .gpu_dot_with(&av.t(), opts)
+                .try_gpu_dot_with(&av.t(), opts)
                 .unwrap_or_else(|e| panic!("{what} vec·mat {alayout}/{layout}: {e}"));
             assert_eq!(p.c.dim(), m);
             assert_eq!(p.route.is_gpu(), on_gpu, "{:?}", p.route);
@@ -92,7 +92,7 @@ fn check_forms<T: TestElem>(m: usize, k: usize, opts: &DotOptions, on_gpu: bool,
         // Vector · vector.
         let w = a.row(0);
         let p = v
-            .gpu_dot_with(&w, opts)
+            .try_gpu_dot_with(&w, opts)
             .unwrap_or_else(|e| panic!("{what} vec·vec {layout}: {e}"));
         assert_eq!(p.route.is_gpu(), on_gpu, "{:?}", p.route);
         let (vr, wc) = (row(&v), col(&w));
@@ -111,12 +111,12 @@ fn the_cpu_route_gives_ndarrays_dot_for_every_vector_form<T: TestElem>() {
         check_forms::<T>(m, k, &cpu_options(), false, &format!("{m}×{k} cpu"));
         let (a, v) = (random::<T>(m, k), random::<T>(k, 1).remove_axis(Axis(1)));
         // The CPU route is ndarray's own `dot`: equal, not merely close.
-        assert_eq!(a.gpu_dot_with(&v, &cpu_options()).unwrap().c, a.dot(&v));
+        assert_eq!(a.try_gpu_dot_with(&v, &cpu_options()).unwrap().c, a.dot(&v));
         assert_eq!(
-            v.gpu_dot_with(&a.t(), &cpu_options()).unwrap().c,
+            v.try_gpu_dot_with(&a.t(), &cpu_options()).unwrap().c,
             v.dot(&a.t())
         );
-        assert_eq!(v.gpu_dot_with(&v, &cpu_options()).unwrap().c, v.dot(&v));
+        assert_eq!(v.try_gpu_dot_with(&v, &cpu_options()).unwrap().c, v.dot(&v));
         // Below the threshold, the default form goes to the CPU too.
         assert_eq!(a.gpu_dot(&v), a.dot(&v));
         assert_eq!(v.gpu_dot(&a.t()), v.dot(&a.t()));
@@ -172,7 +172,7 @@ fn vector_shape_errors_panic_as_ndarray_and_are_typed_in_try_forms<T: TestElem>(
         })
     ));
     assert!(matches!(
-        v4.gpu_dot_with(&v3, &cpu_options()),
+        v4.try_gpu_dot_with(&v3, &cpu_options()),
         Err(GpuDotError::ShapeMismatch {
             m: 1,
             k: 4,
@@ -186,12 +186,15 @@ both_types!(vector_shape_errors_panic_as_ndarray_and_are_typed_in_try_forms);
 fn empty_vectors_give_ndarrays_zeros<T: TestElem>() {
     let (a, e) = (Array2::<T>::zeros((3, 0)), Array1::<T>::zeros(0));
     for opts in [cpu_options(), DotOptions::builtin().backend(Backend::Gpu)] {
-        assert_eq!(a.gpu_dot_with(&e, &opts).unwrap().c, Array1::zeros(3));
-        assert_eq!(e.gpu_dot_with(&a.t(), &opts).unwrap().c, Array1::zeros(3));
-        assert_eq!(e.gpu_dot_with(&e, &opts).unwrap().c, T::zero());
+        assert_eq!(a.try_gpu_dot_with(&e, &opts).unwrap().c, Array1::zeros(3));
+        assert_eq!(
+            e.try_gpu_dot_with(&a.t(), &opts).unwrap().c,
+            Array1::zeros(3)
+        );
+        assert_eq!(e.try_gpu_dot_with(&e, &opts).unwrap().c, T::zero());
         let none = Array2::<T>::zeros((0, 5));
         let v = Array1::<T>::ones(5);
-        assert_eq!(none.gpu_dot_with(&v, &opts).unwrap().c.len(), 0);
+        assert_eq!(none.try_gpu_dot_with(&v, &opts).unwrap().c.len(), 0);
     }
 }
 both_types!(empty_vectors_give_ndarrays_zeros);
@@ -229,7 +232,7 @@ fn large_vector_products_go_to_the_gpu_by_default<T: TestElem>() {
     let (a, v) = (random::<T>(4096, 4096), random::<T>(4096, 1));
     let v = v.column(0);
     let p = a
-        .gpu_dot_with(&v, &DotOptions::builtin())
+        .try_gpu_dot_with(&v, &DotOptions::builtin())
         .expect("Auto never fails");
     assert!(p.route.is_gpu(), "{:?}", p.route);
     let (vc, c2) = (col(&v), p.c.insert_axis(Axis(1)));

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use gpu_dot::accuracy::Family;
 use gpu_dot::{
-    general_mat_mul_with, Backend, DotOptions, Element, GpuDot, GpuMatrix, Precision, Route,
+    try_general_mat_mul_with, Backend, DotOptions, Element, GpuDot, GpuMatrix, Precision, Route,
 };
 
 /// The tests' turns: each sets process-wide switches.
@@ -22,7 +22,7 @@ static TURN: Mutex<()> = Mutex::new(());
 fn compute_capability() -> i32 {
     match gpu_dot::device_status() {
         gpu_dot::DeviceStatus::Ready(d) => d.compute_capability.0 * 10 + d.compute_capability.1,
-        gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
+        other => panic!("no GPU: {other}"),
     }
 }
 
@@ -101,7 +101,7 @@ fn native_on_and_off<A: Element>(precisions: &[Precision]) {
             let (a, b) = Family::Uniform.operands::<A>(dims, common::fresh_seed());
             let run = |on: bool| {
                 switch(on);
-                let p = a.gpu_dot_with(&b, &opts);
+                let p = a.try_gpu_dot_with(&b, &opts);
                 switch(true);
                 p.unwrap_or_else(|e| panic!("{} {precision:?} {dims:?} ({on}): {e}", A::DTYPE))
             };
@@ -147,7 +147,7 @@ fn on_and_off<A: Element>(switch: fn(bool), what: &str) -> Kinds {
         let (a, b) = family.operands::<A>(dims, common::fresh_seed());
         let run = |on: bool| {
             switch(on);
-            let p = a.gpu_dot_with(&b, &opts);
+            let p = a.try_gpu_dot_with(&b, &opts);
             switch(true);
             p.unwrap_or_else(|e| panic!("{} {dims:?} ({what} {on}): {e}", family.name()))
         };
@@ -222,7 +222,7 @@ fn tile_orders<A: Element>() {
                 gpu_dot::__testing::ozaki_gemm_group(group);
                 let what = format!("{} {precision:?} {dims:?} group {group:?}", A::DTYPE);
                 let mut c = GpuMatrix::<A>::zeros((dims.0, dims.2)).expect(&what);
-                let route = general_mat_mul_with(A::one(), &ga, &gb, A::zero(), &mut c, &opts)
+                let route = try_general_mat_mul_with(A::one(), &ga, &gb, A::zero(), &mut c, &opts)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
                 (route, c.to_array().expect(&what))
             };
@@ -311,16 +311,22 @@ fn inputs_in_place<A: common::TestElem>() {
                     let run = |bytes: usize| {
                         limit(bytes);
                         let before = gpu_dot::__testing::mapped_input_products();
-                        let fresh = av.gpu_dot_with(&bv, &opts).unwrap_or_else(|e| {
+                        let fresh = av.try_gpu_dot_with(&bv, &opts).unwrap_or_else(|e| {
                             panic!("{what}: {e}");
                         });
                         let mut into = Array2::<A>::from_elem((m, n), A::nan());
-                        let into_route =
-                            general_mat_mul_with(A::one(), &av, &bv, A::zero(), &mut into, &opts)
-                                .unwrap_or_else(|e| panic!("{what}, into: {e}"));
+                        let into_route = try_general_mat_mul_with(
+                            A::one(),
+                            &av,
+                            &bv,
+                            A::zero(),
+                            &mut into,
+                            &opts,
+                        )
+                        .unwrap_or_else(|e| panic!("{what}, into: {e}"));
                         let dev_a = GpuMatrix::from_array(&av.to_owned()).expect("A up");
                         let mut dev_into = Array2::<A>::from_elem((m, n), A::nan());
-                        let dev_route = general_mat_mul_with(
+                        let dev_route = try_general_mat_mul_with(
                             A::one(),
                             &dev_a,
                             &bv,

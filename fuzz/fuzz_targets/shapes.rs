@@ -326,7 +326,7 @@ fn run(u: &mut Unstructured) -> Result<()> {
         mismatch(a.try_gpu_dot(&b));
         for backend in backends {
             let opts = DotOptions::builtin().backend(backend).min_gpu_flops(0);
-            mismatch(a.gpu_dot_with(&b, &opts).map(|p| p.c));
+            mismatch(a.try_gpu_dot_with(&b, &opts).map(|p| p.c));
         }
         return Ok(());
     }
@@ -335,7 +335,7 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let empty = m == 0 || k == 0 || n == 0;
     for backend in backends {
         let opts = DotOptions::builtin().backend(backend);
-        let p = match (a.gpu_dot_with(&b, &opts), device_status()) {
+        let p = match (a.try_gpu_dot_with(&b, &opts), device_status()) {
             (Ok(p), _) => p,
             (Err(GpuDotError::NoDevice { .. }), DeviceStatus::Unavailable(_))
                 if backend == Backend::Gpu && !empty =>

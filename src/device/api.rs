@@ -11,12 +11,38 @@ use crate::device::modules::ModuleLoad;
 use crate::error::GpuDotError;
 
 /// Whether the GPU path is usable, as [`device_status`] reports it.
+///
+/// Two states, and only two: a device is usable or it is not, with the reason. Matching on
+/// both is exhaustive, and stays so.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeviceStatus {
     /// A device is ready.
     Ready(DeviceInfo),
     /// No GPU is usable, and why.
     Unavailable(String),
+}
+
+impl DeviceStatus {
+    /// The device's description where it is ready.
+    pub fn info(&self) -> Option<&DeviceInfo> {
+        match self {
+            DeviceStatus::Ready(info) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// Why no GPU is usable, where none is.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            DeviceStatus::Unavailable(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Whether a device is ready.
+    pub fn is_ready(&self) -> bool {
+        self.info().is_some()
+    }
 }
 
 impl fmt::Display for DeviceStatus {
@@ -45,7 +71,7 @@ impl fmt::Display for DeviceStatus {
 pub fn device_status() -> DeviceStatus {
     match context::default_ordinal() {
         Ok(ordinal) => Device::new(ordinal).status(),
-        Err(e) => DeviceStatus::Unavailable(e.to_string()),
+        Err(e) => DeviceStatus::Unavailable(format!("{e:#}")),
     }
 }
 
@@ -68,6 +94,20 @@ pub fn device_status() -> DeviceStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Device {
     ordinal: usize,
+}
+
+/// A device by ordinal: every method that takes a device takes a `Device` or its ordinal.
+impl From<usize> for Device {
+    fn from(ordinal: usize) -> Device {
+        Device::new(ordinal)
+    }
+}
+
+/// The device's ordinal.
+impl From<Device> for usize {
+    fn from(device: Device) -> usize {
+        device.ordinal()
+    }
 }
 
 impl Device {
@@ -98,7 +138,7 @@ impl Device {
             Ok(gpu) => DeviceStatus::Ready(gpu.info.clone()),
             Err(e) => DeviceStatus::Unavailable(match e {
                 GpuDotError::NoDevice { reason } => reason,
-                other => other.to_string(),
+                other => format!("{other:#}"),
             }),
         }
     }

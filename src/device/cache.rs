@@ -52,7 +52,10 @@ pub fn kernel_cache_dir() -> Option<PathBuf> {
 
 /// The folder `GPU_DOT_CACHE_DIR` or the platform names, trusted or not.
 fn configured_dir() -> Option<PathBuf> {
-    cache_dir_from(|name| std::env::var_os(name))
+    cache_dir_from(|name| match name {
+        ENV_CACHE_DIR => crate::settings::var_os(ENV_CACHE_DIR),
+        other => std::env::var_os(other),
+    })
 }
 
 /// Whether the cache may use `dir`, made if need be ([`trust::open_folder`]). Decided once per

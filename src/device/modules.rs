@@ -230,7 +230,7 @@ impl Modules {
                 // again on this context; the disk cache or NVRTC serve instead.
                 Err(e) => {
                     log::info!(
-                        "the driver refused the prebuilt {} kernels ({e}); compiling them",
+                        "the driver refused the prebuilt {} kernels ({e:#}); compiling them",
                         request.family
                     );
                     refused.store(true, Ordering::Relaxed);

@@ -44,7 +44,7 @@ static NO_PREBUILT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// (read once) or a test did ([`use_prebuilt_kernels`]).
 pub(crate) fn prebuilt_allowed() -> bool {
     static FROM_ENV: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        let Ok(value) = std::env::var(ENV_PREBUILT) else {
+        let Some(value) = crate::settings::var(ENV_PREBUILT) else {
             return true;
         };
         parse_prebuilt(&value).unwrap_or_else(|e| {

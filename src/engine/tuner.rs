@@ -8,7 +8,8 @@
 //! wall time is kept for the rest of the process. No product is run twice to tune: every
 //! trial is a real product, and every candidate computes the same result.
 //!
-//! Device-only measurements ([`crate::profile`]) tune the kernel alone instead, timing each
+//! Device-only measurements (the `profile` module of the crate's internals) tune the kernel
+//! alone instead, timing each
 //! candidate plan with events ([`launch_isolated`]).
 
 use std::collections::HashMap;
@@ -510,7 +511,8 @@ static ISOLATED: Lazy<Mutex<HashMap<IsolatedClass, Plan>>> =
 
 /// Enqueues `C = op(A) · op(B)` with `kernel` on operands already on the device; under
 /// `Kernel::Auto` the first product of a shape class times each candidate plan with events
-/// (the kernel alone; one warm-up, then [`ISOLATED_ROUNDS`] rounds) and keeps the fastest. For [`crate::profile`].
+/// (the kernel alone; one warm-up, then [`ISOLATED_ROUNDS`] rounds) and keeps the fastest. For
+/// the `profile` module of the crate's internals.
 pub(crate) fn launch_isolated<T: Element>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,

@@ -125,7 +125,7 @@ fn helper_count() -> usize {
 fn configured_count() -> Option<usize> {
     static COUNT: OnceLock<Option<usize>> = OnceLock::new();
     *COUNT.get_or_init(|| {
-        let value = std::env::var(ENV_HOST_THREADS).ok()?;
+        let value = crate::settings::var(ENV_HOST_THREADS)?;
         parse_count(&value)
             .map_err(|e| log::warn!("{e}; using the default helper count"))
             .ok()

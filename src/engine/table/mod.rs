@@ -226,7 +226,7 @@ impl TileConfig {
 pub(crate) struct TileRow {
     pub(crate) family: Family,
     pub(crate) dtype: Dtype,
-    /// How its multiplications run (`Fp32` for every f64 row: FP64 throughout).
+    /// How its multiplications run (`Native` for every f64 row: FP64 throughout).
     pub(crate) precision: Precision,
     /// The configuration it serves (`None`: the fallback serving both on old devices).
     pub(crate) config: Option<TileConfig>,
