@@ -9,6 +9,10 @@
 //! native products make there too). `c` is computed to about twice `f64` precision.
 //! Infinite and NaN results must match the reference's pattern exactly.
 
+pub use crate::complex::accuracy::{
+    componentwise as complex_componentwise, ComplexFamily, ComplexReference, ComplexSuiteCase,
+};
+
 use ndarray::{Array2, ArrayView2};
 
 use crate::element::{Dtype, Element};

@@ -11,7 +11,9 @@
 use std::mem::MaybeUninit;
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, Axis, Data, Ix2, Ix3};
+use ndarray::{
+    Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, Axis, Data, Ix2, Ix3, LinalgScalar,
+};
 
 use crate::device::context;
 use crate::element::Element;
@@ -20,17 +22,20 @@ use crate::host::staging::HostMat;
 use crate::options::{Backend, DotOptions};
 use crate::pipeline::{self, BatchOperand, Dst, Gemm, Src, Stack};
 use crate::route::{self, CpuReason, Decision, Product, Route};
+use crate::scalar::GpuScalar;
 use crate::GpuDot;
 
-/// The right operand of a batch: one matrix per item, or one for all.
-pub(crate) enum Rhs<'a, T> {
+/// The right operand of a batch: one matrix per item, or one for all. Public only because the
+/// element types' dispatch names it; its module is private.
+#[derive(Clone)]
+pub enum Rhs<'a, T> {
     Each(ArrayView3<'a, T>),
     Shared(ArrayView2<'a, T>),
 }
 
 impl<T> Rhs<'_, T> {
     /// Items (None: shared), rows and columns.
-    fn dim(&self) -> (Option<usize>, usize, usize) {
+    pub(crate) fn dim(&self) -> (Option<usize>, usize, usize) {
         match self {
             Rhs::Each(v) => {
                 let (b, k, n) = v.dim();
@@ -227,7 +232,7 @@ fn fresh3<T: Element>(
 
 /// The batch on the CPU, by ndarray: one product when the items of A stack down the rows of
 /// one matrix and B is shared, else one product per item.
-fn cpu<T: Element>(a: &ArrayView3<'_, T>, b: &Rhs<'_, T>) -> Array3<T> {
+pub(crate) fn cpu<T: LinalgScalar>(a: &ArrayView3<'_, T>, b: &Rhs<'_, T>) -> Array3<T> {
     let (batch, m, _) = a.dim();
     let n = b.dim().2;
     let mut c = Array3::zeros((batch, m, n));
@@ -275,7 +280,7 @@ macro_rules! batch_forms {
     ($rhs:ty, |$b:ident| $wrap:expr) => {
         impl<A, S, S2> GpuDot<ArrayBase<S2, $rhs>> for ArrayBase<S, Ix3>
         where
-            A: Element,
+            A: GpuScalar,
             S: Data<Elem = A>,
             S2: Data<Elem = A>,
         {
@@ -293,13 +298,13 @@ macro_rules! batch_forms {
                 }
                 let (batch, m, k) = self.dim();
                 let empty = batch == 0 || m == 0 || k == 0 || dims.2 == 0;
-                if !empty && route::cpu_first(batch, (m, k, dims.2), A::DTYPE) {
-                    return cpu(&self.view(), &make());
+                if !empty && A::cpu_first(batch, (m, k, dims.2)) {
+                    return A::batch_cpu(&self.view(), &make());
                 }
-                match batch_dot(self.view(), make(), DotOptions::env_ref(), true) {
+                match A::batch_dot(self.view(), make(), DotOptions::env_ref(), true) {
                     Ok(product) => product.c,
                     // Only a host allocation failure for the result gets here.
-                    Err(_) => cpu(&self.view(), &make()),
+                    Err(_) => A::batch_cpu(&self.view(), &make()),
                 }
             }
 
@@ -313,7 +318,7 @@ macro_rules! batch_forms {
                 opts: &DotOptions,
             ) -> Result<Product<Array3<A>>, GpuDotError> {
                 let $b = rhs.view();
-                batch_dot(self.view(), $wrap, opts, false)
+                A::batch_dot(self.view(), $wrap, opts, false)
             }
         }
     };

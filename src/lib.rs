@@ -214,6 +214,7 @@
 #[doc(hidden)]
 pub mod accuracy;
 mod batch;
+mod complex;
 mod device;
 mod element;
 mod engine;
@@ -230,6 +231,7 @@ pub mod prebuild;
 #[doc(hidden)]
 pub mod profile;
 mod route;
+mod scalar;
 mod settings;
 mod split;
 mod warm;
@@ -298,6 +300,8 @@ pub use device::context::DeviceInfo;
 pub use device::modules::ModuleLoad;
 pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
+pub use scalar::GpuScalar;
+
 pub use engine::ozaki::GuardReport;
 pub use engine::plan::Plan;
 pub use engine::table::TileConfig;
@@ -316,6 +320,9 @@ pub use matrix::{
     general_mat_mul, try_general_mat_mul, try_general_mat_mul_with, AsOperand, AsOutput, GpuMatrix,
     GpuView, Operand, Output,
 };
+/// num-complex, whose `Complex<f32>` and `Complex<f64>` are the complex element types (the
+/// version ndarray's `dot` takes).
+pub use num_complex;
 pub use options::{
     Backend, Devices, DotOptions, Kernel, Precision, DEFAULT_MIN_GPU_FLOPS,
     DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
@@ -436,7 +443,7 @@ pub trait GpuDot<Rhs: ?Sized> {
 
 impl<A, S, S2> GpuDot<ArrayBase<S2, Ix2>> for ArrayBase<S, Ix2>
 where
-    A: Element,
+    A: GpuScalar,
     S: Data<Elem = A>,
     S2: Data<Elem = A>,
 {
@@ -450,14 +457,14 @@ where
             dot_shape_error(m, k, k2, n);
         }
         // Below the threshold: ndarray's own product, with nothing before it but a comparison.
-        if route::cpu_first(1, (m, k, n), A::DTYPE) {
+        if A::cpu_first(1, (m, k, n)) {
             return self.dot(rhs);
         }
         gpu_dot_2d(self, rhs)
     }
 
     fn try_gpu_dot(&self, rhs: &ArrayBase<S2, Ix2>) -> Result<Array2<A>, GpuDotError> {
-        Ok(route::dot(self, rhs, &DotOptions::from_env()?, false)?.c)
+        Ok(self.try_gpu_dot_with(rhs, &DotOptions::from_env()?)?.c)
     }
 
     fn try_gpu_dot_with(
@@ -465,7 +472,7 @@ where
         rhs: &ArrayBase<S2, Ix2>,
         opts: &DotOptions,
     ) -> Result<Product<Array2<A>>, GpuDotError> {
-        route::dot(self, rhs, opts, false)
+        A::dot_as(self, rhs, opts, false, |c| c, || self.dot(rhs))
     }
 }
 
@@ -474,11 +481,11 @@ where
 #[inline(never)]
 fn gpu_dot_2d<A, S, S2>(a: &ArrayBase<S, Ix2>, b: &ArrayBase<S2, Ix2>) -> Array2<A>
 where
-    A: Element,
+    A: GpuScalar,
     S: Data<Elem = A>,
     S2: Data<Elem = A>,
 {
-    match route::dot(a, b, DotOptions::env_ref(), true) {
+    match A::dot_as(a, b, DotOptions::env_ref(), true, |c| c, || a.dot(b)) {
         Ok(product) => product.c,
         // Only a host allocation failure for the result gets here.
         Err(_) => a.dot(b),
@@ -493,7 +500,7 @@ macro_rules! vector_forms {
     ($lhs:ty, $rhs:ty, $out:ty, |$a:ident, $b:ident| ($a2:expr, $b2:expr), |$c:ident| $finish:expr) => {
         impl<A, S, S2> GpuDot<ArrayBase<S2, $rhs>> for ArrayBase<S, $lhs>
         where
-            A: Element,
+            A: GpuScalar,
             S: Data<Elem = A>,
             S2: Data<Elem = A>,
         {
@@ -506,14 +513,14 @@ macro_rules! vector_forms {
                 // shapes); the flops are those of the product the shapes name.
                 // m·k·n is the length of the matrix (of either vector for two vectors).
                 let mkn = (self.len().max(rhs.len()), 1, 1);
-                if route::cpu_first(1, mkn, A::DTYPE) {
+                if A::cpu_first(1, mkn) {
                     return self.dot(rhs);
                 }
                 /// Past the threshold: out of line, so that the calls that stay on the CPU
                 /// run a small function.
                 #[inline(never)]
                 #[track_caller]
-                fn past<A: Element, S: Data<Elem = A>, S2: Data<Elem = A>>(
+                fn past<A: GpuScalar, S: Data<Elem = A>, S2: Data<Elem = A>>(
                     this: &ArrayBase<S, $lhs>,
                     rhs: &ArrayBase<S2, $rhs>,
                 ) -> $out {
@@ -524,7 +531,7 @@ macro_rules! vector_forms {
                         unreachable!("ndarray's dot panics for these shapes");
                     }
                     let cpu = || this.dot(rhs);
-                    match route::dot_as(&a2, &b2, DotOptions::env_ref(), true, |$c| $finish, cpu) {
+                    match A::dot_as(&a2, &b2, DotOptions::env_ref(), true, |$c| $finish, cpu) {
                         Ok(product) => product.c,
                         // Only a host allocation failure for the result gets here.
                         Err(_) => this.dot(rhs),
@@ -544,7 +551,7 @@ macro_rules! vector_forms {
             ) -> Result<Product<$out>, GpuDotError> {
                 let ($a, $b) = (self.view(), rhs.view());
                 let cpu = || self.dot(rhs);
-                route::dot_as(&$a2, &$b2, opts, false, |$c| $finish, cpu)
+                A::dot_as(&$a2, &$b2, opts, false, |$c| $finish, cpu)
             }
         }
     };
@@ -577,7 +584,7 @@ vector_forms!(
 #[cfg(feature = "ndarray-0-17")]
 macro_rules! reference_forms {
     ($($lhs:ty, $rhs:ty, $out:ty, [$($gen:tt)*];)*) => {$(
-        impl<A: Element, $($gen)*> GpuDot<$rhs> for $lhs {
+        impl<A: GpuScalar, $($gen)*> GpuDot<$rhs> for $lhs {
             type Output = $out;
 
             #[track_caller]

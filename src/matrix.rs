@@ -34,6 +34,7 @@ use crate::error::GpuDotError;
 use crate::options::DotOptions;
 use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
 use crate::route::{self, Decision, Route};
+use crate::scalar::GpuScalar;
 
 /// A matrix of `f32` (or `f64`: `GpuMatrix<f64>`) in device memory, row-major.
 ///
@@ -448,7 +449,7 @@ pub fn general_mat_mul<A, S1, S2, S3>(
     beta: A,
     c: &mut ArrayBase<S3, Ix2>,
 ) where
-    A: Element,
+    A: GpuScalar,
     S1: Data<Elem = A>,
     S2: Data<Elem = A>,
     S3: DataMut<Elem = A>,
@@ -458,8 +459,7 @@ pub fn general_mat_mul<A, S1, S2, S3>(
         crate::general_shape_error(a.dim(), b.dim(), c.dim());
     }
     let opts = DotOptions::default();
-    let (a, b) = (a.as_operand(), b.as_operand());
-    if let Err(e) = general(alpha, &a, &b, beta, &mut c.as_output(), &opts, true) {
+    if let Err(e) = A::general(alpha, a.view(), b.view(), beta, c, &opts, true) {
         // Only a device fault after part of C was written, with beta != 0, gets here.
         panic!(
             "gpu-dot: the GPU failed after writing part of the output, whose old values \
@@ -521,7 +521,7 @@ pub fn try_general_mat_mul_with<A: Element>(
 
 /// The general product through the router; the CPU product, when routed there, is ndarray's
 /// `general_mat_mul` into the host output.
-fn general<A: Element>(
+pub(crate) fn general<A: Element>(
     alpha: A,
     a: &Operand<A>,
     b: &Operand<A>,

@@ -16,6 +16,8 @@ use crate::engine::args::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 
+pub use crate::complex::profile::ComplexProblem;
+
 /// A `rows × cols` matrix of uniform random values in [-1, 1), never all zero, from `seed`
 /// (SplitMix64; the same seed gives the same matrix on every machine).
 pub fn random_matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {

@@ -63,6 +63,11 @@ pub enum Route {
         /// TF32 tensor cores, or a kernel without tensor-core forms): then `precision` is
         /// `Native`.
         precision_unavailable: Option<Precision>,
+        /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
+        /// type of its parts): it ran as four real products of its parts, and the fields
+        /// describe the one of them that ran in the weakest precision (the first that the
+        /// guard sent to native, else the first).
+        complex: bool,
         /// What the device's guard found where the default precision weighed emulation (the
         /// first panel's): `failed == 0` when it emulated (`precision` then names the count
         /// of moduli), else the tiles it found outside native's bound at every count it
@@ -124,7 +129,13 @@ impl fmt::Display for Route {
                 precision,
                 precision_unavailable,
                 guard,
+                complex,
             } => {
+                let dtype = match (complex, dtype) {
+                    (false, _) => dtype.name(),
+                    (true, Dtype::F32) => "c32 (four f32 products)",
+                    (true, _) => "c64 (four f64 products)",
+                };
                 match &devices[..] {
                     [_, _, ..] => {
                         let list: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
@@ -511,27 +522,11 @@ pub(crate) fn f_order_result<T, S1: Data<Elem = T>, S2: Data<Elem = T>>(
     a.strides()[0] == 1 && b.strides()[0] == 1
 }
 
-/// Computes `a · b` as `opts` asks, returning the product in ndarray's memory order.
-///
-/// `fall_back`: a failing GPU computes on the CPU whatever the backend (for `gpu_dot`, which
-/// never fails because of the GPU).
-pub(crate) fn dot<T, S1, S2>(
-    a: &ArrayBase<S1, Ix2>,
-    b: &ArrayBase<S2, Ix2>,
-    opts: &DotOptions,
-    fall_back: bool,
-) -> Result<Product<Array2<T>>, GpuDotError>
-where
-    T: Element,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-{
-    dot_as(a, b, opts, fall_back, |c| c, || a.dot(b))
-}
-
-/// [`dot`] for a product whose caller gives it another shape: `finish` turns the `m × n`
-/// matrix into the caller's result, and the CPU route runs `cpu` (the caller's own ndarray
-/// `dot`, so that it is ndarray's answer bit for bit).
+/// Computes `a · b` as `opts` asks, in ndarray's memory order, for a caller that gives the
+/// product its own shape: `finish` turns the `m × n` matrix into the caller's result, and the
+/// CPU route runs `cpu` (the caller's own ndarray `dot`, so that it is ndarray's answer bit for
+/// bit). `fall_back`: a failing GPU computes on the CPU whatever the backend (for `gpu_dot`,
+/// which never fails because of the GPU).
 pub(crate) fn dot_as<T, S1, S2, C>(
     a: &ArrayBase<S1, Ix2>,
     b: &ArrayBase<S2, Ix2>,
@@ -635,6 +630,7 @@ pub(crate) fn gpu_route<T: Element>(
         precision,
         precision_unavailable: (done.ran.is_some() && !asked.served_by(precision)).then_some(asked),
         guard: done.ran.and_then(|r| r.guard),
+        complex: false,
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

@@ -1,0 +1,230 @@
+//! The complex ladder: `Complex<f32>` and `Complex<f64>` products resident on the device, the
+//! native precision and the default, against cuBLAS CGEMM and ZGEMM measured in the same run
+//! (`--features cublas`), in alternating rounds, with each result's normwise error against a
+//! Dot2 reference on sampled rows.
+//!
+//!     cargo run --release --features cublas --example complex_ladder -- \
+//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH]
+//!
+//! A complex product of the crate's is four real products of its parts (two accumulating into
+//! the other two); its time is the wall time of the four, each of which returns once the
+//! device is done, and its GFLOP/s count real flops, `8·m·k·n`, as cuBLAS's do. Each round
+//! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
+//! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
+//! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
+
+use gpu_dot::accuracy::ComplexReference;
+use gpu_dot::num_complex::Complex;
+use gpu_dot::profile::ComplexProblem;
+use gpu_dot::{device_status, DeviceStatus, Element, Precision, Route};
+use ndarray::{s, Array2, ArrayView2};
+
+struct Record {
+    dtype: &'static str,
+    kernel: &'static str,
+    dims: (usize, usize, usize),
+    ms: f64,
+    gflops: f64,
+    cublas_ms: Option<f64>,
+    cublas_gflops: Option<f64>,
+    rounds: Vec<f64>,
+    rel_err: f64,
+    cublas_rel_err: Option<f64>,
+    route: String,
+}
+
+/// `‖ĉ − c‖_F / ‖c‖_F` over up to 8 rows spread over the product, against a Dot2 reference.
+fn rel_err<T: Element>(
+    c: ArrayView2<Complex<T>>,
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+) -> f64 {
+    let m = a.nrows();
+    let step = m.div_ceil(8).max(1);
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for i in (0..m).step_by(step) {
+        let reference = ComplexReference::new(a.slice(s![i..i + 1, ..]), b);
+        for (got, want) in c.row(i).iter().zip(reference.c.row(0)) {
+            let got = Complex::new(got.re.into_f64(), got.im.into_f64());
+            num += (got - want).norm_sqr();
+            den += want.norm_sqr();
+        }
+    }
+    (num / den).sqrt()
+}
+
+fn median(x: &[f64]) -> f64 {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn reps_for(ms: f64) -> usize {
+    ((400.0 / ms.max(1e-3)) as usize).clamp(3, 20)
+}
+
+fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<Record> {
+    let mut records = Vec::new();
+    for &size in sizes {
+        let dims = (size, size, size);
+        let mut problem = ComplexProblem::<T>::new(size, size, size, 0xC0FFEE ^ size as u64)
+            .unwrap_or_else(|e| panic!("{dtype} {size}³: {e:#}"));
+        let cublas = problem.run_cublas_if_built();
+        let cublas_err = cublas
+            .as_ref()
+            .map(|c| rel_err(c.view(), problem.a(), problem.b()));
+        for (kernel, precision) in [("native", Precision::Native), ("default", Precision::Auto)] {
+            let c = problem.run(precision).expect("the crate's product");
+            let err = rel_err(c.view(), problem.a(), problem.b());
+            let route = problem.route().map_or(String::new(), Route::to_string);
+            let first = problem.time(precision, 1, 1).expect("timing").median_ms;
+            let reps = reps_for(first);
+            let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..rounds.max(1) {
+                let one = |p: &mut ComplexProblem<T>, crate_first: bool| {
+                    let mut ms = [0.0, 0.0];
+                    for which in [crate_first, !crate_first] {
+                        if which {
+                            ms[0] = p.time(precision, 0, reps).expect("timing").median_ms;
+                        } else if let Some(t) = p.time_cublas_if_built(reps) {
+                            ms[1] = t;
+                        }
+                    }
+                    ms
+                };
+                let [o, t] = one(&mut problem, round % 2 == 0);
+                ours.push(o);
+                if t > 0.0 {
+                    theirs.push(t);
+                    ratios.push(t / o);
+                }
+            }
+            let ms = median(&ours);
+            let flops = 8.0 * (size as f64).powi(3);
+            let cublas_ms = (!theirs.is_empty()).then(|| median(&theirs));
+            let record = Record {
+                dtype,
+                kernel,
+                dims,
+                ms,
+                gflops: flops / (ms * 1e6),
+                cublas_ms,
+                cublas_gflops: cublas_ms.map(|t| flops / (t * 1e6)),
+                rounds: ratios,
+                rel_err: err,
+                cublas_rel_err: cublas_err,
+                route,
+            };
+            println!(
+                "{dtype} {size}³ {kernel}: {:.3} ms, {:.0} GFLOP/s; cuBLAS {}; ratio (median of rounds) {}; error {:.2e} (cuBLAS {}); {}",
+                record.ms,
+                record.gflops,
+                record.cublas_ms.map_or("-".into(), |t| format!("{t:.3} ms")),
+                if record.rounds.is_empty() { "-".into() } else { format!("{:.3}×", median(&record.rounds)) },
+                record.rel_err,
+                record.cublas_rel_err.map_or("-".into(), |e| format!("{e:.2e}")),
+                record.route
+            );
+            records.push(record);
+        }
+    }
+    records
+}
+
+/// cuBLAS where the build has it, else nothing: the example runs either way.
+trait MaybeCublas<T: Element> {
+    fn run_cublas_if_built(&mut self) -> Option<Array2<Complex<T>>>;
+    fn time_cublas_if_built(&mut self, reps: usize) -> Option<f64>;
+}
+
+impl<T: Element> MaybeCublas<T> for ComplexProblem<T> {
+    #[cfg(feature = "cublas")]
+    fn run_cublas_if_built(&mut self) -> Option<Array2<Complex<T>>> {
+        Some(self.run_cublas().expect("cuBLAS"))
+    }
+
+    #[cfg(feature = "cublas")]
+    fn time_cublas_if_built(&mut self, reps: usize) -> Option<f64> {
+        Some(self.time_cublas(1, reps).expect("cuBLAS timing").median_ms)
+    }
+
+    #[cfg(not(feature = "cublas"))]
+    fn run_cublas_if_built(&mut self) -> Option<Array2<Complex<T>>> {
+        None
+    }
+
+    #[cfg(not(feature = "cublas"))]
+    fn time_cublas_if_built(&mut self, _reps: usize) -> Option<f64> {
+        None
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut sizes, mut dtypes, mut rounds, mut json) =
+        (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                sizes = args
+                    .next()
+                    .expect("--sizes N,N,..")
+                    .split(',')
+                    .map(|s| s.parse().expect("a size"))
+                    .collect()
+            }
+            "--dtype" => {
+                dtypes = match args.next().as_deref() {
+                    Some("c32") => vec!["c32"],
+                    Some("c64") => vec!["c64"],
+                    Some("both") => vec!["c32", "c64"],
+                    other => panic!("--dtype {other:?}: expected c32, c64 or both"),
+                }
+            }
+            "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds R"),
+            "--json" => json = Some(args.next().expect("--json PATH")),
+            other => panic!(
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH]"
+            ),
+        }
+    }
+    let info = match device_status() {
+        DeviceStatus::Ready(info) => info,
+        other => {
+            eprintln!("the complex ladder needs a CUDA GPU: {other}");
+            std::process::exit(2);
+        }
+    };
+    println!("device: {}", device_status());
+    if !cfg!(feature = "cublas") {
+        println!("built without --features cublas: no cuBLAS reference");
+    }
+    let mut records = Vec::new();
+    for dtype in dtypes {
+        records.extend(match dtype {
+            "c32" => run::<f32>("c32", &sizes, rounds),
+            _ => run::<f64>("c64", &sizes, rounds),
+        });
+    }
+    if let Some(path) = json {
+        let json: Vec<_> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "dtype": r.dtype, "kernel": r.kernel,
+                    "m": r.dims.0, "k": r.dims.1, "n": r.dims.2,
+                    "ms": r.ms, "gflops": r.gflops,
+                    "cublas_ms": r.cublas_ms, "cublas_gflops": r.cublas_gflops,
+                    "ratio_to_cublas": r.cublas_gflops.map(|c| r.gflops / c),
+                    "alternating_rounds_ratio_to_cublas": r.rounds,
+                    "alternating_rounds_median_ratio": (!r.rounds.is_empty()).then(|| median(&r.rounds)),
+                    "rel_err": r.rel_err, "cublas_rel_err": r.cublas_rel_err,
+                    "route": r.route,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({ "device": info.name, "records": json });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).expect("write the JSON");
+        println!("wrote {path}");
+    }
+}

@@ -1,0 +1,350 @@
+//! Complex products: `Complex<f32>` and `Complex<f64>` operands, as ndarray's `dot` takes
+//! them.
+//!
+//! On the GPU a complex product is four real products of its parts, read in place from the
+//! complex arrays as views with stride 2 ([`split_complex`](ndarray::ArrayView::split_complex)):
+//!
+//! ```text
+//! re = Aᵣ·Bᵣ − Aᵢ·Bᵢ        im = Aᵣ·Bᵢ + Aᵢ·Bᵣ
+//! ```
+//!
+//! Each part is uploaded once; the four products run on the device through the real types'
+//! general product, two of them accumulating into the other two (`beta = 1`), so that each is
+//! the real type's product with its precision, its guard and its errors. Every element of a
+//! real product keeps the componentwise bound `γ·u·Σₖ|xᵢₖ||yₖⱼ|`, so the complex element keeps
+//! `γ·u·Σₖ(|aᵣ||bᵣ| + |aᵢ||bᵢ|) + u·|re| ≤ (γ+1)·u·Σₖ|aᵢₖ||bₖⱼ|` (Cauchy–Schwarz), the complex
+//! form of the real contract. The CPU route is ndarray's own complex product.
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, ShapeBuilder, Zip};
+use num_complex::Complex;
+use num_traits::Zero;
+
+use crate::batch::{self, Rhs};
+use crate::device::api::Device;
+use crate::device::context;
+use crate::element::Element;
+use crate::error::GpuDotError;
+use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
+use crate::options::{Backend, DotOptions};
+use crate::route::{self, CpuReason, Decision, Product, Route};
+
+/// `a · b` as `opts` asks, in ndarray's memory order for the operands; `finish` and `cpu` as
+/// in [`route::dot_as`].
+pub(crate) fn dot_as<T: Element, C>(
+    a: ArrayView2<'_, Complex<T>>,
+    b: ArrayView2<'_, Complex<T>>,
+    opts: &DotOptions,
+    fall_back: bool,
+    finish: impl FnOnce(Array2<Complex<T>>) -> C,
+    cpu: impl FnOnce() -> C,
+) -> Result<Product<C>, GpuDotError> {
+    route::check_shapes(a.dim(), b.dim())?;
+    let ((m, k), n) = (a.dim(), b.ncols());
+    let f_order = route::f_order_result(&a, &b);
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(Product {
+            c: finish(Array2::zeros((m, n).set_f(f_order))),
+            route: Route::Empty,
+        });
+    }
+    let device = match decide::<T>(opts, (m, k, n), fall_back)? {
+        Ok(device) => device,
+        Err(why) => {
+            return Ok(Product {
+                c: cpu(),
+                route: Route::Cpu(why),
+            })
+        }
+    };
+    // Both operands column-major: Cᵀ = Bᵀ·Aᵀ, whose parts are then read row by row, into a
+    // C-order n × m array, which is C in F order (as the real route does).
+    let (av, bv) = if f_order { (b.t(), a.t()) } else { (a, b) };
+    let product = planar(device, av, bv, opts).and_then(|(re, im, route)| {
+        let mut c = zeros::<T>((av.nrows(), bv.ncols()))?;
+        download(&re, &im, c.view_mut())?;
+        Ok((c, route))
+    });
+    match product {
+        Ok((c, route)) => {
+            log::<T>(m, k, n, &Ok(Decision::Done(route.clone())));
+            Ok(Product {
+                c: finish(if f_order { c.reversed_axes() } else { c }),
+                route,
+            })
+        }
+        Err(e) if fall_back || opts.backend == Backend::Auto => {
+            let why = CpuReason::GpuUnavailable(e);
+            log::<T>(m, k, n, &Ok(Decision::Cpu(why.clone())));
+            Ok(Product {
+                c: cpu(),
+                route: Route::Cpu(why),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `c = alpha·a·b + beta·c` over host arrays whose shapes agree, as ndarray's
+/// `general_mat_mul` computes it (`beta == 0` never reads `c`). `c` is written only once the
+/// device's part is done, so a GPU failure is answered on the CPU whatever `beta`.
+pub(crate) fn general<T: Element>(
+    alpha: Complex<T>,
+    a: ArrayView2<'_, Complex<T>>,
+    b: ArrayView2<'_, Complex<T>>,
+    beta: Complex<T>,
+    mut c: ArrayViewMut2<'_, Complex<T>>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Route, GpuDotError> {
+    route::check_shapes(a.dim(), b.dim())?;
+    let ((m, k), n) = (a.dim(), b.ncols());
+    if c.dim() != (m, n) {
+        return Err(GpuDotError::OutputShape {
+            expected: (m, n),
+            found: c.dim(),
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(Route::Empty);
+    }
+    let cpu = |c: &mut ArrayViewMut2<'_, Complex<T>>| general_mat_mul(alpha, &a, &b, beta, c);
+    if k == 0 {
+        cpu(&mut c);
+        return Ok(Route::Empty);
+    }
+    let device = match decide::<T>(opts, (m, k, n), fall_back)? {
+        Ok(device) => device,
+        Err(why) => {
+            cpu(&mut c);
+            return Ok(Route::Cpu(why));
+        }
+    };
+    let product = planar(device, a, b, opts).and_then(|(re, im, route)| {
+        let mut p = zeros::<T>((m, n))?;
+        download(&re, &im, p.view_mut())?;
+        Ok((p, route))
+    });
+    match product {
+        Ok((p, route)) => {
+            if beta.is_zero() {
+                Zip::from(&mut c).and(&p).for_each(|c, &p| *c = alpha * p);
+            } else {
+                Zip::from(&mut c)
+                    .and(&p)
+                    .for_each(|c, &p| *c = alpha * p + beta * *c);
+            }
+            log::<T>(m, k, n, &Ok(Decision::Done(route.clone())));
+            Ok(route)
+        }
+        Err(e) if fall_back || opts.backend == Backend::Auto => {
+            let why = CpuReason::GpuUnavailable(e);
+            log::<T>(m, k, n, &Ok(Decision::Cpu(why.clone())));
+            cpu(&mut c);
+            Ok(Route::Cpu(why))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The batch `a · b` as `opts` asks, in standard (C) order: four real batches of the parts
+/// (each the real types' batch, one upload per operand part and one launch for every item),
+/// combined on the host. `fall_back`: a failing GPU computes on the CPU whatever the backend.
+pub(crate) fn batch_dot<T: Element>(
+    a: ArrayView3<'_, Complex<T>>,
+    b: Rhs<'_, Complex<T>>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Product<Array3<Complex<T>>>, GpuDotError> {
+    let (batch, m, k) = a.dim();
+    let (batch2, k2, n) = b.dim();
+    batch::check_batch_shapes((batch, m, k), (batch2, k2, n))?;
+    if batch == 0 || m == 0 || n == 0 || k == 0 {
+        return Ok(Product {
+            c: Array3::zeros((batch, m, n)),
+            route: Route::Empty,
+        });
+    }
+    let cpu = || batch::cpu(&a, &b);
+    let flops = route::flops(batch.saturating_mul(m), k, n).saturating_mul(4);
+    if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
+        return Ok(Product {
+            c: cpu(),
+            route: Route::Cpu(why),
+        });
+    }
+    // The parts' batches go to the GPU together or not at all.
+    let parts_opts = opts.clone().backend(Backend::Gpu);
+    let Complex { re: ar, im: ai } = a.split_complex();
+    let (br, bi) = match &b {
+        Rhs::Each(v) => {
+            let Complex { re, im } = v.split_complex();
+            (Rhs::Each(re), Rhs::Each(im))
+        }
+        Rhs::Shared(v) => {
+            let Complex { re, im } = v.split_complex();
+            (Rhs::Shared(re), Rhs::Shared(im))
+        }
+    };
+    let parts = (|| {
+        let one = |x: ArrayView3<'_, T>, y: &Rhs<'_, T>| {
+            batch::batch_dot(x, y.clone(), &parts_opts, false)
+        };
+        let (rr, ii) = (one(ar, &br)?, one(ai, &bi)?);
+        let (ri, ir) = (one(ar, &bi)?, one(ai, &br)?);
+        Ok::<_, GpuDotError>((
+            [rr.route, ii.route, ri.route, ir.route],
+            [rr.c, ii.c, ri.c, ir.c],
+        ))
+    })();
+    match parts {
+        Ok((routes, [rr, ii, ri, ir])) => {
+            let mut c = Array3::<Complex<T>>::zeros((batch, m, n));
+            Zip::from(&mut c)
+                .and(&rr)
+                .and(&ii)
+                .and(&ri)
+                .and(&ir)
+                .for_each(|c, &rr, &ii, &ri, &ir| *c = Complex::new(rr - ii, ri + ir));
+            Ok(Product {
+                c,
+                route: joint(routes),
+            })
+        }
+        Err(e) if fall_back || opts.backend == Backend::Auto => Ok(Product {
+            c: cpu(),
+            route: Route::Cpu(CpuReason::GpuUnavailable(e)),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where an all-host complex `m × k × n` product goes: the device it runs on, or the CPU and
+/// why (the options, its flops, or a GPU that is not usable when a failing GPU sends products
+/// to the CPU).
+fn decide<T: Element>(
+    opts: &DotOptions,
+    (m, k, n): (usize, usize, usize),
+    fall_back: bool,
+) -> Result<Result<usize, CpuReason>, GpuDotError> {
+    let flops = route::flops(m, k, n).saturating_mul(4);
+    if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
+        log::<T>(m, k, n, &Ok(Decision::Cpu(why.clone())));
+        return Ok(Err(why));
+    }
+    let fall_back = fall_back || opts.backend == Backend::Auto;
+    let gpu = match route::device_for(opts, []).and_then(context::gpu_on) {
+        Ok(gpu) => gpu,
+        Err(e) if fall_back => return Ok(Err(CpuReason::GpuUnavailable(e))),
+        Err(e) => return Err(e),
+    };
+    if opts.backend == Backend::Auto {
+        if let Some(why) = route::compiling(&gpu, T::DTYPE, opts, false) {
+            return Ok(Err(why));
+        }
+    }
+    Ok(Ok(gpu.info.ordinal))
+}
+
+/// The product `a · b` on `device` as two real matrices, its real and imaginary parts, with
+/// the route of the four real products ([`joint`]).
+fn planar<T: Element>(
+    device: usize,
+    a: ArrayView2<'_, Complex<T>>,
+    b: ArrayView2<'_, Complex<T>>,
+    opts: &DotOptions,
+) -> Result<(GpuMatrix<T>, GpuMatrix<T>, Route), GpuDotError> {
+    let on = Device::new(device);
+    let Complex { re: ar, im: ai } = a.split_complex();
+    let Complex { re: br, im: bi } = b.split_complex();
+    let up = |v: &ArrayView2<'_, T>| GpuMatrix::from_array_on(v, on);
+    let parts = [up(&ar)?, up(&ai)?, up(&br)?, up(&bi)?];
+    let mut re = GpuMatrix::zeros_on((a.nrows(), b.ncols()), on)?;
+    let mut im = GpuMatrix::zeros_on((a.nrows(), b.ncols()), on)?;
+    // The products run where their operands are; the options' devices are not consulted again.
+    let route = products(&parts, &mut re, &mut im, &opts.clone().device(device))?;
+    Ok((re, im, route))
+}
+
+/// The four real products of a complex product whose parts `[Aᵣ, Aᵢ, Bᵣ, Bᵢ]` are on the
+/// device, into the parts of the product, with their joint route:
+/// `re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`.
+pub(crate) fn products<T: Element>(
+    [ar, ai, br, bi]: &[GpuMatrix<T>; 4],
+    re: &mut GpuMatrix<T>,
+    im: &mut GpuMatrix<T>,
+    opts: &DotOptions,
+) -> Result<Route, GpuDotError> {
+    let (one, zero) = (T::one(), T::zero());
+    let rr = try_general_mat_mul_with(one, ar, br, zero, re, opts)?;
+    let ii = try_general_mat_mul_with(-one, ai, bi, one, re, opts)?;
+    let ri = try_general_mat_mul_with(one, ar, bi, zero, im, opts)?;
+    let ir = try_general_mat_mul_with(one, ai, br, one, im, opts)?;
+    Ok(joint([rr, ii, ri, ir]))
+}
+
+/// Downloads the two parts into the complex array `c` of their shape.
+pub(crate) fn download<T: Element>(
+    re: &GpuMatrix<T>,
+    im: &GpuMatrix<T>,
+    c: ArrayViewMut2<'_, Complex<T>>,
+) -> Result<(), GpuDotError> {
+    let Complex {
+        re: mut cr,
+        im: mut ci,
+    } = c.split_complex();
+    re.copy_to(&mut cr)?;
+    im.copy_to(&mut ci)
+}
+
+/// The route of a complex product from those of its four real products: the first one that
+/// the guard sent to native (the weakest precision that ran), else the first, marked complex.
+fn joint(routes: [Route; 4]) -> Route {
+    let refused =
+        |r: &Route| matches!(r, Route::Gpu { guard: Some(g), .. } if g.failed > 0 || g.skipped);
+    let pick = routes.iter().position(refused).unwrap_or(0);
+    let mut route = routes[pick].clone();
+    if let Route::Gpu { complex, .. } = &mut route {
+        *complex = true;
+    }
+    route
+}
+
+/// Logs a complex product's route, as the router logs a real one's.
+fn log<T: Element>(m: usize, k: usize, n: usize, decision: &Result<Decision, GpuDotError>) {
+    route::log_route(1, (m, k, n), T::DTYPE, decision);
+}
+
+/// A C-order `rows × cols` complex array of zeros, in zeroed memory that is not written here
+/// (the allocator's fresh pages, touched first by the download).
+fn zeros<T: Element>((rows, cols): (usize, usize)) -> Result<Array2<Complex<T>>, GpuDotError> {
+    let too_large = GpuDotError::TooLarge {
+        dims: (rows, 0, cols),
+    };
+    let len = rows.checked_mul(cols).ok_or(too_large.clone())?;
+    let reals = len
+        .checked_mul(2)
+        .filter(|&r| r <= isize::MAX as usize / std::mem::size_of::<T>())
+        .ok_or(too_large)?;
+    let data = std::mem::ManuallyDrop::new(vec![T::zero(); reals]);
+    let data = if data.capacity() == reals {
+        let mut data = data;
+        // SAFETY: `Complex<T>` is `#[repr(C)]` with two fields of `T`: its size is two `T`s'
+        // and its alignment `T`'s. The allocation holds `reals = 2·len` initialised `T`s and
+        // has exactly that capacity, so it is an allocation of `len` `Complex<T>` of the same
+        // size and alignment, every one initialised (to zero), and it is not freed as a
+        // `Vec<T>` (ManuallyDrop).
+        unsafe { Vec::from_raw_parts(data.as_mut_ptr().cast::<Complex<T>>(), len, len) }
+    } else {
+        drop(std::mem::ManuallyDrop::into_inner(data));
+        vec![Complex::zero(); len]
+    };
+    Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
+}
+
+#[cfg(feature = "internals")]
+pub(crate) mod accuracy;
+#[cfg(feature = "internals")]
+pub(crate) mod profile;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! The element types `gpu_dot` takes: [`GpuScalar`], the real [`Element`] types and their
+//! complex forms, and which route each form of a product takes for them (the real types'
+//! route in `route.rs` and `batch.rs`, the complex types' in `complex.rs`).
+
+use std::fmt;
+
+use ndarray::LinalgScalar;
+use ndarray::{Array2, Array3, ArrayBase, ArrayView2, ArrayView3, Data, DataMut, Ix2};
+use num_complex::Complex;
+
+use crate::batch::{self, Rhs};
+use crate::complex;
+use crate::element::Element;
+use crate::error::GpuDotError;
+use crate::matrix::{self, AsOperand, AsOutput};
+use crate::options::DotOptions;
+use crate::route::{self, Product, Route};
+
+/// An element type `gpu_dot` multiplies: `f32` and `f64` (the [`Element`] types, which the
+/// kernels take), and `Complex<f32>` and `Complex<f64>` (num-complex 0.4's, the complex types
+/// ndarray's `dot` takes).
+///
+/// A complex product runs on the GPU as four real products of its parts
+/// (`re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each one the real type's product with its
+/// precision, guard and fallback; its flops are counted as real flops (`8·m·k·n`) against the
+/// real type's threshold.
+///
+/// Sealed: implemented for those four types only.
+pub trait GpuScalar:
+    dispatch::Dispatch + LinalgScalar + Send + Sync + fmt::Debug + 'static
+{
+    /// The type of the real and the imaginary part (the type itself for a real type).
+    type Real: Element;
+
+    /// Whether the type is complex.
+    const COMPLEX: bool;
+}
+
+impl<T: Element> GpuScalar for T {
+    type Real = T;
+    const COMPLEX: bool = false;
+}
+
+impl<T: Element> GpuScalar for Complex<T> {
+    type Real = T;
+    const COMPLEX: bool = true;
+}
+
+/// The route of each form of a product, by element type. The trait is public because
+/// [`GpuScalar`] names it; its module is not, so no one outside the crate can name, implement
+/// or call it.
+pub(crate) mod dispatch {
+    use super::*;
+
+    /// The forms of a product for one element type: the real types take the router's forms,
+    /// the complex types those of `complex.rs`.
+    pub trait Dispatch: Sized {
+        /// Whether a `gpu_dot` call with default options goes to the CPU before any GPU is
+        /// tried (see [`route::cpu_first`]).
+        fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool;
+
+        /// `a · b` as `opts` asks ([`route::dot_as`]).
+        fn dot_as<S1, S2, C>(
+            a: &ArrayBase<S1, Ix2>,
+            b: &ArrayBase<S2, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+            finish: impl FnOnce(Array2<Self>) -> C,
+            cpu: impl FnOnce() -> C,
+        ) -> Result<Product<C>, GpuDotError>
+        where
+            S1: Data<Elem = Self>,
+            S2: Data<Elem = Self>;
+
+        /// `c = alpha·a·b + beta·c` over host arrays, shapes already checked.
+        fn general(
+            alpha: Self,
+            a: ArrayView2<'_, Self>,
+            b: ArrayView2<'_, Self>,
+            beta: Self,
+            c: &mut ArrayBase<impl DataMut<Elem = Self>, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Route, GpuDotError>;
+
+        /// The batch `a · b` as `opts` asks ([`batch::batch_dot`]).
+        fn batch_dot(
+            a: ArrayView3<'_, Self>,
+            b: Rhs<'_, Self>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Product<Array3<Self>>, GpuDotError>;
+
+        /// The batch `a · b` on the CPU, by ndarray.
+        fn batch_cpu(a: &ArrayView3<'_, Self>, b: &Rhs<'_, Self>) -> Array3<Self>;
+    }
+
+    impl<T: Element> Dispatch for T {
+        #[inline(always)]
+        fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
+            route::cpu_first(batch, mkn, T::DTYPE)
+        }
+
+        fn dot_as<S1, S2, C>(
+            a: &ArrayBase<S1, Ix2>,
+            b: &ArrayBase<S2, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+            finish: impl FnOnce(Array2<T>) -> C,
+            cpu: impl FnOnce() -> C,
+        ) -> Result<Product<C>, GpuDotError>
+        where
+            S1: Data<Elem = T>,
+            S2: Data<Elem = T>,
+        {
+            route::dot_as(a, b, opts, fall_back, finish, cpu)
+        }
+
+        fn general(
+            alpha: T,
+            a: ArrayView2<'_, T>,
+            b: ArrayView2<'_, T>,
+            beta: T,
+            c: &mut ArrayBase<impl DataMut<Elem = T>, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Route, GpuDotError> {
+            let (a, b) = (a.as_operand(), b.as_operand());
+            matrix::general(alpha, &a, &b, beta, &mut c.as_output(), opts, fall_back)
+        }
+
+        fn batch_dot(
+            a: ArrayView3<'_, T>,
+            b: Rhs<'_, T>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Product<Array3<T>>, GpuDotError> {
+            batch::batch_dot(a, b, opts, fall_back)
+        }
+
+        fn batch_cpu(a: &ArrayView3<'_, T>, b: &Rhs<'_, T>) -> Array3<T> {
+            batch::cpu(a, b)
+        }
+    }
+
+    impl<T: Element> Dispatch for Complex<T> {
+        #[inline(always)]
+        fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
+            // Four real products: 8·m·k·n real flops against the real type's threshold.
+            route::cpu_first(batch.saturating_mul(4), mkn, T::DTYPE)
+        }
+
+        fn dot_as<S1, S2, C>(
+            a: &ArrayBase<S1, Ix2>,
+            b: &ArrayBase<S2, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+            finish: impl FnOnce(Array2<Complex<T>>) -> C,
+            cpu: impl FnOnce() -> C,
+        ) -> Result<Product<C>, GpuDotError>
+        where
+            S1: Data<Elem = Complex<T>>,
+            S2: Data<Elem = Complex<T>>,
+        {
+            complex::dot_as(a.view(), b.view(), opts, fall_back, finish, cpu)
+        }
+
+        fn general(
+            alpha: Complex<T>,
+            a: ArrayView2<'_, Complex<T>>,
+            b: ArrayView2<'_, Complex<T>>,
+            beta: Complex<T>,
+            c: &mut ArrayBase<impl DataMut<Elem = Complex<T>>, Ix2>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Route, GpuDotError> {
+            complex::general(alpha, a, b, beta, c.view_mut(), opts, fall_back)
+        }
+
+        fn batch_dot(
+            a: ArrayView3<'_, Complex<T>>,
+            b: Rhs<'_, Complex<T>>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Product<Array3<Complex<T>>>, GpuDotError> {
+            complex::batch_dot(a, b, opts, fall_back)
+        }
+
+        fn batch_cpu(
+            a: &ArrayView3<'_, Complex<T>>,
+            b: &Rhs<'_, Complex<T>>,
+        ) -> Array3<Complex<T>> {
+            batch::cpu(a, b)
+        }
+    }
+}

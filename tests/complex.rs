@@ -1,0 +1,420 @@
+//! Complex products, `Complex<f32>` and `Complex<f64>`, in every form `gpu_dot` takes: on the
+//! CPU route they are ndarray's own products bit for bit; on the GPU they are checked against
+//! a Dot2 reference with the complex componentwise measure `|ĉ − c| / (u·Σ|a||b|)`, on odd and
+//! rectangular shapes, every layout (transposed, sliced, stepped, negative strides), views,
+//! shared and copy-on-write arrays, vectors, batches and the general product. The GPU tests
+//! (ignored here) run on the device with `--include-ignored`.
+
+mod common;
+
+use common::panic_message;
+use gpu_dot::accuracy::{complex_componentwise, ComplexReference};
+use gpu_dot::num_complex::Complex;
+use gpu_dot::profile::random_matrix_of;
+use gpu_dot::{
+    device_status, Backend, DeviceStatus, DotOptions, Dtype, Element, GpuDot, GpuDotError,
+    Precision, Route,
+};
+use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
+
+/// Runs a generic test body for `f32` parts (`c32`) and `f64` parts (`c64`).
+macro_rules! both_parts {
+    ($(#[$attr:meta])* $name:ident) => {
+        mod $name {
+            #[test]
+            $(#[$attr])*
+            fn c32() {
+                super::$name::<f32>()
+            }
+
+            #[test]
+            $(#[$attr])*
+            fn c64() {
+                super::$name::<f64>()
+            }
+        }
+    };
+}
+
+/// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
+fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
+    let seed = common::fresh_seed();
+    let re = random_matrix_of::<T>(rows, cols, seed);
+    let im = random_matrix_of::<T>(rows, cols, !seed);
+    ndarray::Zip::from(&re)
+        .and(&im)
+        .map_collect(|&re, &im| Complex::new(re, im))
+}
+
+fn cpu() -> DotOptions {
+    DotOptions::builtin().backend(Backend::Cpu)
+}
+
+fn gpu(precision: Precision) -> DotOptions {
+    DotOptions::builtin()
+        .backend(Backend::Gpu)
+        .precision(precision)
+        .poison_output(true)
+}
+
+fn expect_device() {
+    if let DeviceStatus::Unavailable(reason) = device_status() {
+        panic!("this test needs a CUDA GPU: {reason}");
+    }
+}
+
+/// The worst complex componentwise ratio of `c` against `a · b`, asserting the Inf and NaN
+/// pattern is the reference's.
+fn ratio<T: Element>(
+    c: ArrayView2<Complex<T>>,
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+    what: &str,
+) -> f64 {
+    let reference = ComplexReference::new(a, b);
+    let measure = complex_componentwise(c, &reference);
+    assert_eq!(measure.pattern_mismatches, 0, "{what}: {measure:?}");
+    measure.worst
+}
+
+/// Asserts that `c` is `a · b` within the native bound for inner dimension `k`,
+/// `(k + 2)·u·Σ|a||b|` for every element: a wrong sign, a swapped part or a missed product
+/// is off by far more.
+fn assert_product<T: Element>(
+    c: ArrayView2<Complex<T>>,
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+    what: &str,
+) {
+    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "{what}: shape");
+    let worst = ratio(c, a, b, what);
+    let bound = a.ncols() as f64 + 2.0;
+    assert!(worst <= bound, "{what}: ratio {worst:.3} above {bound}");
+}
+
+fn is_complex_gpu(route: &Route) -> bool {
+    matches!(route, Route::Gpu { complex: true, .. })
+}
+
+both_parts!(every_form_on_the_cpu_is_ndarrays_own);
+/// With the CPU backend (and below the threshold, with the defaults), every form returns
+/// exactly what ndarray's `dot` returns, in its memory order.
+fn every_form_on_the_cpu_is_ndarrays_own<T: Element>() {
+    let (a, b) = (random::<T>(7, 5), random::<T>(5, 6));
+    let p = a.try_gpu_dot_with(&b, &cpu()).unwrap();
+    assert_eq!(p.c, a.dot(&b));
+    assert!(matches!(p.route, Route::Cpu(_)));
+    assert_eq!(a.gpu_dot(&b), a.dot(&b));
+    // Column-major operands give a column-major result, as dot does.
+    let (af, bf) = (
+        a.t().to_owned().reversed_axes(),
+        b.t().to_owned().reversed_axes(),
+    );
+    let c = af.gpu_dot(&bf);
+    assert_eq!(c, af.dot(&bf));
+    assert_eq!(c.strides(), af.dot(&bf).strides());
+    // Views, transposes, steps and negative strides.
+    let big = random::<T>(14, 12);
+    let av = big.slice(s![..;2, 1..6]);
+    let bv = big.slice(s![..;-2, ..;2]).slice_move(s![..5, ..]);
+    assert_eq!(av.gpu_dot(&bv), av.dot(&bv));
+    assert_eq!(b.t().gpu_dot(&a.t()), b.t().dot(&a.t()));
+    // Shared and copy-on-write arrays.
+    let shared: ArcArray2<Complex<T>> = a.to_shared();
+    let cow = CowArray::from(b.view());
+    assert_eq!(shared.gpu_dot(&cow), a.dot(&b));
+    // Vectors.
+    let x: Array1<Complex<T>> = random::<T>(1, 5).row(0).to_owned();
+    let y: Array1<Complex<T>> = random::<T>(1, 7).row(0).to_owned();
+    assert_eq!(a.gpu_dot(&x), a.dot(&x));
+    assert_eq!(y.gpu_dot(&a), y.dot(&a));
+    assert_eq!(x.gpu_dot(&x), x.dot(&x));
+    assert_eq!(a.try_gpu_dot_with(&x, &cpu()).unwrap().c, a.dot(&x));
+    // Batches.
+    let stack = Array3::from_shape_fn((3, 7, 5), |(z, i, q)| {
+        a[[i, q]] * T::from_f64(z as f64 + 1.0)
+    });
+    let rhs = Array3::from_shape_fn((3, 5, 6), |(z, q, j)| {
+        b[[q, j]] * T::from_f64(z as f64 - 1.0)
+    });
+    let c = stack.gpu_dot(&rhs);
+    for z in 0..3 {
+        let want = stack
+            .index_axis(ndarray::Axis(0), z)
+            .dot(&rhs.index_axis(ndarray::Axis(0), z));
+        assert_eq!(c.index_axis(ndarray::Axis(0), z), want);
+    }
+    let c = stack.gpu_dot(&b);
+    for z in 0..3 {
+        assert_eq!(
+            c.index_axis(ndarray::Axis(0), z),
+            stack.index_axis(ndarray::Axis(0), z).dot(&b)
+        );
+    }
+    // The general product with complex alpha and beta.
+    let (alpha, beta) = (
+        Complex::new(T::from_f64(0.5), T::from_f64(-2.0)),
+        Complex::new(T::from_f64(1.5), T::from_f64(0.25)),
+    );
+    let c0 = random::<T>(7, 6);
+    let (mut got, mut want) = (c0.clone(), c0.clone());
+    gpu_dot::general_mat_mul(alpha, &a, &b, beta, &mut got);
+    ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut want);
+    assert_eq!(got, want);
+}
+
+both_parts!(shapes_panic_and_fail_as_dot_does);
+/// Incompatible shapes panic with ndarray's message in `gpu_dot`, and are typed errors in the
+/// `try_` forms, for complex operands as for real ones.
+fn shapes_panic_and_fail_as_dot_does<T: Element>() {
+    let (a, b) = (random::<T>(3, 4), random::<T>(5, 2));
+    let ours = panic_message(|| {
+        a.gpu_dot(&b);
+    });
+    let theirs = panic_message(|| {
+        a.dot(&b);
+    });
+    assert_eq!(ours, theirs);
+    assert!(matches!(
+        a.try_gpu_dot(&b),
+        Err(GpuDotError::ShapeMismatch {
+            m: 3,
+            k: 4,
+            k2: 5,
+            n: 2
+        })
+    ));
+    let x = Array1::<Complex<T>>::zeros(5);
+    assert!(matches!(
+        a.try_gpu_dot_with(&x, &gpu(Precision::Auto)),
+        Err(GpuDotError::ShapeMismatch { k: 4, k2: 5, .. })
+    ));
+    let mut c = Array2::<Complex<T>>::zeros((3, 3));
+    let ours = panic_message(|| {
+        gpu_dot::general_mat_mul(
+            Complex::new(T::one(), T::zero()),
+            &a,
+            &random::<T>(4, 2),
+            Complex::new(T::zero(), T::zero()),
+            &mut c,
+        )
+    });
+    let theirs = panic_message(|| {
+        ndarray::linalg::general_mat_mul(
+            Complex::new(T::one(), T::zero()),
+            &a,
+            &random::<T>(4, 2),
+            Complex::new(T::zero(), T::zero()),
+            &mut c,
+        )
+    });
+    assert_eq!(ours, theirs);
+}
+
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    matrices_of_every_layout_on_the_gpu
+);
+/// Odd and rectangular shapes in every layout, native and default, against the reference;
+/// the route says the product ran on the GPU as a complex one, and the memory order is dot's.
+fn matrices_of_every_layout_on_the_gpu<T: Element>() {
+    expect_device();
+    for (m, k, n) in [(1, 1, 1), (37, 129, 65), (300, 513, 257), (1024, 768, 1000)] {
+        let (a, b) = (random::<T>(m, k), random::<T>(k, n));
+        let af = a.t().to_owned().reversed_axes();
+        let bf = b.t().to_owned().reversed_axes();
+        let wide_a = random::<T>(2 * m, 2 * k + 1);
+        let wide_b = random::<T>(k, 2 * n);
+        let stepped_a = wide_a.slice(s![..;-2, 1..;2]);
+        let stepped_b = wide_b.slice(s![.., ..;-2]);
+        for precision in [Precision::Native, Precision::Auto] {
+            let opts = gpu(precision);
+            let what = |form: &str| format!("{} {m}×{k}×{n} {precision} {form}", T::DTYPE);
+            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
+            assert!(is_complex_gpu(&p.route), "{}: {}", what("C·C"), p.route);
+            assert_product(p.c.view(), a.view(), b.view(), &what("C·C"));
+            let p = af.try_gpu_dot_with(&bf, &opts).unwrap();
+            assert!(
+                p.c.t().is_standard_layout() || m == 1 || n == 1,
+                "{}: F order",
+                what("F·F")
+            );
+            assert_product(p.c.view(), af.view(), bf.view(), &what("F·F"));
+            let p = a.try_gpu_dot_with(&bf, &opts).unwrap();
+            assert_product(p.c.view(), a.view(), bf.view(), &what("C·F"));
+            let p = stepped_a.try_gpu_dot_with(&stepped_b, &opts).unwrap();
+            assert_product(p.c.view(), stepped_a, stepped_b, &what("stepped, negative"));
+            let shared = b.to_shared();
+            let p = CowArray::from(a.view())
+                .try_gpu_dot_with(&shared, &opts)
+                .unwrap();
+            assert_product(p.c.view(), a.view(), b.view(), &what("cow·arc"));
+        }
+    }
+}
+
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    vectors_batches_and_the_general_product_on_the_gpu
+);
+/// Matrix·vector, vector·matrix, vector·vector, 3-D batches and the general product with
+/// complex alpha and beta, on the GPU, against the reference.
+fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
+    expect_device();
+    let opts = gpu(Precision::Auto);
+    let (m, k, n) = (700, 1300, 900);
+    let (a, b) = (random::<T>(m, k), random::<T>(k, n));
+    let x = random::<T>(k, 1);
+    let y = random::<T>(1, m);
+    let p = a.try_gpu_dot_with(&x.column(0), &opts).unwrap();
+    assert!(is_complex_gpu(&p.route), "{}", p.route);
+    assert_product(
+        p.c.insert_axis(ndarray::Axis(1)).view(),
+        a.view(),
+        x.view(),
+        "matrix·vector",
+    );
+    let p = y.row(0).try_gpu_dot_with(&a, &opts).unwrap();
+    assert_product(
+        p.c.insert_axis(ndarray::Axis(0)).view(),
+        y.view(),
+        a.view(),
+        "vector·matrix",
+    );
+    let long = random::<T>(1, 1 << 20);
+    let p = long.row(0).try_gpu_dot_with(&long.row(0), &opts).unwrap();
+    let c = Array2::from_elem((1, 1), p.c);
+    assert_product(c.view(), long.view(), long.t(), "vector·vector");
+
+    let (batch, bm, bk, bn) = (5, 96, 160, 80);
+    let (flat_a, flat_b) = (random::<T>(batch * bm, bk), random::<T>(batch * bk, bn));
+    let stack = Array3::from_shape_fn((batch, bm, bk), |(z, i, q)| flat_a[[z * bm + i, q]]);
+    let rhs = Array3::from_shape_fn((batch, bk, bn), |(z, q, j)| flat_b[[z * bk + q, j]]);
+    let p = stack.try_gpu_dot_with(&rhs, &opts).unwrap();
+    assert!(is_complex_gpu(&p.route), "batch: {}", p.route);
+    for z in 0..batch {
+        let (az, bz) = (
+            stack.index_axis(ndarray::Axis(0), z),
+            rhs.index_axis(ndarray::Axis(0), z),
+        );
+        assert_product(p.c.index_axis(ndarray::Axis(0), z), az, bz, "batch item");
+    }
+    let p = stack
+        .try_gpu_dot_with(&b.slice(s![..bk, ..bn]), &opts)
+        .unwrap();
+    for z in 0..batch {
+        let az = stack.index_axis(ndarray::Axis(0), z);
+        assert_product(
+            p.c.index_axis(ndarray::Axis(0), z),
+            az,
+            b.slice(s![..bk, ..bn]),
+            "shared rhs",
+        );
+    }
+
+    // C = alpha·A·B + beta·C, through the environment's options (large enough for the GPU).
+    let alpha = Complex::new(T::from_f64(0.75), T::from_f64(-1.25));
+    let beta = Complex::new(T::from_f64(-0.5), T::from_f64(2.0));
+    let c0 = random::<T>(m, n);
+    let mut c = c0.clone();
+    gpu_dot::general_mat_mul(alpha, &a, &b, beta, &mut c);
+    let reference = ComplexReference::new(a.view(), b.view());
+    let u = if T::DTYPE == Dtype::F32 {
+        2f64.powi(-24)
+    } else {
+        2f64.powi(-53)
+    };
+    let wide = |z: Complex<T>| Complex::new(z.re.into_f64(), z.im.into_f64());
+    let (alpha64, beta64) = (wide(alpha), wide(beta));
+    for ((ij, got), c0) in c.indexed_iter().zip(&c0) {
+        let (p, abs) = (reference.c[ij], reference.abs[ij]);
+        let want = alpha64 * p + beta64 * wide(*c0);
+        let bound = alpha64.norm() * (k as f64 + 2.0) * u * abs
+            + 8.0 * u * (alpha64.norm() * p.norm() + beta64.norm() * wide(*c0).norm());
+        let err = (wide(*got) - want).norm();
+        assert!(
+            err <= bound,
+            "general product at {ij:?}: error {err:e} above {bound:e}"
+        );
+    }
+    // beta = 0 never reads C: NaN in it does not spread.
+    let mut c = Array2::from_elem((m, n), Complex::new(T::nan(), T::nan()));
+    gpu_dot::general_mat_mul(alpha, &a, &b, Complex::new(T::zero(), T::zero()), &mut c);
+    assert!(
+        c.iter().all(|z| z.re.is_finite() && z.im.is_finite()),
+        "beta = 0 read C"
+    );
+}
+
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    the_default_emulates_large_products_under_its_guard
+);
+/// At sizes where the real default emulates, the complex default does too (each real product
+/// passes the guard), within the guarded bound; with Inf and NaN in one part, the default's
+/// pattern is native's, part by part.
+fn the_default_emulates_large_products_under_its_guard<T: Element>() {
+    expect_device();
+    gpu_dot::__testing::emulate_every_size(true);
+    let (a, b) = (random::<T>(256, 2048), random::<T>(2048, 192));
+    let p = a.try_gpu_dot_with(&b, &gpu(Precision::Auto)).unwrap();
+    let worst = ratio(p.c.view(), a.view(), b.view(), "default");
+    println!("{} default: {} ratio {worst:.3}", T::DTYPE, p.route);
+    assert!(
+        gpu_dot::accuracy::emulated(&p.route),
+        "not emulated: {}",
+        p.route
+    );
+    assert!(worst <= 8.0, "guarded default above 8: {worst}");
+
+    let (mut a, mut b) = (a, b);
+    a[[3, 5]].re = T::infinity();
+    a[[7, 11]].im = T::neg_infinity();
+    b[[9, 4]].im = T::nan();
+    b[[100, 150]].re = T::infinity();
+    let native = a.try_gpu_dot_with(&b, &gpu(Precision::Native)).unwrap().c;
+    let default = a.try_gpu_dot_with(&b, &gpu(Precision::Auto)).unwrap().c;
+    gpu_dot::__testing::emulate_every_size(false);
+    let class = |x: T| {
+        if x.is_nan() {
+            0
+        } else if x == T::infinity() {
+            1
+        } else if x == T::neg_infinity() {
+            2
+        } else {
+            3
+        }
+    };
+    for ((i, j), (n, d)) in native.indexed_iter().map(|(ij, n)| (ij, (n, default[ij]))) {
+        assert_eq!(
+            (class(n.re), class(n.im)),
+            (class(d.re), class(d.im)),
+            "element ({i}, {j}): native {n}, default {d}"
+        );
+    }
+    assert!(
+        native.iter().any(|z| z.re.is_nan() || z.im.is_nan()),
+        "no NaN reached the product"
+    );
+}
+
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    every_ix2_form_matches_ndarray_within_rounding
+);
+/// `gpu_dot` (default options) on a product large enough for the GPU equals ndarray's `dot`
+/// within rounding, for owned arrays and views of both layouts.
+fn every_ix2_form_matches_ndarray_within_rounding<T: Element>() {
+    expect_device();
+    let (a, b) = (random::<T>(513, 300), random::<T>(300, 257));
+    let c = a.gpu_dot(&b);
+    assert_product(c.view(), a.view(), b.view(), "gpu_dot");
+    let d = a.dot(&b);
+    assert_product(d.view(), a.view(), b.view(), "dot");
+    let p = a.try_gpu_dot(&b).unwrap();
+    assert_eq!(p.dim(), d.dim());
+    let bt = b.t().to_owned();
+    let c = a.gpu_dot(&bt.t());
+    assert_product(c.view(), a.view(), b.view(), "gpu_dot on a transposed view");
+}
