@@ -31,9 +31,9 @@ use crate::route::{self, CpuReason, Decision, Product, Route};
 
 /// `a · b` as `opts` asks, in ndarray's memory order for the operands; `finish` and `cpu` as
 /// in [`route::dot_as`].
-pub(crate) fn dot_as<T: Element, C>(
-    a: ArrayView2<'_, Complex<T>>,
-    b: ArrayView2<'_, Complex<T>>,
+pub(crate) fn dot_as<'a, T: Element, C>(
+    a: ArrayView2<'a, Complex<T>>,
+    b: ArrayView2<'a, Complex<T>>,
     opts: &DotOptions,
     fall_back: bool,
     finish: impl FnOnce(Array2<Complex<T>>) -> C,
@@ -59,7 +59,11 @@ pub(crate) fn dot_as<T: Element, C>(
     };
     // Both operands column-major: Cᵀ = Bᵀ·Aᵀ, whose parts are then read row by row, into a
     // C-order n × m array, which is C in F order (as the real route does).
-    let (av, bv) = if f_order { (b.t(), a.t()) } else { (a, b) };
+    let (av, bv) = if f_order {
+        (b.reversed_axes(), a.reversed_axes())
+    } else {
+        (a, b)
+    };
     let product = planar(device, av, bv, opts).and_then(|(re, im, route)| {
         let mut c = zeros::<T>((av.nrows(), bv.ncols()))?;
         download(&re, &im, c.view_mut())?;

@@ -1,6 +1,7 @@
 //! gpu-dot on the arrays of a project's own ndarray version (see Cargo.toml).
 use gpu_dot::GpuDot;
 use ndarray::{Array2, Array3, ArrayView2};
+use num_complex::Complex64;
 
 fn main() {
     let a = Array2::<f64>::from_shape_fn((3, 4), |(i, j)| (i + j) as f64);
@@ -18,6 +19,11 @@ fn main() {
     assert_eq!(s.gpu_dot(&Array2::<f32>::ones((3, 5))).dim(), (4, 2, 5));
     let r: &ndarray::ArrayRef3<f32> = &s;
     assert_eq!(r.gpu_dot(&t), s.gpu_dot(&t));
+    // Complex matrices, of the project's own num-complex.
+    let z = Array2::from_shape_fn((3, 3), |(i, j)| Complex64::new(i as f64, j as f64));
+    assert_eq!(z.gpu_dot(&z.t()), z.dot(&z.t()));
+    let mut w = Array2::<Complex64>::zeros((3, 3));
+    gpu_dot::general_mat_mul(Complex64::new(1.0, 1.0), &z, &z, Complex64::new(0.0, 0.0), &mut w);
 }
 
 /// ndarray 0.17's reference types, as a function written against them takes its operands.
