@@ -13,9 +13,9 @@
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
 //! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
 
-use gpu_dot::accuracy::ComplexReference;
+use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
-use gpu_dot::profile::ComplexProblem;
+use gpu_dot::profile::complex::ComplexProblem;
 use gpu_dot::{device_status, DeviceStatus, Element, Precision, Route};
 use ndarray::{s, Array2, ArrayView2};
 

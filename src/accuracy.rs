@@ -9,9 +9,8 @@
 //! native products make there too). `c` is computed to about twice `f64` precision.
 //! Infinite and NaN results must match the reference's pattern exactly.
 
-pub use crate::complex::accuracy::{
-    componentwise as complex_componentwise, ComplexFamily, ComplexReference, ComplexSuiteCase,
-};
+/// The complex measure and families: `Complex<f32>` and `Complex<f64>` products.
+pub mod complex;
 
 use ndarray::{Array2, ArrayView2};
 

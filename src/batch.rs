@@ -22,29 +22,8 @@ use crate::host::staging::HostMat;
 use crate::options::{Backend, DotOptions};
 use crate::pipeline::{self, BatchOperand, Dst, Gemm, Src, Stack};
 use crate::route::{self, CpuReason, Decision, Product, Route};
-use crate::scalar::GpuScalar;
+use crate::scalar::{GpuScalar, Rhs};
 use crate::GpuDot;
-
-/// The right operand of a batch: one matrix per item, or one for all. Public only because the
-/// element types' dispatch names it; its module is private.
-#[derive(Clone)]
-pub enum Rhs<'a, T> {
-    Each(ArrayView3<'a, T>),
-    Shared(ArrayView2<'a, T>),
-}
-
-impl<T> Rhs<'_, T> {
-    /// Items (None: shared), rows and columns.
-    pub(crate) fn dim(&self) -> (Option<usize>, usize, usize) {
-        match self {
-            Rhs::Each(v) => {
-                let (b, k, n) = v.dim();
-                (Some(b), k, n)
-            }
-            Rhs::Shared(v) => (None, v.nrows(), v.ncols()),
-        }
-    }
-}
 
 /// Checks that the batch `a · b` is defined: as many items on each side, equal inner
 /// dimensions, and a result that fits in memory's address range.

@@ -1,4 +1,5 @@
-//! Matrix products of `f32` and `f64` [ndarray] matrices on an NVIDIA GPU, as easy as `dot`.
+//! Matrix products of `f32`, `f64`, `Complex<f32>` and `Complex<f64>` [ndarray] matrices on an
+//! NVIDIA GPU, as easy as `dot`.
 //!
 //! `a.gpu_dot(&b)` returns what ndarray's `a.dot(&b)` returns, within floating-point rounding,
 //! with `dot`'s result types, memory order and panics, for every 2-D array kind (`Array2`,
@@ -25,6 +26,11 @@
 //! let x = arr2(&[[1.0f64, 2.0], [3.0, 4.0]]);
 //! assert_eq!(x.gpu_dot(&x.t()), x.dot(&x.t())); // f64, any layout
 //!
+//! // Complex matrices (num-complex's, as `dot` takes them; re-exported as gpu_dot::num_complex).
+//! use gpu_dot::num_complex::Complex;
+//! let z = arr2(&[[Complex::new(1.0f64, 2.0), Complex::new(0.0, -1.0)]]);
+//! assert_eq!(z.gpu_dot(&z.t()), z.dot(&z.t())); // no conjugation, as `dot`
+//!
 //! // A batch, item by item as torch.bmm computes it: 8 × (4 × 3) times 8 × (3 × 5).
 //! let s = Array3::<f32>::ones((8, 4, 3)).gpu_dot(&Array3::<f32>::ones((8, 3, 5)));
 //! assert_eq!(s, Array3::from_elem((8, 4, 5), 3.0));
@@ -47,6 +53,13 @@
 //!   - [`try_gpu_dot_with`](GpuDot::try_gpu_dot_with): with explicit [`DotOptions`],
 //!     returning a [`Product`]: the result and the [`Route`] it took (the GPU with its
 //!     precision and kernel, or the CPU and why, a [`CpuReason`]).
+//! - Complex matrices: every form above, and [`general_mat_mul`] with complex `alpha` and
+//!   `beta`, takes `Complex<f32>` and `Complex<f64>` ([`GpuScalar`] names the four element
+//!   types). `dot` does not conjugate, and neither does `gpu_dot`. On the GPU a complex product
+//!   is four real products of its parts (`Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each in the real
+//!   type's precision and under its guard, so that every element keeps the complex form of
+//!   the real bound (`docs/precision.md`, "Complex matrices"); the threshold counts its real
+//!   flops, `8·m·k·n`. [`GpuMatrix`] and the `try_` general forms are real-only.
 //! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
 //!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
 //!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different
@@ -230,6 +243,7 @@ pub mod prebuild;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod profile;
+mod real;
 mod route;
 mod scalar;
 mod settings;

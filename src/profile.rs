@@ -16,7 +16,8 @@ use crate::engine::args::{self, DevBuf, DeviceOperand, GemmArgs};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 
-pub use crate::complex::profile::ComplexProblem;
+/// Complex products resident on the device, for the complex ladder.
+pub mod complex;
 
 /// A `rows × cols` matrix of uniform random values in [-1, 1), never all zero, from `seed`
 /// (SplitMix64; the same seed gives the same matrix on every machine).

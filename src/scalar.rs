@@ -1,6 +1,6 @@
 //! The element types `gpu_dot` takes: [`GpuScalar`], the real [`Element`] types and their
-//! complex forms, and which route each form of a product takes for them (the real types'
-//! route in `route.rs` and `batch.rs`, the complex types' in `complex.rs`).
+//! complex forms, and the trait that gives each form of a product its route for them
+//! (implemented for the real types in `real.rs`, for the complex ones in `complex/`).
 
 use std::fmt;
 
@@ -8,13 +8,10 @@ use ndarray::LinalgScalar;
 use ndarray::{Array2, Array3, ArrayBase, ArrayView2, ArrayView3, Data, DataMut, Ix2};
 use num_complex::Complex;
 
-use crate::batch::{self, Rhs};
-use crate::complex;
 use crate::element::Element;
 use crate::error::GpuDotError;
-use crate::matrix::{self, AsOperand, AsOutput};
 use crate::options::DotOptions;
-use crate::route::{self, Product, Route};
+use crate::route::{Product, Route};
 
 /// An element type `gpu_dot` multiplies: `f32` and `f64` (the [`Element`] types, which the
 /// kernels take), and `Complex<f32>` and `Complex<f64>` (num-complex 0.4's, the complex types
@@ -46,6 +43,27 @@ impl<T: Element> GpuScalar for Complex<T> {
     const COMPLEX: bool = true;
 }
 
+/// The right operand of a batch: one matrix per item, or one for all. Public only because
+/// [`Dispatch`](dispatch::Dispatch) names it; its module is not.
+#[derive(Clone)]
+pub enum Rhs<'a, T> {
+    Each(ArrayView3<'a, T>),
+    Shared(ArrayView2<'a, T>),
+}
+
+impl<T> Rhs<'_, T> {
+    /// Items (None: shared), rows and columns.
+    pub(crate) fn dim(&self) -> (Option<usize>, usize, usize) {
+        match self {
+            Rhs::Each(v) => {
+                let (b, k, n) = v.dim();
+                (Some(b), k, n)
+            }
+            Rhs::Shared(v) => (None, v.nrows(), v.ncols()),
+        }
+    }
+}
+
 /// The route of each form of a product, by element type. The trait is public because
 /// [`GpuScalar`] names it; its module is not, so no one outside the crate can name, implement
 /// or call it.
@@ -56,10 +74,10 @@ pub(crate) mod dispatch {
     /// the complex types those of `complex.rs`.
     pub trait Dispatch: Sized {
         /// Whether a `gpu_dot` call with default options goes to the CPU before any GPU is
-        /// tried (see [`route::cpu_first`]).
+        /// tried (see `route::cpu_first`).
         fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool;
 
-        /// `a · b` as `opts` asks ([`route::dot_as`]).
+        /// `a · b` as `opts` asks (see `route::dot_as`).
         fn dot_as<S1, S2, C>(
             a: &ArrayBase<S1, Ix2>,
             b: &ArrayBase<S2, Ix2>,
@@ -83,7 +101,7 @@ pub(crate) mod dispatch {
             fall_back: bool,
         ) -> Result<Route, GpuDotError>;
 
-        /// The batch `a · b` as `opts` asks ([`batch::batch_dot`]).
+        /// The batch `a · b` as `opts` asks (see `batch::batch_dot`).
         fn batch_dot(
             a: ArrayView3<'_, Self>,
             b: Rhs<'_, Self>,
@@ -93,104 +111,5 @@ pub(crate) mod dispatch {
 
         /// The batch `a · b` on the CPU, by ndarray.
         fn batch_cpu(a: &ArrayView3<'_, Self>, b: &Rhs<'_, Self>) -> Array3<Self>;
-    }
-
-    impl<T: Element> Dispatch for T {
-        #[inline(always)]
-        fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
-            route::cpu_first(batch, mkn, T::DTYPE)
-        }
-
-        fn dot_as<S1, S2, C>(
-            a: &ArrayBase<S1, Ix2>,
-            b: &ArrayBase<S2, Ix2>,
-            opts: &DotOptions,
-            fall_back: bool,
-            finish: impl FnOnce(Array2<T>) -> C,
-            cpu: impl FnOnce() -> C,
-        ) -> Result<Product<C>, GpuDotError>
-        where
-            S1: Data<Elem = T>,
-            S2: Data<Elem = T>,
-        {
-            route::dot_as(a, b, opts, fall_back, finish, cpu)
-        }
-
-        fn general(
-            alpha: T,
-            a: ArrayView2<'_, T>,
-            b: ArrayView2<'_, T>,
-            beta: T,
-            c: &mut ArrayBase<impl DataMut<Elem = T>, Ix2>,
-            opts: &DotOptions,
-            fall_back: bool,
-        ) -> Result<Route, GpuDotError> {
-            let (a, b) = (a.as_operand(), b.as_operand());
-            matrix::general(alpha, &a, &b, beta, &mut c.as_output(), opts, fall_back)
-        }
-
-        fn batch_dot(
-            a: ArrayView3<'_, T>,
-            b: Rhs<'_, T>,
-            opts: &DotOptions,
-            fall_back: bool,
-        ) -> Result<Product<Array3<T>>, GpuDotError> {
-            batch::batch_dot(a, b, opts, fall_back)
-        }
-
-        fn batch_cpu(a: &ArrayView3<'_, T>, b: &Rhs<'_, T>) -> Array3<T> {
-            batch::cpu(a, b)
-        }
-    }
-
-    impl<T: Element> Dispatch for Complex<T> {
-        #[inline(always)]
-        fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
-            // Four real products: 8·m·k·n real flops against the real type's threshold.
-            route::cpu_first(batch.saturating_mul(4), mkn, T::DTYPE)
-        }
-
-        fn dot_as<S1, S2, C>(
-            a: &ArrayBase<S1, Ix2>,
-            b: &ArrayBase<S2, Ix2>,
-            opts: &DotOptions,
-            fall_back: bool,
-            finish: impl FnOnce(Array2<Complex<T>>) -> C,
-            cpu: impl FnOnce() -> C,
-        ) -> Result<Product<C>, GpuDotError>
-        where
-            S1: Data<Elem = Complex<T>>,
-            S2: Data<Elem = Complex<T>>,
-        {
-            complex::dot_as(a.view(), b.view(), opts, fall_back, finish, cpu)
-        }
-
-        fn general(
-            alpha: Complex<T>,
-            a: ArrayView2<'_, Complex<T>>,
-            b: ArrayView2<'_, Complex<T>>,
-            beta: Complex<T>,
-            c: &mut ArrayBase<impl DataMut<Elem = Complex<T>>, Ix2>,
-            opts: &DotOptions,
-            fall_back: bool,
-        ) -> Result<Route, GpuDotError> {
-            complex::general(alpha, a, b, beta, c.view_mut(), opts, fall_back)
-        }
-
-        fn batch_dot(
-            a: ArrayView3<'_, Complex<T>>,
-            b: Rhs<'_, Complex<T>>,
-            opts: &DotOptions,
-            fall_back: bool,
-        ) -> Result<Product<Array3<Complex<T>>>, GpuDotError> {
-            complex::batch_dot(a, b, opts, fall_back)
-        }
-
-        fn batch_cpu(
-            a: &ArrayView3<'_, Complex<T>>,
-            b: &Rhs<'_, Complex<T>>,
-        ) -> Array3<Complex<T>> {
-            batch::cpu(a, b)
-        }
     }
 }

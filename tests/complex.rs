@@ -8,7 +8,7 @@
 mod common;
 
 use common::panic_message;
-use gpu_dot::accuracy::{complex_componentwise, ComplexReference};
+use gpu_dot::accuracy::complex::{componentwise as complex_componentwise, ComplexReference};
 use gpu_dot::num_complex::Complex;
 use gpu_dot::profile::random_matrix_of;
 use gpu_dot::{

@@ -11,7 +11,8 @@
 
 mod common;
 
-use gpu_dot::accuracy::{ComplexFamily, ComplexSuiteCase, SUITE_KS};
+use gpu_dot::accuracy::complex::{ComplexFamily, ComplexSuiteCase};
+use gpu_dot::accuracy::SUITE_KS;
 use gpu_dot::{Dtype, Element, Route};
 
 fn suite<T: Element>(dtype: Dtype) -> (usize, usize) {

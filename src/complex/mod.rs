@@ -16,11 +16,14 @@
 //! form of the real contract. The CPU route is ndarray's own complex product.
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, ShapeBuilder, Zip};
+use ndarray::{
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, Data, DataMut, Ix2,
+    ShapeBuilder, Zip,
+};
 use num_complex::Complex;
 use num_traits::Zero;
 
-use crate::batch::{self, Rhs};
+use crate::batch;
 use crate::device::api::Device;
 use crate::device::context;
 use crate::element::Element;
@@ -28,6 +31,56 @@ use crate::error::GpuDotError;
 use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
 use crate::options::{Backend, DotOptions};
 use crate::route::{self, CpuReason, Decision, Product, Route};
+use crate::scalar::dispatch::Dispatch;
+use crate::scalar::Rhs;
+
+impl<T: Element> Dispatch for Complex<T> {
+    #[inline(always)]
+    fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
+        // Four real products: 8·m·k·n real flops against the real type's threshold.
+        route::cpu_first(batch.saturating_mul(4), mkn, T::DTYPE)
+    }
+
+    fn dot_as<S1, S2, C>(
+        a: &ArrayBase<S1, Ix2>,
+        b: &ArrayBase<S2, Ix2>,
+        opts: &DotOptions,
+        fall_back: bool,
+        finish: impl FnOnce(Array2<Complex<T>>) -> C,
+        cpu: impl FnOnce() -> C,
+    ) -> Result<Product<C>, GpuDotError>
+    where
+        S1: Data<Elem = Complex<T>>,
+        S2: Data<Elem = Complex<T>>,
+    {
+        dot_as(a.view(), b.view(), opts, fall_back, finish, cpu)
+    }
+
+    fn general(
+        alpha: Complex<T>,
+        a: ArrayView2<'_, Complex<T>>,
+        b: ArrayView2<'_, Complex<T>>,
+        beta: Complex<T>,
+        c: &mut ArrayBase<impl DataMut<Elem = Complex<T>>, Ix2>,
+        opts: &DotOptions,
+        fall_back: bool,
+    ) -> Result<Route, GpuDotError> {
+        general(alpha, a, b, beta, c.view_mut(), opts, fall_back)
+    }
+
+    fn batch_dot(
+        a: ArrayView3<'_, Complex<T>>,
+        b: Rhs<'_, Complex<T>>,
+        opts: &DotOptions,
+        fall_back: bool,
+    ) -> Result<Product<Array3<Complex<T>>>, GpuDotError> {
+        batch_dot(a, b, opts, fall_back)
+    }
+
+    fn batch_cpu(a: &ArrayView3<'_, Complex<T>>, b: &Rhs<'_, Complex<T>>) -> Array3<Complex<T>> {
+        batch::cpu(a, b)
+    }
+}
 
 /// `a · b` as `opts` asks, in ndarray's memory order for the operands; `finish` and `cpu` as
 /// in [`route::dot_as`].
@@ -346,9 +399,5 @@ fn zeros<T: Element>((rows, cols): (usize, usize)) -> Result<Array2<Complex<T>>,
     Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
 }
 
-#[cfg(feature = "internals")]
-pub(crate) mod accuracy;
-#[cfg(feature = "internals")]
-pub(crate) mod profile;
 #[cfg(test)]
 mod tests;
