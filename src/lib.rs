@@ -499,11 +499,25 @@ where
     S: Data<Elem = A>,
     S2: Data<Elem = A>,
 {
+    if no_gpu::<A>((a.nrows(), a.ncols(), b.ncols())) {
+        return a.dot(b);
+    }
     match A::dot_as(a, b, DotOptions::env_ref(), true, |c| c, || a.dot(b)) {
         Ok(product) => product.c,
         // Only a host allocation failure for the result gets here.
         Err(_) => a.dot(b),
     }
+}
+
+/// Whether a `gpu_dot` call of an `m × k × n` product of `A` past the threshold goes to
+/// ndarray's `dot` because the GPU it would use is known to be unusable
+/// (`route::cpu_for_want_of_gpu`): told without allocating, where the router's route, which
+/// `gpu_dot` drops, would hold a clone of the device's error. A complex product counts as
+/// its four real products (`8·m·k·n` real flops, as its threshold does).
+#[inline]
+fn no_gpu<A: GpuScalar>((m, k, n): (usize, usize, usize)) -> bool {
+    let rows = if A::COMPLEX { m.saturating_mul(4) } else { m };
+    route::cpu_for_want_of_gpu((rows, k, n), <A::Real as Element>::DTYPE)
 }
 
 /// The forms with a vector: the vector is a one-column (right) or one-row (left) matrix
@@ -543,6 +557,9 @@ macro_rules! vector_forms {
                     if a2.ncols() != b2.nrows() {
                         let _ = this.dot(rhs);
                         unreachable!("ndarray's dot panics for these shapes");
+                    }
+                    if no_gpu::<A>((a2.nrows(), a2.ncols(), b2.ncols())) {
+                        return this.dot(rhs);
                     }
                     let cpu = || this.dot(rhs);
                     match A::dot_as(&a2, &b2, DotOptions::env_ref(), true, |$c| $finish, cpu) {

@@ -261,6 +261,10 @@ pub(crate) fn route<T: Element>(
     decision
 }
 
+/// Whether the warning of the process's first product that a failing or missing GPU sent to
+/// the CPU was logged ([`log_route`]).
+static WARNED: std::sync::Once = std::sync::Once::new();
+
 /// Logs a product's route at debug level (`batch` products of `m × k` by `k × n`), and the
 /// first product of the process that a failing or missing GPU sends to the CPU as a warning.
 pub(crate) fn log_route(
@@ -270,7 +274,6 @@ pub(crate) fn log_route(
     decision: &Result<Decision, GpuDotError>,
 ) {
     if let Ok(Decision::Cpu(CpuReason::GpuUnavailable(e))) = decision {
-        static WARNED: std::sync::Once = std::sync::Once::new();
         WARNED.call_once(|| {
             log::warn!(
                 "a product ran on the CPU because {e:#} (warned once; each later product's \
@@ -318,6 +321,34 @@ pub(crate) fn cpu_first(batch: usize, (m, k, n): (usize, usize, usize), dtype: D
         log_cpu_first(batch, (m, k, n), dtype, flops);
     }
     to_cpu
+}
+
+/// Whether a `gpu_dot` call past [`cpu_first`] (the environment's options, a failing GPU
+/// falling back to the CPU) of an all-host `m × k × n` product of `dtype` goes to the CPU
+/// because the device it would run on is known to be unusable
+/// ([`context::known_unusable`]). Told without allocating, so that on a machine without a
+/// GPU such a product costs what `dot` costs, in a loop too: [`dot_as`] would tell the same
+/// with its route, whose reason is a clone of the device's error, which `gpu_dot` drops.
+///
+/// `false` wherever the router decides or logs: a device not tried yet, a split across
+/// devices, a shape beyond the kernels, and while the route's records are wanted (the
+/// process's first fallback, which warns, and every product while debug records are on), so
+/// that those records are the router's own.
+pub(crate) fn cpu_for_want_of_gpu((m, k, n): (usize, usize, usize), dtype: Dtype) -> bool {
+    let opts = DotOptions::env_ref();
+    if m == 0
+        || k == 0
+        || n == 0
+        || opts.devices.is_some()
+        || cpu_by_options(opts, flops(m, k, n), dtype).is_some()
+        || check_dims(m, k, n).is_err()
+        || !WARNED.is_completed()
+        || log::log_enabled!(log::Level::Debug)
+    {
+        return false;
+    }
+    // An invalid `GPU_DOT_DEVICE` is left to the router (its error is a clone).
+    device_for(opts, []).is_ok_and(context::known_unusable)
 }
 
 /// The first [`cpu_first`] of an element type: its threshold from the environment's
@@ -554,7 +585,12 @@ where
     // before C is allocated.
     if m > 0 && n > 0 && k > 0 {
         if let Some(why) = cpu_before_allocating(opts, (m, k, n), T::DTYPE, fall_back) {
-            log_route(1, (m, k, n), T::DTYPE, &Ok(Decision::Cpu(why.clone())));
+            // Logged, then taken back for the route: the reason is not cloned.
+            let decision = Ok(Decision::Cpu(why));
+            log_route(1, (m, k, n), T::DTYPE, &decision);
+            let Ok(Decision::Cpu(why)) = decision else {
+                unreachable!("made above")
+            };
             return Ok(Product {
                 c: cpu(),
                 route: Route::Cpu(why),

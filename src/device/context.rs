@@ -145,6 +145,24 @@ pub(crate) fn gpu_on(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
     settle(ordinal)
 }
 
+/// Whether device `ordinal` is known to be unusable for the rest of the process, told without
+/// allocating: its context could not be made, so that [`gpu_on`] returns
+/// [`GpuDotError::NoDevice`] (with a clone of the reason) every time, and no other device's
+/// faulted context waits for the rebuild that [`gpu_on`] would make first. `false` for a device
+/// not tried yet, whose first [`gpu_on`] makes its context.
+pub(crate) fn known_unusable(ordinal: usize) -> bool {
+    let lock = |dev: &'static DeviceSlot| dev.slot.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(dev) = DEVICES.get(ordinal) else {
+        return false;
+    };
+    if !matches!(*lock(dev), Some(Err(_))) {
+        return false;
+    }
+    !DEVICES.iter().enumerate().any(|(other, dev)| {
+        other != ordinal && dev.faulted.load(Ordering::Acquire) && matches!(*lock(dev), Some(Ok(_)))
+    })
+}
+
 /// [`gpu_on`] for one device alone: its context, made or rebuilt as needed.
 fn settle(ordinal: usize) -> Result<Arc<Gpu>, GpuDotError> {
     let dev = device_slot(ordinal)?;
