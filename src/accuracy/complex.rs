@@ -156,34 +156,54 @@ impl ComplexReference {
         let bt = b.t().map(wide);
         let mut c = Array2::zeros((m, n));
         let mut abs = Array2::zeros((m, n));
-        Zip::indexed(&mut c)
-            .and(&mut abs)
-            .for_each(|(i, j), c, abs| {
-                let (x, y) = (a.row(i), bt.row(j));
-                let (mut re, mut im) = (Dot2::default(), Dot2::default());
-                let (mut naive_re, mut naive_im, mut s) = (0.0f64, 0.0f64, 0.0f64);
-                for (x, y) in x.iter().zip(y) {
-                    re.add(x.re, y.re);
-                    re.add(-x.im, y.im);
-                    im.add(x.re, y.im);
-                    im.add(x.im, y.re);
-                    naive_re += x.re * y.re - x.im * y.im;
-                    naive_im += x.re * y.im + x.im * y.re;
-                    s += x.norm() * y.norm();
-                }
-                // Inf or NaN among the terms: IEEE's answer is the plain sum's, part by part.
-                let part = |d: Dot2, naive: f64| {
-                    if naive.is_finite() {
-                        d.value().0
-                    } else {
-                        naive
-                    }
-                };
-                *c = Complex::new(part(re, naive_re), part(im, naive_im));
-                *abs = s;
-            });
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        let rows_per = m.div_ceil(threads.max(1)).max(1);
+        std::thread::scope(|s| {
+            let chunks = c
+                .axis_chunks_iter_mut(ndarray::Axis(0), rows_per)
+                .zip(abs.axis_chunks_iter_mut(ndarray::Axis(0), rows_per))
+                .enumerate();
+            for (t, (mut cc, mut aa)) in chunks {
+                let (a, bt) = (&a, &bt);
+                s.spawn(move || {
+                    Zip::indexed(&mut cc)
+                        .and(&mut aa)
+                        .for_each(|(i, j), c, abs| {
+                            (*c, *abs) = element(a.row(t * rows_per + i), bt.row(j));
+                        })
+                });
+            }
+        });
         ComplexReference { c, abs, k }
     }
+}
+
+/// One element of the reference: `Σ xₖyₖ` to about twice `f64` precision, each part by Dot2
+/// over its `2k` real terms (IEEE's plain sum where a term is infinite or NaN), and
+/// `Σ|xₖ||yₖ|`.
+fn element(
+    x: ndarray::ArrayView1<Complex<f64>>,
+    y: ndarray::ArrayView1<Complex<f64>>,
+) -> (Complex<f64>, f64) {
+    let (mut re, mut im) = (Dot2::default(), Dot2::default());
+    let (mut naive_re, mut naive_im, mut s) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in x.iter().zip(y) {
+        re.add(x.re, y.re);
+        re.add(-x.im, y.im);
+        im.add(x.re, y.im);
+        im.add(x.im, y.re);
+        naive_re += x.re * y.re - x.im * y.im;
+        naive_im += x.re * y.im + x.im * y.re;
+        s += x.norm() * y.norm();
+    }
+    let part = |d: Dot2, naive: f64| {
+        if naive.is_finite() {
+            d.value().0
+        } else {
+            naive
+        }
+    };
+    (Complex::new(part(re, naive_re), part(im, naive_im)), s)
 }
 
 /// The componentwise ratios of a complex result `c` against `reference`: the largest
