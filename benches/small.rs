@@ -1,7 +1,7 @@
 //! `gpu_dot` against ndarray's `dot` on the small products that stay on the CPU (below the
 //! GPU threshold): each form (matrix · matrix, matrix · vector, vector · matrix, vector ·
-//! vector, a batch) in `f32` and `f64`, and a per-sample training loop's pattern. Such a call
-//! should cost what `dot` costs.
+//! vector, a batch) in `f32`, `f64`, `Complex<f32>` and `Complex<f64>`, and a per-sample
+//! training loop's pattern. Such a call should cost what `dot` costs.
 //!
 //! Criterion reports each pair; then a table of nanoseconds per call (median of 41 rounds,
 //! the two alternating round by round), which `GPU_DOT_SMALL_JSON=PATH` also writes as JSON.
@@ -12,33 +12,74 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpu_dot::num_complex::Complex;
 use gpu_dot::profile::random_matrix_of;
-use gpu_dot::{Element, GpuDot};
+use gpu_dot::{Element, GpuDot, GpuScalar};
 use ndarray::{Array1, Array2, Array3};
 
+/// An element type of the bench: random matrices of it, and its name.
+trait Gen: GpuScalar {
+    const NAME: &'static str;
+    fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<Self>;
+    fn from_f64(x: f64) -> Self;
+}
+
+macro_rules! real_gen {
+    ($t:ty, $name:literal) => {
+        impl Gen for $t {
+            const NAME: &'static str = $name;
+            fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<$t> {
+                random_matrix_of::<$t>(rows, cols, seed)
+            }
+            fn from_f64(x: f64) -> $t {
+                <$t as Element>::from_f64(x)
+            }
+        }
+    };
+}
+real_gen!(f32, "f32");
+real_gen!(f64, "f64");
+
+impl<T: Element + Gen> Gen for Complex<T> {
+    const NAME: &'static str = if std::mem::size_of::<T>() == 4 {
+        "c32"
+    } else {
+        "c64"
+    };
+    fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<Complex<T>> {
+        let (re, im) = (T::matrix(rows, cols, seed), T::matrix(rows, cols, !seed));
+        ndarray::Zip::from(&re)
+            .and(&im)
+            .map_collect(|&re, &im| Complex::new(re, im))
+    }
+    fn from_f64(x: f64) -> Complex<T> {
+        Complex::new(
+            <T as Element>::from_f64(x),
+            <T as Element>::from_f64(-0.5 * x),
+        )
+    }
+}
+
 /// One form's operands.
-struct Case<A: Element> {
+struct Case<A: Gen> {
     name: &'static str,
     run_dot: Box<dyn Fn() -> A>,
     run_gpu_dot: Box<dyn Fn() -> A>,
 }
 
-fn vector<A: Element>(len: usize, seed: u64) -> Array1<A> {
-    random_matrix_of::<A>(len, 1, seed).column(0).to_owned()
+fn vector<A: Gen>(len: usize, seed: u64) -> Array1<A> {
+    A::matrix(len, 1, seed).column(0).to_owned()
 }
 
 /// Sums one element of a result, so that nothing is optimised away.
-fn first<A: Element, D: ndarray::Dimension>(a: ndarray::Array<A, D>) -> A {
+fn first<A: Gen, D: ndarray::Dimension>(a: ndarray::Array<A, D>) -> A {
     *a.iter().next().expect("a non-empty result")
 }
 
-fn cases<A: Element>() -> Vec<Case<A>> {
-    let (a16, b16) = (
-        random_matrix_of::<A>(16, 16, 1),
-        random_matrix_of::<A>(16, 16, 2),
-    );
-    let (w, x) = (random_matrix_of::<A>(32, 16, 3), vector::<A>(16, 4));
-    let (y, w2) = (vector::<A>(32, 5), random_matrix_of::<A>(32, 16, 6));
+fn cases<A: Gen>() -> Vec<Case<A>> {
+    let (a16, b16) = (A::matrix(16, 16, 1), A::matrix(16, 16, 2));
+    let (w, x) = (A::matrix(32, 16, 3), vector::<A>(16, 4));
+    let (y, w2) = (vector::<A>(32, 5), A::matrix(32, 16, 6));
     let (u, v) = (vector::<A>(64, 7), vector::<A>(64, 8));
     let q: Array3<A> = Array3::from_shape_fn((4, 8, 8), |(i, j, k)| {
         A::from_f64((i * 64 + j * 8 + k) as f64 * 0.01)
@@ -52,8 +93,8 @@ fn cases<A: Element>() -> Vec<Case<A>> {
     // The per-sample loop: a forward matrix · vector and a backward vector · matrix per
     // sample, over 32 samples.
     let (lw, lx, lg) = (
-        random_matrix_of::<A>(32, 16, 9),
-        random_matrix_of::<A>(32, 16, 10),
+        A::matrix(32, 16, 9),
+        A::matrix(32, 16, 10),
         vector::<A>(32, 11),
     );
     let (lwc, lxc, lgc) = (lw.clone(), lx.clone(), lg.clone());
@@ -104,7 +145,7 @@ fn cases<A: Element>() -> Vec<Case<A>> {
 }
 
 /// One pass of a per-sample training loop's products: `h = W · x_i` and `g_i · X`.
-fn per_sample<A: Element>(
+fn per_sample<A: Gen>(
     w: &Array2<A>,
     x: &Array2<A>,
     g: &Array1<A>,
@@ -122,7 +163,7 @@ fn per_sample<A: Element>(
 }
 
 /// Median nanoseconds per call of `dot` and of `gpu_dot`, alternating rounds.
-fn median_ns<A: Element>(case: &Case<A>) -> (f64, f64) {
+fn median_ns<A: Gen>(case: &Case<A>) -> (f64, f64) {
     let calls = {
         let start = Instant::now();
         let mut n = 0u32;
@@ -151,9 +192,9 @@ fn median_ns<A: Element>(case: &Case<A>) -> (f64, f64) {
     (median(dot), median(gpu))
 }
 
-fn criterion_pairs<A: Element>(c: &mut Criterion) {
+fn criterion_pairs<A: Gen>(c: &mut Criterion) {
     for case in cases::<A>() {
-        let mut group = c.benchmark_group(format!("small {} {}", A::DTYPE, case.name));
+        let mut group = c.benchmark_group(format!("small {} {}", A::NAME, case.name));
         group.warm_up_time(std::time::Duration::from_millis(200));
         group.measurement_time(std::time::Duration::from_millis(600));
         group.bench_function("dot", |b| b.iter(|| black_box((case.run_dot)())));
@@ -162,17 +203,17 @@ fn criterion_pairs<A: Element>(c: &mut Criterion) {
     }
 }
 
-fn table<A: Element>(rows: &mut Vec<serde_json::Value>) {
+fn table<A: Gen>(rows: &mut Vec<serde_json::Value>) {
     for case in cases::<A>() {
         let (dot, gpu) = median_ns(&case);
         println!(
             "| {} | {} | {dot:.0} | {gpu:.0} | {:.3} |",
-            A::DTYPE,
+            A::NAME,
             case.name,
             gpu / dot
         );
         rows.push(serde_json::json!({
-            "dtype": A::DTYPE.to_string(), "case": case.name,
+            "dtype": A::NAME, "case": case.name,
             "dot_ns": dot, "gpu_dot_ns": gpu, "ratio": gpu / dot,
         }));
     }
@@ -181,11 +222,15 @@ fn table<A: Element>(rows: &mut Vec<serde_json::Value>) {
 fn small(c: &mut Criterion) {
     criterion_pairs::<f32>(c);
     criterion_pairs::<f64>(c);
+    criterion_pairs::<Complex<f32>>(c);
+    criterion_pairs::<Complex<f64>>(c);
     println!("\n| type | product | dot ns | gpu_dot ns | gpu_dot / dot |");
     println!("|---|---|---|---|---|");
     let mut rows = Vec::new();
     table::<f32>(&mut rows);
     table::<f64>(&mut rows);
+    table::<Complex<f32>>(&mut rows);
+    table::<Complex<f64>>(&mut rows);
     if let Ok(path) = std::env::var("GPU_DOT_SMALL_JSON") {
         let out = serde_json::json!({
             "device": gpu_dot::device_status().to_string(),
