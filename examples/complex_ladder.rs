@@ -87,7 +87,7 @@ fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<R
                     let mut ms = [0.0, 0.0];
                     for which in [crate_first, !crate_first] {
                         if which {
-                            ms[0] = p.time(precision, 0, reps).expect("timing").median_ms;
+                            ms[0] = p.time(precision, 1, reps).expect("timing").median_ms;
                         } else if let Some(t) = p.time_cublas_if_built(reps) {
                             ms[1] = t;
                         }
@@ -101,6 +101,8 @@ fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<R
                     ratios.push(t / o);
                 }
             }
+            // What the timed products ran (the guard may have refused, and remembered it).
+            let route = problem.route().map_or(route, Route::to_string);
             let ms = median(&ours);
             let flops = 8.0 * (size as f64).powi(3);
             let cublas_ms = (!theirs.is_empty()).then(|| median(&theirs));

@@ -59,7 +59,8 @@
 //!   is four real products of its parts (`Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each in the real
 //!   type's precision and under its guard, so that every element keeps the complex form of
 //!   the real bound (`docs/precision.md`, "Complex matrices"); the threshold counts its real
-//!   flops, `8·m·k·n`. [`GpuMatrix`] and the `try_` general forms are real-only.
+//!   flops, `8·m·k·n`, and it runs on one device. [`GpuMatrix`] and the `try_` general forms
+//!   are real-only.
 //! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
 //!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
 //!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different

@@ -11,9 +11,10 @@
 //! Each part is uploaded once; the four products run on the device through the real types'
 //! general product, two of them accumulating into the other two (`beta = 1`), so that each is
 //! the real type's product with its precision, its guard and its errors. Every element of a
-//! real product keeps the componentwise bound `γ·u·Σₖ|xᵢₖ||yₖⱼ|`, so the complex element keeps
-//! `γ·u·Σₖ(|aᵣ||bᵣ| + |aᵢ||bᵢ|) + u·|re| ≤ (γ+1)·u·Σₖ|aᵢₖ||bₖⱼ|` (Cauchy–Schwarz), the complex
-//! form of the real contract. The CPU route is ndarray's own complex product.
+//! real product the guard passes keeps `7·u·Σₖ|xᵢₖ||yₖⱼ|`, so the modulus of a complex
+//! element's error stays within `(7·√2 + 1)·u·Σₖ|aᵢₖ||bₖⱼ|` (docs/precision.md), the complex
+//! form of the real contract. A complex product runs on one device. The CPU route is
+//! ndarray's own complex product.
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{
@@ -29,7 +30,7 @@ use crate::device::context;
 use crate::element::Element;
 use crate::error::GpuDotError;
 use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
-use crate::options::{Backend, DotOptions};
+use crate::options::{Backend, DotOptions, Precision};
 use crate::route::{self, CpuReason, Decision, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
@@ -205,8 +206,8 @@ pub(crate) fn general<T: Element>(
 }
 
 /// The batch `a · b` as `opts` asks, in standard (C) order: four real batches of the parts
-/// (each the real types' batch, one upload per operand part and one launch for every item),
-/// combined on the host. `fall_back`: a failing GPU computes on the CPU whatever the backend.
+/// (each the real types' batch: each part is uploaded for the two batches it is in, and each
+/// batch is one launch for every item), combined on the host. `fall_back`: a failing GPU computes on the CPU whatever the backend.
 pub(crate) fn batch_dot<T: Element>(
     a: ArrayView3<'_, Complex<T>>,
     b: Rhs<'_, Complex<T>>,
@@ -230,7 +231,20 @@ pub(crate) fn batch_dot<T: Element>(
             route: Route::Cpu(why),
         });
     }
-    // The parts' batches go to the GPU together or not at all.
+    // Under Auto, the CPU while the kernels compile or without a usable device, as the real
+    // batches decide; then the parts' batches go to the GPU together or not at all.
+    if opts.backend == Backend::Auto {
+        let why = match route::device_for(opts, []).and_then(context::gpu_on) {
+            Ok(gpu) => route::compiling(&gpu, T::DTYPE, opts, true),
+            Err(e) => Some(CpuReason::GpuUnavailable(e)),
+        };
+        if let Some(why) = why {
+            return Ok(Product {
+                c: cpu(),
+                route: Route::Cpu(why),
+            });
+        }
+    }
     let parts_opts = opts.clone().backend(Backend::Gpu);
     let Complex { re: ar, im: ai } = a.split_complex();
     let (br, bi) = match &b {
@@ -284,20 +298,31 @@ fn decide<T: Element>(
     (m, k, n): (usize, usize, usize),
     fall_back: bool,
 ) -> Result<Result<usize, CpuReason>, GpuDotError> {
+    // Logged, then taken back: the reason is not copied.
+    let cpu = |why: CpuReason| {
+        let decision = Ok(Decision::Cpu(why));
+        log::<T>(m, k, n, &decision);
+        let Ok(Decision::Cpu(why)) = decision else {
+            unreachable!("made above")
+        };
+        Ok(Err(why))
+    };
     let flops = route::flops(m, k, n).saturating_mul(4);
     if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
-        log::<T>(m, k, n, &Ok(Decision::Cpu(why.clone())));
-        return Ok(Err(why));
+        return cpu(why);
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
-    let gpu = match route::device_for(opts, []).and_then(context::gpu_on) {
+    let gpu = crate::engine::args::check_dims(m, k, n)
+        .and_then(|()| route::device_for(opts, []))
+        .and_then(context::gpu_on);
+    let gpu = match gpu {
         Ok(gpu) => gpu,
-        Err(e) if fall_back => return Ok(Err(CpuReason::GpuUnavailable(e))),
+        Err(e) if fall_back => return cpu(CpuReason::GpuUnavailable(e)),
         Err(e) => return Err(e),
     };
     if opts.backend == Backend::Auto {
         if let Some(why) = route::compiling(&gpu, T::DTYPE, opts, false) {
-            return Ok(Err(why));
+            return cpu(why);
         }
     }
     Ok(Ok(gpu.info.ordinal))
@@ -323,21 +348,34 @@ fn planar<T: Element>(
     Ok((re, im, route))
 }
 
-/// The four real products of a complex product whose parts `[Aᵣ, Aᵢ, Bᵣ, Bᵢ]` are on the
-/// device, into the parts of the product, with their joint route:
-/// `re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`.
+/// The four real products of a complex product, in the order they run: the part of A and the
+/// part of B they multiply (0 the real part, 1 the imaginary one), `alpha`, `beta` and the
+/// part of C they write: `re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`, the second of each pair
+/// accumulating into the first's result.
+pub(crate) const FOUR: [(usize, usize, f64, f64, usize); 4] = [
+    (0, 0, 1.0, 0.0, 0),
+    (1, 1, -1.0, 1.0, 0),
+    (0, 1, 1.0, 0.0, 1),
+    (1, 0, 1.0, 1.0, 1),
+];
+
+/// The four real products ([`FOUR`]) of a complex product whose parts `[Aᵣ, Aᵢ, Bᵣ, Bᵢ]` are on
+/// the device, into the parts of the product, with their joint route.
 pub(crate) fn products<T: Element>(
-    [ar, ai, br, bi]: &[GpuMatrix<T>; 4],
+    parts: &[GpuMatrix<T>; 4],
     re: &mut GpuMatrix<T>,
     im: &mut GpuMatrix<T>,
     opts: &DotOptions,
 ) -> Result<Route, GpuDotError> {
-    let (one, zero) = (T::one(), T::zero());
-    let rr = try_general_mat_mul_with(one, ar, br, zero, re, opts)?;
-    let ii = try_general_mat_mul_with(-one, ai, bi, one, re, opts)?;
-    let ri = try_general_mat_mul_with(one, ar, bi, zero, im, opts)?;
-    let ir = try_general_mat_mul_with(one, ai, br, one, im, opts)?;
-    Ok(joint([rr, ii, ri, ir]))
+    let c = [re, im];
+    let mut routes = Vec::with_capacity(4);
+    for (a, b, alpha, beta, out) in FOUR {
+        let (x, y) = (&parts[a], &parts[2 + b]);
+        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
+        routes.push(try_general_mat_mul_with(alpha, x, y, beta, c[out], opts)?);
+    }
+    let routes: [Route; 4] = routes.try_into().expect("four products");
+    Ok(joint(routes))
 }
 
 /// Downloads the two parts into the complex array `c` of their shape.
@@ -354,12 +392,20 @@ pub(crate) fn download<T: Element>(
     im.copy_to(&mut ci)
 }
 
-/// The route of a complex product from those of its four real products: the first one that
-/// the guard sent to native (the weakest precision that ran), else the first, marked complex.
+/// The route of a complex product from those of its four real products: the first of the
+/// weakest precision that ran (native where the guard refused, or where emulation was asked
+/// for and could not run, or simply native), else the first, marked complex.
 fn joint(routes: [Route; 4]) -> Route {
-    let refused =
-        |r: &Route| matches!(r, Route::Gpu { guard: Some(g), .. } if g.failed > 0 || g.skipped);
-    let pick = routes.iter().position(refused).unwrap_or(0);
+    let weaker = |r: &Route| match r {
+        Route::Gpu { guard: Some(g), .. } if g.failed > 0 || g.skipped => true,
+        Route::Gpu {
+            precision,
+            precision_unavailable,
+            ..
+        } => *precision == Precision::Native || precision_unavailable.is_some(),
+        _ => false,
+    };
+    let pick = routes.iter().position(weaker).unwrap_or(0);
     let mut route = routes[pick].clone();
     if let Route::Gpu { complex, .. } = &mut route {
         *complex = true;

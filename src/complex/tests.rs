@@ -19,9 +19,10 @@ fn zeros_are_zeros_of_the_shape_in_c_order() {
 }
 
 #[test]
-fn the_parts_of_a_product_recombine_into_it() {
-    // The four real products of `planar`, on the CPU: the parts as strided views and the
-    // accumulation with beta = 1, in every layout, give ndarray's complex product.
+fn the_four_products_recombine_into_the_product() {
+    // `products` runs the table FOUR on the device; here the same table runs on the CPU, over
+    // the parts as `planar` reads them (strided views, in every layout), and must give
+    // ndarray's complex product: a wrong sign, part or accumulation in FOUR fails here.
     let a = Array2::from_shape_fn((5, 7), |(i, q)| {
         Complex::new(i as f64 - 2.5 * q as f64, 0.5 * (i * q) as f64 - 1.0)
     });
@@ -39,16 +40,18 @@ fn the_parts_of_a_product_recombine_into_it() {
     ] {
         let Complex { re: ar, im: ai } = a.split_complex();
         let Complex { re: br, im: bi } = b.split_complex();
-        let mut re = Array2::zeros((a.nrows(), b.ncols()));
-        let mut im = re.clone();
-        general_mat_mul(1.0, &ar, &br, 0.0, &mut re);
-        general_mat_mul(-1.0, &ai, &bi, 1.0, &mut re);
-        general_mat_mul(1.0, &ar, &bi, 0.0, &mut im);
-        general_mat_mul(1.0, &ai, &br, 1.0, &mut im);
+        let parts = [ar, ai, br, bi];
+        let mut c = [
+            Array2::from_elem((a.nrows(), b.ncols()), f64::NAN),
+            Array2::from_elem((a.nrows(), b.ncols()), f64::NAN),
+        ];
+        for (x, y, alpha, beta, out) in FOUR {
+            general_mat_mul(alpha, &parts[x], &parts[2 + y], beta, &mut c[out]);
+        }
         let want = a.dot(&b);
         // The operands are small integers and halves: every product is exact.
-        assert_eq!(want.mapv(|z| z.re), re);
-        assert_eq!(want.mapv(|z| z.im), im);
+        assert_eq!(want.mapv(|z| z.re), c[0]);
+        assert_eq!(want.mapv(|z| z.im), c[1]);
     }
 }
 
