@@ -542,6 +542,26 @@ pub fn emulated(route: &Route) -> bool {
     )
 }
 
+/// A suite case's three products, in the native precision, the default and unguarded Ozaki
+/// at the automatic count, on the GPU with the output poisoned first: what `product` measures
+/// of each, with its route; the first error, if any.
+pub(crate) fn three_precisions<M>(
+    product: impl Fn(&DotOptions) -> Result<(M, Route), GpuDotError>,
+) -> Result<[(M, Route); 3], GpuDotError> {
+    let run = |precision: Precision| {
+        let opts = DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .poison_output(true);
+        product(&opts)
+    };
+    Ok([
+        run(Precision::Native)?,
+        run(Precision::Auto)?,
+        run(Precision::OZAKI)?,
+    ])
+}
+
 /// The inner dimensions the suite runs each family at.
 pub const SUITE_KS: [usize; 4] = [256, 1024, 4096, 16384];
 /// The suite's rows of A and columns of B (the product is `48 × k · k × 40`).
@@ -570,17 +590,10 @@ impl SuiteCase {
         let dims = (SUITE_MN.0, k, SUITE_MN.1);
         let (a, b) = family.operands::<A>(dims, seed);
         let reference = Reference::new(a.view(), b.view());
-        let product = |precision: Precision| {
-            let opts = DotOptions::builtin()
-                .backend(Backend::Gpu)
-                .precision(precision)
-                .poison_output(true);
-            a.try_gpu_dot_with(&b, &opts)
+        let [(native, _), (default, route), (unguarded, _)] = three_precisions(|opts| {
+            a.try_gpu_dot_with(&b, opts)
                 .map(|p| (componentwise(p.c.view(), &reference), p.route))
-        };
-        let (native, _) = product(Precision::Native)?;
-        let (default, route) = product(Precision::Auto)?;
-        let (unguarded, _) = product(Precision::OZAKI)?;
+        })?;
         Ok(SuiteCase {
             dtype: A::DTYPE,
             family,

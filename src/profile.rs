@@ -153,6 +153,19 @@ pub struct Timing {
     pub gflops: f64,
 }
 
+impl Timing {
+    /// The timing of runs that took `times` milliseconds (at least one) doing `flops` each.
+    pub(crate) fn of(mut times: Vec<f64>, flops: f64) -> Timing {
+        times.sort_by(f64::total_cmp);
+        let median_ms = times[times.len() / 2];
+        Timing {
+            median_ms,
+            min_ms: times[0],
+            gflops: flops / (median_ms * 1e6),
+        }
+    }
+}
+
 /// Random row-major operands of an `m × k × n` product of `f32` (or `f64`:
 /// `DeviceProblem<f64>`), resident on the device.
 pub struct DeviceProblem<A: Element = f32> {
@@ -338,14 +351,8 @@ impl<A: Element> DeviceProblem<A> {
         for _ in 0..reps.max(1) {
             times.push(watch.time(&stream, || launch(self))? as f64);
         }
-        times.sort_by(f64::total_cmp);
-        let median_ms = times[times.len() / 2];
         let (m, k, n) = self.dims;
-        Ok(Timing {
-            median_ms,
-            min_ms: times[0],
-            gflops: crate::flops(m, k, n) as f64 / (median_ms * 1e6),
-        })
+        Ok(Timing::of(times, crate::flops(m, k, n) as f64))
     }
 }
 

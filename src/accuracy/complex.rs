@@ -8,7 +8,6 @@ use num_complex::Complex;
 use crate::accuracy::{Componentwise, Dot2, Family};
 use crate::element::{Dtype, Element};
 use crate::error::GpuDotError;
-use crate::options::{Backend, DotOptions, Precision};
 use crate::route::Route;
 use crate::GpuDot;
 
@@ -287,17 +286,11 @@ impl ComplexSuiteCase {
         let dims = (crate::accuracy::SUITE_MN.0, k, crate::accuracy::SUITE_MN.1);
         let (a, b) = family.operands::<T>(dims, seed);
         let reference = ComplexReference::new(a.view(), b.view());
-        let product = |precision: Precision| {
-            let opts = DotOptions::builtin()
-                .backend(Backend::Gpu)
-                .precision(precision)
-                .poison_output(true);
-            a.try_gpu_dot_with(&b, &opts)
-                .map(|p| (componentwise(p.c.view(), &reference), p.route))
-        };
-        let (native, _) = product(Precision::Native)?;
-        let (default, route) = product(Precision::Auto)?;
-        let (unguarded, _) = product(Precision::OZAKI)?;
+        let [(native, _), (default, route), (unguarded, _)] =
+            crate::accuracy::three_precisions(|opts| {
+                a.try_gpu_dot_with(&b, opts)
+                    .map(|p| (componentwise(p.c.view(), &reference), p.route))
+            })?;
         Ok(ComplexSuiteCase {
             dtype: T::DTYPE,
             family,
