@@ -70,19 +70,11 @@ fn sweep<T: Element>(
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (i, &n) in sizes.iter().enumerate() {
         let (a, b) = (random::<T>(n, 1 + i as u64), random::<T>(n, 100 + i as u64));
-        let warm = || {
+        let route = common::warm_until_settled(|| {
             a.try_gpu_dot_with(&b, &DotOptions::default())
                 .expect("gpu_dot")
                 .route
-        };
-        warm();
-        for _ in 0..64 {
-            if gpu_dot::tuning_in_progress() == 0 {
-                break;
-            }
-            warm();
-        }
-        let route = warm();
+        });
         a.try_gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = if n >= 4096 { 2000.0 } else { 500.0 };
         let gpu_dot_ms = median_ms(budget, || drop(a.gpu_dot(&b)));

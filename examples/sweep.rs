@@ -199,22 +199,11 @@ fn sweep<A: Element>(
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix_of::<A>(m, k, 1 + i as u64);
         let b = random_matrix_of::<A>(k, n, 100 + i as u64);
-        // Warm-up: grows the staging buffers and lets the autotuner settle (each candidate is
-        // a real product, measured as it runs).
-        let warm = || {
+        let route = common::warm_until_settled(|| {
             a.try_gpu_dot_with(&b, &DotOptions::default())
                 .expect("gpu_dot")
                 .route
-        };
-        warm();
-        for _ in 0..64 {
-            if gpu_dot::tuning_in_progress() == 0 {
-                break;
-            }
-            warm();
-        }
-        // The route of the settled choice (the loop's last product may be a tuning trial).
-        let route = warm();
+        });
         a.try_gpu_dot_with(&b, &gpu).expect("the GPU path");
         let budget = 600.0;
         // The four in a fresh random order each round, so that none always follows the same

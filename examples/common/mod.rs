@@ -30,6 +30,21 @@ pub fn median_ms(budget_ms: f64, mut f: impl FnMut()) -> f64 {
     t[t.len() / 2]
 }
 
+/// Runs `product` (a `gpu_dot` with default settings, returning its route) until the
+/// autotuner has settled on its choice for that shape (at most 64 more times): the warm-up
+/// grows the staging buffers and lets each candidate plan, a real product, be measured. Returns
+/// the route of the settled choice (the loop's last product may have been a tuning trial).
+pub fn warm_until_settled(product: impl Fn() -> gpu_dot::Route) -> gpu_dot::Route {
+    product();
+    for _ in 0..64 {
+        if gpu_dot::tuning_in_progress() == 0 {
+            break;
+        }
+        product();
+    }
+    product()
+}
+
 /// Runs a Python `script` with `arg` as `sys.argv[1]` and parses the JSON list of times it
 /// prints, or `None` (saying why on stderr) when python3 or torch is missing or fails.
 pub fn python_times(script: &str, arg: &str) -> Option<Vec<f64>> {
