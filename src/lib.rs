@@ -237,6 +237,7 @@ mod host;
 mod layout;
 mod matrix;
 mod options;
+mod pinned;
 mod pipeline;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -346,11 +347,12 @@ pub use options::{
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use options::{MAX_MODULI, MIN_MODULI};
+pub use pinned::{PinnedArray, PinnedArray1, PinnedArray2, PinnedArray3};
 pub use pipeline::{retained_host_memory, retained_memory, trim};
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use route::flops;
-pub use route::{CpuReason, Product, Route};
+pub use route::{CpuReason, HostCopies, Product, Route};
 pub use settings::{
     ProcessSettings, SettingAlreadyRead, ENV_GUARD_MEMORY, ENV_SPARE_RESULT, ENV_TRACE,
 };
@@ -699,6 +701,7 @@ pub mod __testing {
     };
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::family::override_kernel_source;
+    pub use crate::host::pinned::live_registrations;
 
     /// Ozaki scheme II on the CPU, exactly as the kernels compute it (the tests' oracle):
     /// `reference(a, b, (m, k, n), moduli)` with row-major `a` (m × k) and `b` (k × n).

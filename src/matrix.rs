@@ -32,6 +32,7 @@ use crate::element::Element;
 use crate::engine::aux::{self, Elementwise};
 use crate::error::GpuDotError;
 use crate::options::DotOptions;
+use crate::pinned::PinnedArray;
 use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
 use crate::route::{self, Decision, Route};
 use crate::scalar::GpuScalar;
@@ -345,17 +346,18 @@ mod sealed {
     impl<S: ndarray::RawData, D> Sealed for ndarray::ArrayBase<S, D> {}
     impl<A: crate::Element> Sealed for super::GpuMatrix<A> {}
     impl<A: crate::Element> Sealed for super::GpuView<'_, A> {}
+    impl<A, D: ndarray::Dimension> Sealed for crate::PinnedArray<A, D> {}
 }
 
 /// What the general product reads: every 2-D ndarray array or view of an [`Element`] type,
-/// [`GpuMatrix`] and [`GpuView`]. Sealed: implemented for those types only.
+/// [`PinnedArray`], [`GpuMatrix`] and [`GpuView`]. Sealed: implemented for those types only.
 pub trait AsOperand<A: Element>: sealed::Sealed {
     /// The operand, borrowed.
     fn as_operand(&self) -> Operand<'_, A>;
 }
 
 /// What the general product writes: every mutable 2-D ndarray array or view of an
-/// [`Element`] type, and [`GpuMatrix`]. Sealed: implemented for those types only.
+/// [`Element`] type, [`PinnedArray`], and [`GpuMatrix`]. Sealed: implemented for those types only.
 pub trait AsOutput<A: Element>: sealed::Sealed {
     /// The output, borrowed mutably.
     fn as_output(&mut self) -> Output<'_, A>;
@@ -364,6 +366,18 @@ pub trait AsOutput<A: Element>: sealed::Sealed {
 impl<A: Element, S: Data<Elem = A>> AsOperand<A> for ArrayBase<S, Ix2> {
     fn as_operand(&self) -> Operand<'_, A> {
         Operand(Src::Host(self.view()))
+    }
+}
+
+impl<A: Element> AsOperand<A> for PinnedArray<A, Ix2> {
+    fn as_operand(&self) -> Operand<'_, A> {
+        Operand(Src::Host(self.view()))
+    }
+}
+
+impl<A: Element> AsOutput<A> for PinnedArray<A, Ix2> {
+    fn as_output(&mut self) -> Output<'_, A> {
+        Output(Dst::Host(self.view_mut()))
     }
 }
 

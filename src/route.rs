@@ -68,6 +68,9 @@ pub enum Route {
         /// describe the one of them that ran in the weakest precision (the first that the
         /// guard sent to native, else the first).
         complex: bool,
+        /// How the host arrays crossed the link: through the crate's staging, or straight
+        /// from and into page-locked memory ([`PinnedArray`](crate::PinnedArray)).
+        host: HostCopies,
         /// What the device's guard found where the default precision weighed emulation (the
         /// first panel's): `failed == 0` when it emulated (`precision` then names the count
         /// of moduli), else the tiles it found outside native's bound at every count it
@@ -80,6 +83,62 @@ pub enum Route {
     Cpu(CpuReason),
     /// Nothing to compute: `m`, `n` or `k` is zero (the result is `m × n` zeros).
     Empty,
+}
+
+/// How a GPU product's host arrays crossed the link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostCopies {
+    /// No host array was copied: device matrices in and out.
+    None,
+    /// Every host array went through the crate's page-locked staging: packed by the host's
+    /// threads, then copied.
+    Staged,
+    /// Every host array was copied straight from or into its own page-locked memory (a
+    /// [`PinnedArray`](crate::PinnedArray)'s, read or written in place), with no staging.
+    Direct,
+    /// Some straight, some staged: a pinned array's view that is not contiguous in row-major
+    /// order (a transposed or stepped view, a column panel), or an ordinary array beside a
+    /// pinned one, goes through staging. So do the smallest products (whose kernels read and
+    /// write the staging in place).
+    Mixed,
+    /// A pinned array's registration failed, so it went through staging like any other
+    /// memory (with the driver's reason).
+    Unlocked {
+        /// Why the array is not page-locked.
+        reason: String,
+    },
+}
+
+impl HostCopies {
+    /// The copies of two parts of one product.
+    pub(crate) fn and(self, other: HostCopies) -> HostCopies {
+        use HostCopies::*;
+        match (self, other) {
+            (u @ Unlocked { .. }, _) | (_, u @ Unlocked { .. }) => u,
+            (None, x) | (x, None) => x,
+            (Staged, Staged) => Staged,
+            (Direct, Direct) => Direct,
+            _ => Mixed,
+        }
+    }
+}
+
+impl fmt::Display for HostCopies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostCopies::None => write!(f, "no host arrays"),
+            HostCopies::Staged => write!(f, "host arrays staged"),
+            HostCopies::Direct => write!(f, "host arrays copied straight from page-locked memory"),
+            HostCopies::Mixed => write!(f, "host arrays partly copied straight, partly staged"),
+            HostCopies::Unlocked { reason } => {
+                write!(
+                    f,
+                    "host arrays staged (a pinned array is not page-locked: {reason})"
+                )
+            }
+        }
+    }
 }
 
 /// Why a product ran on the CPU.
@@ -130,6 +189,7 @@ impl fmt::Display for Route {
                 precision_unavailable,
                 guard,
                 complex,
+                host,
             } => {
                 let dtype = match (complex, dtype) {
                     (false, _) => dtype.name(),
@@ -188,9 +248,13 @@ impl fmt::Display for Route {
                 }
                 write!(f, " (operands read as {a_layout:?} and {b_layout:?} order")?;
                 match (panels, batch) {
-                    (1, _) => write!(f, ")"),
-                    (p, 1) => write!(f, "; {p} row panels)"),
-                    (p, _) => write!(f, "; in {p} parts)"),
+                    (1, _) => {}
+                    (p, 1) => write!(f, "; {p} row panels")?,
+                    (p, _) => write!(f, "; in {p} parts")?,
+                }
+                match host {
+                    HostCopies::Staged | HostCopies::None => write!(f, ")"),
+                    other => write!(f, "; {other})"),
                 }
             }
             Route::Cpu(CpuReason::Requested) => write!(f, "CPU, as requested"),
@@ -673,5 +737,6 @@ pub(crate) fn gpu_route<T: Element>(
         a_layout: done.a_layout,
         b_layout: done.b_layout,
         panels: done.panels,
+        host: done.host,
     }
 }

@@ -3,4 +3,5 @@
 
 pub(crate) mod crew;
 pub(crate) mod fresh;
+pub(crate) mod pinned;
 pub(crate) mod staging;

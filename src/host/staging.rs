@@ -446,6 +446,15 @@ impl HostMat {
         self.rows * self.cols
     }
 
+    /// The address and byte length of the matrix where its row-major order is one
+    /// contiguous run of memory (element `e` at `addr + e · width`); `None` where it is not,
+    /// or where it is empty.
+    pub(crate) fn contiguous(&self) -> Option<(usize, usize)> {
+        let rows_follow = self.rows <= 1 || self.row_stride == self.cols as isize;
+        (self.len() > 0 && (self.col_stride == 1 || self.cols <= 1) && rows_follow)
+            .then(|| (self.ptr as usize, self.len() * self.width))
+    }
+
     /// The transpose (no copy).
     pub(crate) fn t(&self) -> HostMat {
         HostMat {

@@ -96,8 +96,8 @@ fn run<T: Element>(
         buf.as_ref().expect("provided above").addr(&stream)
     };
     let (a_addr, b_addr, c_addr) = (addr(&ws, 'a'), addr(&ws, 'b'), addr(&ws, 'c'));
-    transfer::<T>(gpu, &mut ws, Some((a.host(a_trans), a_addr)), None)?;
-    transfer::<T>(gpu, &mut ws, Some((b.host(b_trans), b_addr)), None)?;
+    let up_a = transfer::<T>(gpu, &mut ws, Some((a.host(a_trans), a_addr)), None)?;
+    let up_b = transfer::<T>(gpu, &mut ws, Some((b.host(b_trans), b_addr)), None)?;
     let (plan, precision) = {
         let Workspace { dev, .. } = &mut ws;
         let da = DeviceOperand {
@@ -133,7 +133,8 @@ fn run<T: Element>(
             opts.precision,
         )?
     };
-    transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
+    let down = transfer::<T>(gpu, &mut ws, None, Some((c, c_addr, true)))?;
     workspace::give_back(gpu, ws);
-    Ok(batch_done(opts.kernel, (plan, precision), 1, a, b))
+    let host = up_a.and(up_b).and(down);
+    Ok(batch_done(opts.kernel, (plan, precision), 1, (a, b), host))
 }

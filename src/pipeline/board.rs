@@ -10,7 +10,9 @@ use std::time::Instant;
 use cudarc::driver::sys::CUdeviceptr;
 
 use super::schedule::{Direction, Schedule};
+use crate::host::pinned::{self, Memory};
 use crate::host::staging::{release_lines, HostMat, Ring, Stores};
+use crate::route::HostCopies;
 
 /// Bytes of a run's up transfers for which its staging is packed with streaming stores
 /// ([`Stores::Streaming`]), so that the copy engine reads it from memory rather than from the
@@ -66,6 +68,103 @@ pub(crate) struct Endpoints {
     pub(crate) fresh: Option<HostMat>,
     /// Bytes per element of every host matrix and device buffer of the run.
     pub(crate) width: usize,
+    /// For each up and each down transfer, whether it is copied straight between its host
+    /// matrix and the device (page-locked memory read or written in place, see
+    /// [`Endpoints::copy_direct`]): it then has no staging and its pieces do nothing. Empty
+    /// where every transfer is staged.
+    pub(crate) direct_up: Vec<bool>,
+    pub(crate) direct_down: Vec<bool>,
+}
+
+impl Endpoints {
+    /// Endpoints with no transfers yet, every one to be staged.
+    pub(crate) fn new(width: usize, fresh: Option<HostMat>) -> Endpoints {
+        Endpoints {
+            up_host: Vec::new(),
+            up_dev: Vec::new(),
+            down_host: Vec::new(),
+            down_dev: Vec::new(),
+            fresh,
+            width,
+            direct_up: Vec::new(),
+            direct_down: Vec::new(),
+        }
+    }
+
+    /// Marks each transfer whose host matrix is contiguous in its row-major order and lies
+    /// in page-locked memory ([`host::pinned`](crate::host::pinned)) to be copied straight,
+    /// the up ones where `up` allows and the down ones where `down` does (a run whose kernels
+    /// read or write the staging itself keeps it); what the host's arrays got.
+    pub(crate) fn copy_direct(&mut self, up: bool, down: bool) -> HostCopies {
+        let mut seen = Seen::default();
+        let mut mark = |mats: &[HostMat], allowed: bool| -> Vec<bool> {
+            mats.iter()
+                .map(|m| seen.direct(m.contiguous(), allowed))
+                .collect()
+        };
+        self.direct_up = mark(&self.up_host, up);
+        self.direct_down = mark(&self.down_host, down);
+        seen.copies()
+    }
+
+    pub(crate) fn up_direct(&self, transfer: usize) -> bool {
+        self.direct_up.get(transfer).copied().unwrap_or(false)
+    }
+
+    pub(crate) fn down_direct(&self, transfer: usize) -> bool {
+        self.direct_down.get(transfer).copied().unwrap_or(false)
+    }
+
+    /// Elements of `sched`'s transfers that go through staging (packed or unpacked by the
+    /// host's threads).
+    pub(crate) fn staged_elements(&self, sched: &Schedule) -> usize {
+        let staged = |dir: &Direction, direct: &dyn Fn(usize) -> bool| {
+            dir.transfers
+                .iter()
+                .enumerate()
+                .filter(|&(t, _)| !direct(t))
+                .map(|(_, t)| t.len)
+                .sum::<usize>()
+        };
+        staged(&sched.up, &|t| self.up_direct(t)) + staged(&sched.down, &|t| self.down_direct(t))
+    }
+}
+
+/// What [`Endpoints::copy_direct`] found of a run's host transfers.
+#[derive(Default)]
+struct Seen {
+    direct: bool,
+    staged: bool,
+    unlocked: Option<std::sync::Arc<str>>,
+}
+
+impl Seen {
+    /// Whether a transfer of contiguous `range` (address, bytes; `None` where it is not
+    /// contiguous) goes straight, where `allowed`; counted.
+    fn direct(&mut self, range: Option<(usize, usize)>, allowed: bool) -> bool {
+        let memory = range.map_or(Memory::Pageable, |(addr, bytes)| {
+            pinned::memory(addr, bytes)
+        });
+        let direct = allowed && memory == Memory::Locked;
+        if let Memory::Unlocked(why) = memory {
+            self.unlocked.get_or_insert(why);
+        }
+        self.direct |= direct;
+        self.staged |= !direct;
+        direct
+    }
+
+    fn copies(self) -> HostCopies {
+        match (self.direct, self.staged, self.unlocked) {
+            (_, true, Some(why)) => HostCopies::Unlocked {
+                reason: why.to_string(),
+            },
+            (false, false, _) => HostCopies::None,
+            (true, false, _) => HostCopies::Direct,
+            (false, true, _) => HostCopies::Staged,
+            (true, true, _) => HostCopies::Mixed,
+        }
+    }
 }
 
 /// Pieces of a parcel whose times a trace keeps.
@@ -160,6 +259,8 @@ pub(super) struct Board<'r> {
     down_unpacked: Vec<AtomicUsize>,
     pub(super) unpacked: AtomicUsize,
     pub(super) abort: AtomicBool,
+    /// A copy went straight into a host matrix of the caller's (a direct down transfer).
+    pub(super) wrote_direct: AtomicBool,
     /// Helpers that have entered the run, and the times of the first up parcel's pieces and
     /// the last down parcel's: for the trace, so counted, timed and read only where
     /// `log_pieces`.
@@ -213,6 +314,7 @@ impl<'r> Board<'r> {
             down_unpacked: counters(sched.down.parcels.len()),
             unpacked: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
+            wrote_direct: AtomicBool::new(false),
             arrived: AtomicUsize::new(0),
             log_pieces,
             first_parcel: PieceLog::new(),
@@ -317,6 +419,12 @@ impl<'r> Board<'r> {
         let up = &self.sched.up;
         let piece = up.pieces[i];
         let parcel = &up.parcels[piece.parcel];
+        if self.ends.up_direct(parcel.transfer) {
+            // Copied straight from the host matrix: nothing to pack.
+            self.up_packed[piece.parcel].fetch_add(1, SeqCst);
+            self.packed.fetch_add(1, SeqCst);
+            return;
+        }
         let ring = self.up_ring.expect("a ring for the up transfers");
         let ptr = Self::staging(up, ring, piece.parcel, piece.start, piece.end);
         // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the
@@ -336,6 +444,12 @@ impl<'r> Board<'r> {
         let down = &self.sched.down;
         let piece = down.pieces[i];
         let parcel = &down.parcels[piece.parcel];
+        if self.ends.down_direct(parcel.transfer) {
+            // Copied straight into the host matrix: nothing to unpack.
+            self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
+            self.unpacked.fetch_add(1, SeqCst);
+            return;
+        }
         let ring = self.down_ring.expect("a ring for the down transfers");
         let ptr = Self::staging(down, ring, piece.parcel, piece.start, piece.end);
         // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the

@@ -119,8 +119,8 @@ pub(crate) fn conduct<L: Link>(
 ) -> Result<(), GpuDotError> {
     let board = Board::new(sched, ends, run.up_ring, run.down_ring, *TRACE);
     let crew = crew::crew();
-    let helpers =
-        (sched.host_elements() * ends.width / run.bytes_per_helper.max(1)).min(crew.helpers());
+    let helpers = (ends.staged_elements(sched) * ends.width / run.bytes_per_helper.max(1))
+        .min(crew.helpers());
     trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
     let work = |index: usize| {
@@ -151,7 +151,8 @@ pub(crate) fn conduct<L: Link>(
         }
         out
     });
-    if ends.fresh.is_none() && board.down_next.load(SeqCst) > 0 {
+    if ends.fresh.is_none() && (board.down_next.load(SeqCst) > 0 || board.wrote_direct.load(SeqCst))
+    {
         *touched = true;
     }
     result?;
@@ -275,14 +276,21 @@ impl<L: Link> Conductor<'_, '_, L> {
                 trace.arrived_by_first_packed = board.arrived.load(SeqCst);
             }
             let len = parcel.len();
-            let ring = self.run.up_ring.expect("a ring for the up transfers");
-            let src = ring.at(parcel.offset, len);
             let width = self.ends.width;
+            let src = if self.ends.up_direct(parcel.transfer) {
+                let host = self.ends.up_host[parcel.transfer].addr();
+                (host + parcel.start * width) as *mut u8
+            } else {
+                let ring = self.run.up_ring.expect("a ring for the up transfers");
+                ring.at(parcel.offset, len)
+            };
             let dst = self.ends.up_dev[parcel.transfer] + (width * parcel.start) as u64;
             // Mapped inputs copy nothing: the kernels read the packed parcel where it is.
             // SAFETY: `src` holds `len` packed elements (every piece of the parcel is
             // packed), which no piece writes again until this copy's slot mark lands
-            // (`up_free`); `dst` lies inside the device buffer the transfer targets, which
+            // (`up_free`); or, for a direct transfer, `len` elements of the host matrix, which
+            // is contiguous from its address (`Endpoints::copy_direct`) and borrowed for the
+            // whole run, and only read. `dst` lies inside the device buffer the transfer targets, which
             // holds the transfer's elements from its base (sized by the caller from the same
             // schedule), and nothing else uses it until the copy completes (the kernels
             // that read it are ordered after it, and the panel that used the slot before
@@ -396,13 +404,25 @@ impl<L: Link> Conductor<'_, '_, L> {
                 link.wait(Lane::Down, Mark::Kernels(i))?;
             }
             let len = parcel.len();
-            let ring = self.run.down_ring.expect("a ring for the down transfers");
-            let dst = ring.at(parcel.offset, len);
             let width = self.ends.width;
+            let direct = self.ends.down_direct(parcel.transfer);
+            let dst = if direct {
+                let host = self.ends.down_host[parcel.transfer].addr();
+                (host + parcel.start * width) as *mut u8
+            } else {
+                let ring = self.run.down_ring.expect("a ring for the down transfers");
+                ring.at(parcel.offset, len)
+            };
+            if direct {
+                board.wrote_direct.store(true, SeqCst);
+            }
             let src = self.ends.down_dev[parcel.transfer] + (width * parcel.start) as u64;
             // SAFETY: `dst` is `len` elements of the ring's slot, which no thread uses until
             // this copy's mark lands (`down_landed`), and whose previous parcel is unpacked
-            // (checked above); `src` lies inside the device buffer holding the transfer's
+            // (checked above); or, for a direct transfer, `len` elements of the host matrix
+            // (contiguous from its address, `Endpoints::copy_direct`), borrowed mutably for
+            // the whole run, which no thread touches (its pieces do nothing), and which the run
+            // waits for before it returns; `src` lies inside the device buffer holding the transfer's
             // elements, written by work ordered before this copy (the panel's kernels: the
             // same stream, or the wait above). A mapped result copies nothing: the panel's
             // kernels wrote the parcel into `dst` themselves, before the mark recorded here.

@@ -12,6 +12,7 @@ use crate::element::Element;
 use crate::engine::tuner::Ran;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
+use crate::route::HostCopies;
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are
 /// logged at trace level in any case). Any value but an on/off switch's is ignored, with a
@@ -115,6 +116,8 @@ pub(crate) struct Done {
     pub(crate) panels: usize,
     pub(crate) a_layout: Layout,
     pub(crate) b_layout: Layout,
+    /// How its host arrays crossed the link.
+    pub(crate) host: HostCopies,
 }
 
 impl Done {
@@ -125,6 +128,7 @@ impl Done {
             panels: 0,
             a_layout: Layout::C,
             b_layout: Layout::C,
+            host: HostCopies::None,
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
 use crate::options::{DotOptions, Precision};
+use crate::route::HostCopies;
 
 /// One general product, `C = alpha·A·B + beta·C`.
 pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
@@ -106,6 +107,7 @@ fn run<T: Element>(
         panels: 0,
         a_layout: g.a.layout(),
         b_layout: g.b.layout(),
+        host: HostCopies::None,
     };
     if m == 0 || n == 0 {
         return Ok(done);
@@ -118,7 +120,8 @@ fn run<T: Element>(
     times.buffers = started.elapsed();
     let inputs_at = inputs_in_ring(&ws, &planned, T::DTYPE.size());
     let addrs = DevAddrs::of(&ws, inputs_at);
-    let ends = endpoints(&planned, &ops, &addrs);
+    let (ends, copies) = endpoints(&planned, &ops, &addrs);
+    done.host = copies;
     times.loop_start = started.elapsed();
     done.ran = panel_loop(
         gpu,
@@ -521,18 +524,16 @@ fn ring_inputs(sched: &Schedule, ring: CUdeviceptr, width: usize) -> MappedInput
 
 /// Step 4, endpoints: each transfer of the schedule bound to its host matrix and device
 /// address (panel `i` uses slot `i % slots` of A and C).
-fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -> Endpoints {
+fn endpoints<T: Element>(
+    planned: &Planned,
+    ops: &Operands<T>,
+    dev: &DevAddrs,
+) -> (Endpoints, HostCopies) {
     let (sched, slots) = (&planned.sched, planned.slots);
-    let mut ends = Endpoints {
-        up_host: Vec::with_capacity(sched.up.transfers.len()),
-        up_dev: Vec::with_capacity(sched.up.transfers.len()),
-        down_host: Vec::with_capacity(sched.down.transfers.len()),
-        down_dev: Vec::with_capacity(sched.down.transfers.len()),
-        fresh: ops
-            .fresh
-            .then(|| ops.c_host.expect("a fresh result is on the host")),
-        width: T::DTYPE.size(),
-    };
+    let fresh = ops
+        .fresh
+        .then(|| ops.c_host.expect("a fresh result is on the host"));
+    let mut ends = Endpoints::new(T::DTYPE.size(), fresh);
     let c = || ops.c_host.expect("C is on the host");
     for t in &sched.up.transfers {
         let (host, addr) = match t.what {
@@ -568,7 +569,9 @@ fn endpoints<T: Element>(planned: &Planned, ops: &Operands<T>, dev: &DevAddrs) -
         ends.down_host.push(c().rows(r0, r1));
         ends.down_dev.push(dev.c[i % slots]);
     }
-    ends
+    // Kernels that read or write the staging themselves keep it.
+    let copies = ends.copy_direct(!planned.mapped_inputs, !planned.mapped_result);
+    (ends, copies)
 }
 
 /// Step 5, the panel loop: the conductor runs the schedule, calling back for each panel's

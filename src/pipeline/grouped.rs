@@ -23,6 +23,7 @@ use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
 use crate::options::{DotOptions, Precision};
+use crate::route::HostCopies;
 
 /// Device slots of a batch that runs in groups: the groups each slot holds in turn.
 const SLOTS: usize = 2;
@@ -192,7 +193,7 @@ pub(super) fn run<T: Element>(
         },
     )?;
     // Step 2: each transfer bound to its host matrix and its slot.
-    let ends = endpoints(&ws, &sched, &packing, slots, (a, b, c), (m, n), groups);
+    let (ends, host) = endpoints(&ws, &sched, &packing, slots, (a, b, c), (m, n), groups);
     // Step 3: the conductor runs the schedule, enqueueing each group's launch.
     let Workspace {
         lanes,
@@ -248,7 +249,7 @@ pub(super) fn run<T: Element>(
     drop(run);
     workspace::give_back(gpu, ws);
     let ran = ran.expect("a batch has a group");
-    Ok(batch_done(opts.kernel, ran, groups.len(), a, b))
+    Ok(batch_done(opts.kernel, ran, groups.len(), (a, b), host))
 }
 
 /// Step 2: every transfer of `sched` bound to its host matrix and to its group's slot of the
@@ -261,7 +262,7 @@ fn endpoints<T: Element>(
     (a, b, c): (&BatchOperand<'_, T>, &BatchOperand<'_, T>, HostMat),
     (m, n): (usize, usize),
     groups: &[(usize, usize)],
-) -> Endpoints {
+) -> (Endpoints, HostCopies) {
     let width = T::DTYPE.size();
     let stream = &ws.lanes.compute;
     let addr = |buf: &Option<DevBuf>| buf.as_ref().expect("provided").addr(stream);
@@ -270,14 +271,7 @@ fn endpoints<T: Element>(
     let ((a_trans, a_stride, _), (b_trans, b_stride, _)) = (packing.a, packing.b);
     let (ha, hb) = (a.host(a_trans), b.host(b_trans));
     let (qa, qb) = (a_stride / ha.dim().1.max(1), b_stride / hb.dim().1.max(1));
-    let mut ends = Endpoints {
-        up_host: Vec::with_capacity(sched.up.transfers.len()),
-        up_dev: Vec::with_capacity(sched.up.transfers.len()),
-        down_host: Vec::with_capacity(groups.len()),
-        down_dev: Vec::with_capacity(groups.len()),
-        fresh: Some(c),
-        width,
-    };
+    let mut ends = Endpoints::new(width, Some(c));
     for t in &sched.up.transfers {
         let (host, dst) = match t.what {
             What::B => (hb, addr(&ws.dev.b)),
@@ -301,7 +295,8 @@ fn endpoints<T: Element>(
         ends.down_host.push(c.rows(z0 * m, z1 * m));
         ends.down_dev.push(at(&ws.dev.c[0], slots.at(g, m * n)));
     }
-    ends
+    let host = ends.copy_direct(true, true);
+    (ends, host)
 }
 
 /// An operand's buffer of `len` elements seen from element `at` (a group's place), packed as

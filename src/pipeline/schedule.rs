@@ -493,6 +493,7 @@ impl Schedule {
     }
 
     /// Host elements the product copies (both directions).
+    #[cfg(test)]
     pub(crate) fn host_elements(&self) -> usize {
         (self.up.pieces.iter().chain(&self.down.pieces))
             .map(|p| p.end - p.start)

@@ -11,6 +11,7 @@ use crate::engine::tuner::Ran;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
 use crate::options::{Kernel, Precision};
+use crate::route::HostCopies;
 
 use super::ends::Done;
 
@@ -81,8 +82,8 @@ pub(crate) fn batch_done<T: Element>(
     kernel: Kernel,
     (plan, precision): (Option<Plan>, Precision),
     parts: usize,
-    a: &BatchOperand<'_, T>,
-    b: &BatchOperand<'_, T>,
+    (a, b): (&BatchOperand<'_, T>, &BatchOperand<'_, T>),
+    host: HostCopies,
 ) -> Done {
     Done {
         ran: Some(Ran {
@@ -94,6 +95,7 @@ pub(crate) fn batch_done<T: Element>(
         panels: parts,
         a_layout: classify(&a.view).0,
         b_layout: classify(&b.view).0,
+        host,
     }
 }
 

@@ -16,6 +16,7 @@ use crate::element::Element;
 use crate::engine::args::{self};
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
+use crate::route::HostCopies;
 
 /// Moves one whole matrix between host and device on a workspace's compute stream: `up` is
 /// packed and copied to a device address, or a device address is copied and unpacked into
@@ -25,14 +26,14 @@ pub(super) fn transfer<T: Element>(
     ws: &mut Workspace,
     up: Option<(HostMat, CUdeviceptr)>,
     down: Option<(HostMat, CUdeviceptr, bool)>,
-) -> Result<(), GpuDotError> {
+) -> Result<HostCopies, GpuDotError> {
     let sched = match (&up, &down) {
         (Some((h, _)), None) => Schedule::upload(h.len()),
         (None, Some((h, _, _))) => Schedule::download(h.len()),
         _ => unreachable!("one direction at a time"),
     };
     if sched.up.parcels.is_empty() && sched.down.parcels.is_empty() {
-        return Ok(());
+        return Ok(HostCopies::None);
     }
     ws.provide(
         gpu,
@@ -47,14 +48,12 @@ pub(super) fn transfer<T: Element>(
     let events = ws
         .lanes
         .events(gpu, CudaLink::events_needed(&sched, false))?;
-    let ends = Endpoints {
-        up_host: up.iter().map(|u| u.0).collect(),
-        up_dev: up.iter().map(|u| u.1).collect(),
-        down_host: down.iter().map(|d| d.0).collect(),
-        down_dev: down.iter().map(|d| d.1).collect(),
-        fresh: down.filter(|d| d.2).map(|d| d.0),
-        width: T::DTYPE.size(),
-    };
+    let mut ends = Endpoints::new(T::DTYPE.size(), down.filter(|d| d.2).map(|d| d.0));
+    ends.up_host = up.iter().map(|u| u.0).collect();
+    ends.up_dev = up.iter().map(|u| u.1).collect();
+    ends.down_host = down.iter().map(|d| d.0).collect();
+    ends.down_dev = down.iter().map(|d| d.1).collect();
+    let copies = ends.copy_direct(true, true);
     let run = Run {
         link: CudaLink::new(streams, events, &sched),
         up_ring: ws.staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),
@@ -74,7 +73,8 @@ pub(super) fn transfer<T: Element>(
         &mut no_panels,
         &mut false,
         &mut Trace::default(),
-    )
+    )?;
+    Ok(copies)
 }
 
 /// Uploads `v` (any layout) into a new row-major device buffer.
@@ -100,7 +100,7 @@ pub(crate) fn upload_to<T: Element>(
     v: ArrayView2<'_, T>,
     dst: CUdeviceptr,
 ) -> Result<(), GpuDotError> {
-    transfer::<T>(gpu, ws, Some((HostMat::of_view(&v), dst)), None)
+    transfer::<T>(gpu, ws, Some((HostMat::of_view(&v), dst)), None).map(drop)
 }
 
 /// Uploads `v` (any layout) into `dst`, row-major.

@@ -83,6 +83,19 @@ impl Case {
         }
     }
 
+    /// Counts the operands' memory, and C's at each of `c` (`len` elements), as page-locked
+    /// while the guards live.
+    fn lock(&self, c: [*const f32; 2], len: usize) -> Vec<crate::host::pinned::Simulated> {
+        let arrays = [&self.a, &self.a_t, &self.b, &self.b_t];
+        let ranges = arrays
+            .iter()
+            .map(|x| (x.as_ptr(), x.len()))
+            .chain(c.map(|p| (p, len)));
+        ranges
+            .map(|(p, len)| crate::host::pinned::simulate_locked(p.cast(), len * 4))
+            .collect()
+    }
+
     fn av(&self) -> ArrayView2<'_, f32> {
         if self.a_trans {
             self.a_t.t()
@@ -158,6 +171,8 @@ fn enqueue_panel_sim(
 struct Outcome {
     mapped: bool,
     mapped_in: bool,
+    /// Transfers copied straight from or into (simulated) page-locked host memory.
+    direct: usize,
 }
 
 /// The plan of `case` with `tiny` staging: its schedule, panels and slots, and whether its
@@ -225,6 +240,7 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
     let mut c_old = random(rng, m, n);
     let before = c_old.clone();
     let mut c_f = c_old.t().as_standard_layout().into_owned();
+    let c_at = [c_old.as_ptr(), c_f.as_ptr()];
     let mut fresh_c = crate::host::fresh::fresh::<f32>((m, n), false).unwrap();
     let mut c = match case.output {
         0 => Dst::Fresh(fresh_c.view_mut()),
@@ -254,12 +270,21 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         let ring = up_ring.at(0, 0) as u64;
         addrs = addrs.with_inputs(ring_inputs(sched, ring, 4));
     }
-    let ends = endpoints(&planned, &ops, &addrs);
-    let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
-    let fresh = ops.fresh;
     // As `mapped_result` allows: one panel, one down parcel, C not read.
     let mapped =
         panels == 1 && beta == 0.0 && sched.down.parcels.len() == 1 && rng.random_bool(0.5);
+    let mut planned = planned;
+    planned.mapped_result = mapped;
+    // Half the cases hold every host array in (simulated) page-locked memory: the transfers
+    // that are contiguous then go straight, with no staging.
+    let _locked = rng.random_bool(0.5).then(|| case.lock(c_at, m * n));
+    let (ends, _) = endpoints(&planned, &ops, &addrs);
+    let direct = (ends.direct_up.iter().chain(&ends.direct_down))
+        .filter(|&&d| d)
+        .count();
+    let sched = &planned.sched;
+    let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
+    let fresh = ops.fresh;
     let run = Run {
         link: SimLink::new(panels > 1, seed ^ index),
         up_ring: Some(up_ring),
@@ -321,7 +346,11 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         assert_eq!(run.link.up_copies(), 0, "{what}: mapped inputs were copied");
     }
     assert!(touched || fresh, "{what}: the output was written");
-    Outcome { mapped, mapped_in }
+    Outcome {
+        mapped,
+        mapped_in,
+        direct,
+    }
 }
 
 /// Runs the conductor, the schedule's real parcels and pieces and the crew on a simulated
@@ -341,14 +370,19 @@ fn products_through_a_simulated_device_match_the_reference() {
         .as_nanos() as u64;
     println!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let (mut mapped_runs, mut mapped_in_runs, mut small_runs) = (0, 0, 0);
+    let (mut mapped_runs, mut mapped_in_runs, mut small_runs, mut direct) = (0, 0, 0, 0);
     for index in 0..400 {
         let case = Case::draw(&mut rng, index);
         small_runs += usize::from(case.small);
         let ran = run_case(&case, &mut rng, &tiny, seed, index);
         mapped_runs += usize::from(ran.mapped);
         mapped_in_runs += usize::from(ran.mapped_in);
+        direct += ran.direct;
     }
+    assert!(
+        direct > 0,
+        "no transfer went straight from page-locked memory"
+    );
     assert_eq!(small_runs, 50, "every eighth case is small");
     assert!(
         mapped_runs > 0,

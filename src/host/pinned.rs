@@ -1,0 +1,222 @@
+//! Host memory page-locked in place (`cuMemHostRegister`) for the lifetime of a
+//! [`PinnedArray`](crate::PinnedArray), and the lookup that lets a transfer copy straight from
+//! or into it instead of through staging.
+//!
+//! The lookup is a hint of speed, not of safety: an asynchronous copy from or into memory the
+//! driver does not hold page-locked is still correct (the driver stages it and returns once the
+//! host side is done with), only slower. A range counts as registered only while the context
+//! that registered it is the device's current one (a device reset after a fault drops every
+//! registration with its context).
+
+use std::sync::{Arc, RwLock};
+
+use cudarc::driver::sys;
+
+use crate::device::context;
+use crate::error::GpuDotError;
+
+/// A registered range, or one whose registration failed (kept so that products through it can
+/// say why they were staged).
+struct Region {
+    start: usize,
+    end: usize,
+    /// The device whose context registered it, and that context's generation.
+    ordinal: usize,
+    generation: u64,
+    /// Why it is not page-locked, where registration failed.
+    failed: Option<Arc<str>>,
+    /// Counted as page-locked without a device (the simulated-device tests).
+    simulated: bool,
+}
+
+/// Every live [`Registration`]'s range (a few at most, in practice: one per pinned array).
+static REGIONS: RwLock<Vec<Region>> = RwLock::new(Vec::new());
+
+fn regions() -> std::sync::RwLockReadGuard<'static, Vec<Region>> {
+    REGIONS.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn regions_mut() -> std::sync::RwLockWriteGuard<'static, Vec<Region>> {
+    REGIONS.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a transfer's host memory is, for the copy that reads or writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// Page-locked in place: copied straight by DMA.
+    Locked,
+    /// Inside a pinned array whose registration failed (the reason): staged.
+    Unlocked(Arc<str>),
+    /// Ordinary memory: staged.
+    Pageable,
+}
+
+/// What `bytes` bytes at `addr` are: [`Memory::Locked`] where one registration of the current
+/// context covers them all.
+pub(crate) fn memory(addr: usize, bytes: usize) -> Memory {
+    let regions = regions();
+    if regions.is_empty() {
+        return Memory::Pageable;
+    }
+    let end = addr.saturating_add(bytes);
+    let Some(r) = regions.iter().find(|r| r.start <= addr && end <= r.end) else {
+        return Memory::Pageable;
+    };
+    match &r.failed {
+        _ if r.simulated => Memory::Locked,
+        Some(why) => Memory::Unlocked(why.clone()),
+        None if *context::generation(r.ordinal) == r.generation => Memory::Locked,
+        None => Memory::Unlocked("the device was reset since the array was registered".into()),
+    }
+}
+
+/// A range page-locked in place, or recorded as not (see [`register`]); undone on drop.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    start: usize,
+    end: usize,
+    ordinal: usize,
+    generation: u64,
+    error: Option<GpuDotError>,
+}
+
+impl Registration {
+    /// Why the range is not page-locked, if it is not.
+    pub(crate) fn error(&self) -> Option<&GpuDotError> {
+        self.error.as_ref()
+    }
+
+    /// Whether the range is page-locked now (registered, and its context not reset since).
+    pub(crate) fn locked(&self) -> bool {
+        self.start < self.end
+            && self.error.is_none()
+            && *context::generation(self.ordinal) == self.generation
+    }
+}
+
+/// Page-locks `bytes` bytes at `ptr` in place, with the default device's context, for every
+/// context (`CU_MEMHOSTREGISTER_PORTABLE`). Never fails: where the driver refuses (no device,
+/// a locked-memory limit, memory registered already), the registration records why, and the
+/// range is staged like any other memory.
+///
+/// # Safety
+/// `ptr..ptr + bytes` is memory that the caller owns, which stays allocated, and is not
+/// moved or reallocated, until the registration is dropped.
+pub(crate) unsafe fn register(ptr: *mut u8, bytes: usize) -> Registration {
+    let (start, end) = (ptr as usize, ptr as usize + bytes);
+    let mut reg = Registration {
+        start,
+        end,
+        ordinal: 0,
+        generation: 0,
+        error: None,
+    };
+    if bytes == 0 {
+        // Nothing to lock, and nothing any copy would read or write.
+        return reg;
+    }
+    // SAFETY: the caller's contract, passed on.
+    match unsafe { lock(ptr, bytes) } {
+        Ok((ordinal, generation)) => (reg.ordinal, reg.generation) = (ordinal, generation),
+        Err(e) => {
+            log::debug!("gpu-dot: a pinned array of {bytes} bytes is staged: {e}");
+            reg.error = Some(e);
+        }
+    }
+    regions_mut().push(Region {
+        start,
+        end,
+        ordinal: reg.ordinal,
+        generation: reg.generation,
+        failed: reg.error.as_ref().map(|e| Arc::from(e.to_string())),
+        simulated: false,
+    });
+    reg
+}
+
+/// Pinned arrays alive now, registered or not: the tests read it to see that none outlives
+/// its owner.
+pub fn live_registrations() -> usize {
+    regions().iter().filter(|r| !r.simulated).count()
+}
+
+/// Counts `bytes` bytes at `ptr` as page-locked until the guard is dropped, without a device:
+/// for tests whose copies a simulated device makes.
+#[cfg(test)]
+pub(crate) fn simulate_locked(ptr: *const u8, bytes: usize) -> Simulated {
+    let (start, end) = (ptr as usize, ptr as usize + bytes);
+    regions_mut().push(Region {
+        start,
+        end,
+        ordinal: 0,
+        generation: 0,
+        failed: None,
+        simulated: true,
+    });
+    Simulated { start, end }
+}
+
+/// See [`simulate_locked`].
+#[cfg(test)]
+pub(crate) struct Simulated {
+    start: usize,
+    end: usize,
+}
+
+#[cfg(test)]
+impl Drop for Simulated {
+    fn drop(&mut self) {
+        let mut regions = regions_mut();
+        if let Some(i) = regions
+            .iter()
+            .position(|r| r.simulated && r.start == self.start && r.end == self.end)
+        {
+            regions.swap_remove(i);
+        }
+    }
+}
+
+/// `cuMemHostRegister` on the default device's context: its ordinal and generation.
+///
+/// # Safety
+/// As [`register`].
+unsafe fn lock(ptr: *mut u8, bytes: usize) -> Result<(usize, u64), GpuDotError> {
+    let gpu = context::gpu()?;
+    gpu.ctx
+        .bind_to_thread()
+        .map_err(GpuDotError::at("binding the context"))?;
+    // SAFETY: the range is memory the caller owns and keeps in place while registered (the
+    // function's contract); the driver only pins its pages and maps them for DMA.
+    let r =
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), bytes, sys::CU_MEMHOSTREGISTER_PORTABLE) };
+    r.result()
+        .map_err(|e| GpuDotError::driver("page-locking an array in place", bytes, e))?;
+    Ok((gpu.info.ordinal, gpu.generation))
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        {
+            let mut regions = regions_mut();
+            if let Some(i) = regions
+                .iter()
+                .position(|r| !r.simulated && r.start == self.start && r.end == self.end)
+            {
+                regions.swap_remove(i);
+            }
+        }
+        if self.error.is_some() || !self.locked() {
+            // Never registered, or registered with a context the device's reset destroyed.
+            return;
+        }
+        if let Ok(gpu) = context::gpu_on(self.ordinal) {
+            if gpu.generation == self.generation && gpu.ctx.bind_to_thread().is_ok() {
+                // SAFETY: the range was registered by this context (same generation) and is
+                // still allocated (the owner drops the registration before the memory); no
+                // copy uses it, since every product that read or wrote it has returned (they
+                // borrow the owner), and a product returns only once its copies are done.
+                let _ = unsafe { sys::cuMemHostUnregister(self.start as *mut _) };
+            }
+        }
+    }
+}
