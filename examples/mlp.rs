@@ -1,13 +1,13 @@
 //! Trains a small neural network three times, from the same initial weights on the same
-//! batches: once with ndarray alone and twice with gpu-dot (the weights kept on the GPU, and
-//! the activations on the GPU or on the host). Then it checks that every run learned the same
+//! batches: once with ndarray alone and three times with gpu-dot (the weights kept on the
+//! GPU, and the activations on the GPU, on the host, or on the host page-locked). Then it checks that every run learned the same
 //! thing.
 //!
 //! The network is `input → hidden (ReLU) → output`, trained with plain stochastic gradient
 //! descent on a mean-squared-error loss. The data are synthetic: random inputs, and targets
 //! made by a fixed random "teacher" network of the same shape, so there is something to learn.
 //!
-//! Two gpu-dot runs show how a training loop uses gpu-dot:
+//! Three gpu-dot runs show how a training loop uses gpu-dot:
 //! - **device** (the one to copy): everything but the batch lives on the device, as in
 //!   PyTorch. The weights `W1` and `W2` and the activations `H`, `dY`, `dH` are
 //!   [`GpuMatrix`]es; each step uploads its batch and targets ([`GpuMatrix::assign`]), runs
@@ -16,7 +16,9 @@
 //!   sample) for the loss;
 //! - **host activations** (the drop-in): only the weights live on the device; the batch and
 //!   the activations stay host arrays and the ReLU and the loss run on the CPU, so every
-//!   product moves its activations across the link.
+//!   product moves its activations across the link;
+//! - **pinned**: the drop-in with the data and the activations in page-locked arrays
+//!   ([`PinnedArray`]), which the products read and write straight by DMA.
 //!
 //! In both, every product is one [`try_general_mat_mul`] call, `C = alpha·A·B + beta·C`, where
 //! each of A, B and C may be a host array or a device matrix:
@@ -49,9 +51,11 @@
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-use gpu_dot::{device_status, try_general_mat_mul, DeviceStatus, GpuDotError, GpuMatrix};
+use gpu_dot::{
+    device_status, try_general_mat_mul, DeviceStatus, GpuDotError, GpuMatrix, PinnedArray,
+};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{s, Array2, ArrayView2, Zip};
+use ndarray::{s, Array2, ArrayBase, ArrayView2, ArrayViewMut2, Data, DataMut, Ix2, Zip};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -251,14 +255,18 @@ fn batches<'a>(
 }
 
 /// ReLU in place: negative entries become 0.
-fn relu(h: &mut Array2<f32>) {
+fn relu<S: DataMut<Elem = f32>>(h: &mut ArrayBase<S, Ix2>) {
     h.mapv_inplace(|v| v.max(0.0));
 }
 
 /// The gradient through the ReLU: it passes where the activation `h` is positive, else is 0.
 /// Written as a select rather than a branch: which entries pass is random, so a branch would
 /// be mispredicted on every other entry (ten times slower here than the select).
-fn relu_backward(dh: &mut Array2<f32>, h: &Array2<f32>) {
+fn relu_backward<S1, S2>(dh: &mut ArrayBase<S1, Ix2>, h: &ArrayBase<S2, Ix2>)
+where
+    S1: DataMut<Elem = f32>,
+    S2: Data<Elem = f32>,
+{
     Zip::from(dh)
         .and(h)
         .for_each(|g, &a| *g = if a > 0.0 { *g } else { 0.0 });
@@ -266,7 +274,15 @@ fn relu_backward(dh: &mut Array2<f32>, h: &Array2<f32>) {
 
 /// The mean squared error of the outputs `y` against the targets, `L = mean((y − t)²)`; writes
 /// its gradient `dL/dy = 2·(y − t) / len` into `dy`.
-fn mse_loss(y: &Array2<f32>, targets: ArrayView2<f32>, dy: &mut Array2<f32>) -> f64 {
+fn mse_loss<S1, S2>(
+    y: &ArrayBase<S1, Ix2>,
+    targets: ArrayView2<f32>,
+    dy: &mut ArrayBase<S2, Ix2>,
+) -> f64
+where
+    S1: Data<Elem = f32>,
+    S2: DataMut<Elem = f32>,
+{
     let scale = 2.0 / y.len() as f32;
     let mut sum = 0.0f64;
     Zip::from(dy).and(y).and(targets).for_each(|g, &y, &t| {
@@ -435,15 +451,46 @@ fn train_gpu_host_activations(
     cfg: &Config,
 ) -> Result<Run, GpuDotError> {
     let start = Instant::now();
-    let lr = cfg.learning_rate;
-    let mut w1 = GpuMatrix::from_array(&init.w1)?; // upload, once
-    let mut w2 = GpuMatrix::from_array(&init.w2)?;
     let Buffers {
         mut h,
         mut y,
         mut dy,
         mut dh,
     } = Buffers::new(cfg);
+    let views = [h.view_mut(), y.view_mut(), dy.view_mut(), dh.view_mut()];
+    host_activations_loop(x, targets, init, cfg, views, start)
+}
+
+/// [`train_gpu_host_activations`] with the activations in page-locked arrays
+/// ([`PinnedArray`]): each product reads and writes them straight by DMA, with no staging
+/// copy. With the data pinned too (`main` pins the inputs and targets once), so are the
+/// batches.
+fn train_gpu_pinned(
+    x: &Array2<f32>,
+    targets: &Array2<f32>,
+    init: &Weights,
+    cfg: &Config,
+) -> Result<Run, GpuDotError> {
+    let start = Instant::now();
+    let pinned = |cols: usize| PinnedArray::<f32, _>::zeros((cfg.batch, cols));
+    let [mut h, mut y, mut dy, mut dh] =
+        [cfg.hidden, cfg.outputs, cfg.outputs, cfg.hidden].map(pinned);
+    let views = [h.view_mut(), y.view_mut(), dy.view_mut(), dh.view_mut()];
+    host_activations_loop(x, targets, init, cfg, views, start)
+}
+
+/// The loop of [`train_gpu_host_activations`] over the activations `[h, y, dy, dh]`.
+fn host_activations_loop(
+    x: &Array2<f32>,
+    targets: &Array2<f32>,
+    init: &Weights,
+    cfg: &Config,
+    [mut h, mut y, mut dy, mut dh]: [ArrayViewMut2<'_, f32>; 4],
+    start: Instant,
+) -> Result<Run, GpuDotError> {
+    let lr = cfg.learning_rate;
+    let mut w1 = GpuMatrix::from_array(&init.w1)?; // upload, once
+    let mut w2 = GpuMatrix::from_array(&init.w2)?;
     let mut losses = Vec::new();
     let mut p = 0.0; // seconds in products
     for _epoch in 0..cfg.epochs {
@@ -610,6 +657,8 @@ struct GpuRuns {
     device: Run,
     /// The activations on the host ([`train_gpu_host_activations`]).
     host_activations: Run,
+    /// The activations and the data on the host, page-locked ([`train_gpu_pinned`]).
+    pinned: Run,
 }
 
 /// Times PyTorch's loop (unless `--no-torch`), prints the comparison and writes the JSON
@@ -628,6 +677,7 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&GpuRuns>, agree: Option<bool>) {
                 for (name, run) in [
                     ("device", &g.device),
                     ("host activations", &g.host_activations),
+                    ("pinned", &g.pinned),
                 ] {
                     println!(
                         "gpu-dot ({name}) / PyTorch (host batches): {:.2}; \
@@ -663,6 +713,8 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&GpuRuns>, agree: Option<bool>) {
         "gpu_dot_products_s": gpu.map(|g| g.device.product_seconds),
         "gpu_dot_host_activations_s": gpu.map(|g| g.host_activations.seconds),
         "gpu_dot_host_activations_products_s": gpu.map(|g| g.host_activations.product_seconds),
+        "gpu_dot_pinned_s": gpu.map(|g| g.pinned.seconds),
+        "gpu_dot_pinned_products_s": gpu.map(|g| g.pinned.product_seconds),
         "ndarray_s": cpu.seconds,
         "ndarray_products_s": cpu.product_seconds,
         "torch_host_batches_s": host_s,
@@ -676,7 +728,7 @@ fn record(cfg: &Config, cpu: &Run, gpu: Option<&GpuRuns>, agree: Option<bool>) {
     }
 }
 
-/// A training function: [`train_gpu`] or [`train_gpu_host_activations`].
+/// A training function: [`train_gpu`], [`train_gpu_host_activations`] or [`train_gpu_pinned`].
 type Train = fn(&Array2<f32>, &Array2<f32>, &Weights, &Config) -> Result<Run, GpuDotError>;
 
 /// Runs `train` on one batch until the autotuner has settled every shape the step multiplies
@@ -759,9 +811,16 @@ fn main() -> ExitCode {
     let data = (&x, &targets, &init);
     let gpu = match warm_then_time(train_gpu, data, &cfg, &one_step).and_then(|device| {
         let host_activations = warm_then_time(train_gpu_host_activations, data, &cfg, &one_step)?;
+        // The data page-locked once, as a loader that fills pinned batches would hold them.
+        let (px, pt) = (
+            PinnedArray::new(x.clone()),
+            PinnedArray::new(targets.clone()),
+        );
+        let pinned = warm_then_time(train_gpu_pinned, (&*px, &*pt, &init), &cfg, &one_step)?;
         Ok(GpuRuns {
             device,
             host_activations,
+            pinned,
         })
     }) {
         Ok(runs) => runs,
@@ -780,6 +839,7 @@ fn main() -> ExitCode {
     for (name, run) in [
         ("gpu-dot (device):", &gpu.device),
         ("gpu-dot (host activations):", &gpu.host_activations),
+        ("gpu-dot (pinned):", &gpu.pinned),
     ] {
         report(name, run);
         println!(
@@ -790,6 +850,7 @@ fn main() -> ExitCode {
     for (name, run) in [
         ("device", &gpu.device),
         ("host activations", &gpu.host_activations),
+        ("pinned", &gpu.pinned),
     ] {
         agree &= compare_losses(&cpu, Some(run), name);
         agree &= compare_weights(&init, &cpu, run);

@@ -1,7 +1,7 @@
-//! A per-sample training loop over a 2048-wide layer, with ndarray's `dot` and with
-//! `gpu_dot`, for what the CPU route costs on a machine without a usable GPU (issue 70, "No
-//! GPU, no cost, in loops too"). CPU-only for now: on a machine with a usable GPU, `gpu_dot`
-//! runs there and this measures that instead (it says so).
+//! A per-sample training loop over a 2048-wide layer, with ndarray's `dot`, with `gpu_dot`
+//! on ordinary arrays, and with `gpu_dot` on page-locked ones ([`PinnedArray`]): on a machine
+//! with a usable GPU, what the GPU gains in such a loop; without one, what the CPU route costs
+//! (the pinned form is then left out).
 //!
 //! Each sample `x` (2048 `f32`) of the layer `W` (2048 × 2048) runs three products, all above
 //! the CPU threshold, and an SGD step on the host:
@@ -9,26 +9,32 @@
 //! - the gradient `G = g · xᵀ` of `g = h − t`, a 2-D product of a 2048 × 1 by a 1 × 2048
 //!   matrix (16 MiB of result),
 //! - the backward `g · W` (vector · matrix),
-//! - `W ← W − lr·G` (`scaled_add`).
+//! - `W ← W − lr·G` (`scaled_add`), on the host.
 //!
-//! Each run is its own process (this program run again with `--run dot` or `--run gpu_dot`),
-//! so that page faults and the heap start the same; the rounds alternate between the two.
+//! The pinned form keeps `W` and `G` in page-locked arrays: `W` goes up straight from its
+//! memory in the forward and backward products, and `G` comes down straight into its own
+//! (`general_mat_mul` into it), with the same step on the host.
+//!
+//! Each run is its own process (this program run again with `--run dot|gpu_dot|pinned`), so
+//! that page faults and the heap start the same; the rounds rotate the order of the forms.
 //! It prints each run's wall, user and system seconds and minor page faults (from
-//! `/proc/self/stat`, Linux), then the medians and the ratios gpu_dot / dot. With `--hold`,
-//! each sample's gradient is held until the next one is computed (as a loop that keeps it
-//! for momentum would), which changes how the heap reuses the 16 MiB results.
+//! `/proc/self/stat`, Linux), then the medians and the ratios to `dot`, and with `--json PATH`
+//! writes them (`ndarray_s`, `gpu_dot_s`, `pinned_s`: median wall seconds). With `--hold`,
+//! each sample's gradient is held until the next one is computed (as a loop that keeps it for
+//! momentum would), which changes how the heap reuses the 16 MiB results.
 //!
 //! ```text
 //! cargo run --release --example per_sample                      # 64 samples, 3 epochs, 5 rounds
-//! cargo run --release --example per_sample -- --samples 128 --epochs 3 --rounds 7
+//! cargo run --release --example per_sample -- --samples 128 --epochs 3 --rounds 7 --json out.json
 //! ```
 
 use std::hint::black_box;
 use std::process::Command;
 use std::time::Instant;
 
-use gpu_dot::{DeviceStatus, GpuDot};
+use gpu_dot::{DeviceStatus, GpuDot, PinnedArray};
 use ndarray::{Array1, Array2, Axis};
+use serde_json::json;
 
 /// The layer's width.
 const WIDTH: usize = 2048;
@@ -76,15 +82,12 @@ fn noise(i: usize) -> f32 {
     (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
+/// The forms of the loop.
+const FORMS: [&str; 3] = ["dot", "gpu_dot", "pinned"];
+
 /// The training loop, with `dot` or with `gpu_dot`; returns a checksum of the weights.
 fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
-    let mut w = Array2::<f32>::from_shape_fn((WIDTH, WIDTH), |(i, j)| 0.01 * noise(i * WIDTH + j));
-    let xs = Array2::<f32>::from_shape_fn((samples, WIDTH), |(s, i)| {
-        noise((1 << 40) | (s * WIDTH + i))
-    });
-    let ts = Array2::<f32>::from_shape_fn((samples, WIDTH), |(s, i)| {
-        0.1 * noise((1 << 41) | (s * WIDTH + i))
-    });
+    let (mut w, xs, ts) = data(samples);
     let mut back_sum = 0.0f64;
     // The previous sample's gradient, held until the next one is computed (`--hold`).
     let mut held: Option<Array2<f32>> = None;
@@ -119,6 +122,40 @@ fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
+/// The layer's starting weights, the samples and their targets.
+fn data(samples: usize) -> (Array2<f32>, Array2<f32>, Array2<f32>) {
+    let w = Array2::<f32>::from_shape_fn((WIDTH, WIDTH), |(i, j)| 0.01 * noise(i * WIDTH + j));
+    let xs = Array2::<f32>::from_shape_fn((samples, WIDTH), |(s, i)| {
+        noise((1 << 40) | (s * WIDTH + i))
+    });
+    let ts = Array2::<f32>::from_shape_fn((samples, WIDTH), |(s, i)| {
+        0.1 * noise((1 << 41) | (s * WIDTH + i))
+    });
+    (w, xs, ts)
+}
+
+/// The loop with `W` and the gradient in page-locked arrays; the same checksum.
+fn train_pinned(samples: usize, epochs: usize) -> f64 {
+    let (w, xs, ts) = data(samples);
+    let mut w = PinnedArray::new(w);
+    let mut grad = PinnedArray::<f32, _>::zeros((WIDTH, WIDTH));
+    assert!(w.is_page_locked(), "{:?}", w.registration_error());
+    let mut back_sum = 0.0f64;
+    for _ in 0..epochs {
+        for (x, t) in xs.outer_iter().zip(ts.outer_iter()) {
+            let h: Array1<f32> = w.gpu_dot(&x);
+            let g = h - t;
+            let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
+            gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad.view_mut());
+            let back: Array1<f32> = g.gpu_dot(&*w);
+            back_sum += f64::from(back[0]);
+            w.view_mut().scaled_add(-LR, &*grad);
+            black_box(&*w);
+        }
+    }
+    back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -136,24 +173,31 @@ fn main() {
 
     // A child: one run, printed as one line for the parent.
     if let Some(i) = args.iter().position(|a| a == "--run") {
-        let use_gpu_dot = args.get(i + 1).map(String::as_str) == Some("gpu_dot");
+        let form = args.get(i + 1).map_or("dot", String::as_str);
         let hold = args.iter().any(|a| a == "--hold");
         let (f0, u0, s0) = usage();
         let start = Instant::now();
-        let check = train(samples, epochs, use_gpu_dot, hold);
+        let check = match form {
+            "pinned" => train_pinned(samples, epochs),
+            other => train(samples, epochs, other == "gpu_dot", hold),
+        };
         let wall = start.elapsed().as_secs_f64();
         let (f1, u1, s1) = usage();
         println!("{wall} {} {} {} {check}", u1 - u0, s1 - s0, f1 - f0);
         return;
     }
 
-    match gpu_dot::device_status() {
-        DeviceStatus::Ready(d) => println!(
-            "a GPU is usable here ({}): gpu_dot runs on it, so this is not the CPU route",
-            d.name
-        ),
-        DeviceStatus::Unavailable(why) => println!("no usable GPU: {why}"),
-    }
+    let device = match gpu_dot::device_status() {
+        DeviceStatus::Ready(d) => {
+            println!("a GPU is usable here ({}): gpu_dot runs on it", d.name);
+            Some(d.name)
+        }
+        DeviceStatus::Unavailable(why) => {
+            println!("no usable GPU: {why} (the CPU route; no pinned form)");
+            None
+        }
+    };
+    let forms = &FORMS[..if device.is_some() { 3 } else { 2 }];
     println!(
         "{samples} samples × {epochs} epochs, layer {WIDTH} × {WIDTH} f32; {rounds} rounds, \
          each run its own process"
@@ -185,37 +229,46 @@ fn main() {
         };
         (run, v[4])
     };
-    let (mut dots, mut gpus) = (Vec::new(), Vec::new());
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); forms.len()];
     println!(
         "| round | run | wall s | user s | system s | minor faults |\n|---|---|---|---|---|---|"
     );
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            ["dot", "gpu_dot"]
-        } else {
-            ["gpu_dot", "dot"]
-        };
-        let mut checks = Vec::new();
-        for which in order {
-            let (run, check) = child(which);
+        let mut checks = vec![0.0; forms.len()];
+        for j in 0..forms.len() {
+            let f = (j + round) % forms.len();
+            let (run, check) = child(forms[f]);
             println!(
-                "| {round} | {which} | {:.3} | {:.2} | {:.2} | {} |",
-                run.wall, run.user, run.system, run.minflt
+                "| {round} | {} | {:.3} | {:.2} | {:.2} | {} |",
+                forms[f], run.wall, run.user, run.system, run.minflt
             );
-            checks.push(check);
-            if which == "dot" {
-                dots.push(run);
+            checks[f] = check;
+            runs[f].push(run);
+        }
+        for (f, &c) in checks.iter().enumerate().skip(1) {
+            if device.is_some() {
+                // The GPU's products round differently from ndarray's.
+                let tol = 1e-3 * checks[0].abs().max(1.0);
+                assert!(
+                    (c - checks[0]).abs() <= tol,
+                    "{}: checksum {c} against dot's {}",
+                    forms[f],
+                    checks[0]
+                );
             } else {
-                gpus.push(run);
+                assert_eq!(c, checks[0], "the CPU route is ndarray's own product");
             }
         }
-        assert_eq!(
-            checks[0], checks[1],
-            "the CPU route is ndarray's own product"
-        );
     }
     let med = |runs: &[Run], f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
-    println!("\n| median | dot | gpu_dot | gpu_dot / dot |\n|---|---|---|---|");
+    let head: Vec<String> = forms.iter().map(|f| f.to_string()).collect();
+    let ratios: Vec<String> = forms[1..].iter().map(|f| format!("{f} / dot")).collect();
+    println!(
+        "\n| median | {} | {} |\n|{}",
+        head.join(" | "),
+        ratios.join(" | "),
+        "---|".repeat(2 * forms.len())
+    );
     let rows: [Column; 4] = [
         ("wall s", |r| r.wall),
         ("user s", |r| r.user),
@@ -223,16 +276,46 @@ fn main() {
         ("minor faults", |r| r.minflt as f64),
     ];
     for (name, f) in rows {
-        let (d, g) = (med(&dots, f), med(&gpus, f));
-        println!("| {name} | {d:.3} | {g:.3} | {:.3} |", g / d);
+        let m: Vec<f64> = runs.iter().map(|r| med(r, f)).collect();
+        let cells: Vec<String> = m.iter().map(|v| format!("{v:.3}")).collect();
+        let rel: Vec<String> = m[1..].iter().map(|v| format!("{:.3}", v / m[0])).collect();
+        println!("| {name} | {} | {} |", cells.join(" | "), rel.join(" | "));
     }
-    let ratios: Vec<f64> = dots
-        .iter()
-        .zip(&gpus)
-        .map(|(d, g)| g.wall / d.wall)
-        .collect();
+    let walls: Vec<f64> = runs.iter().map(|r| med(r, |r| r.wall)).collect();
     println!(
-        "\nwall-time ratio gpu_dot / dot, median of the rounds' ratios: {:.3}",
-        median(ratios)
+        "\nndarray / gpu_dot: {:.2}{}",
+        walls[0] / walls[1],
+        walls.get(2).map_or(String::new(), |p| format!(
+            "; ndarray / pinned: {:.2}",
+            walls[0] / p
+        ))
     );
+    if let Some(path) = common_flag(&args, "--json") {
+        let doc = json!({
+            "device": device,
+            "samples": samples,
+            "epochs": epochs,
+            "rounds": rounds,
+            "width": WIDTH,
+            "hold": hold,
+            "ndarray_s": walls[0],
+            "gpu_dot_s": walls[1],
+            "pinned_s": walls.get(2),
+            "runs": forms.iter().zip(&runs).map(|(f, r)| json!({
+                "form": f,
+                "wall_s": r.iter().map(|r| r.wall).collect::<Vec<_>>(),
+                "system_s": r.iter().map(|r| r.system).collect::<Vec<_>>(),
+                "minor_faults": r.iter().map(|r| r.minflt).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON")).expect("write");
+        println!("wrote {path}");
+    }
+}
+
+/// The argument after `flag`, if given.
+fn common_flag(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
 }

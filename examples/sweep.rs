@@ -13,7 +13,12 @@
 //!         [--mapped-inputs-up-to BYTES]
 //!
 //! Each point also shows its floor: the longer direction's bytes at the page-locked link
-//! speed measured at the start of the run, plus a 25 µs round trip.
+//! speed measured at the start of the run, plus a 25 µs round trip; and the host memory's
+//! floor for staging: every byte in and out copied once at the best copy rate of the host
+//! memory (measured by thread count at the start of the run), plus the round trip.
+//!
+//! `pinned ms` is the GPU path from and into [`gpu_dot::PinnedArray`]s (A, B and C page-locked
+//! in place, copied straight by DMA), taken in the same rotation.
 //!
 //! `--mapped-inputs-up-to BYTES` lets the kernels read host A and B in place from page-locked
 //! staging up to that many bytes of inputs (0: never) instead of the crate's own limit.
@@ -35,7 +40,7 @@ use std::time::Instant;
 use gpu_dot::profile::{random_matrix, random_matrix_of};
 use gpu_dot::{
     device_status, module_loads, Backend, DeviceStatus, DotOptions, Dtype, Element, GpuDot,
-    ENV_CACHE_DIR,
+    PinnedArray, ENV_CACHE_DIR,
 };
 use serde_json::{json, Value};
 
@@ -178,6 +183,7 @@ fn sweep<A: Element>(
     shapes: &[(usize, usize, usize)],
     no_torch: bool,
     link: (f64, f64),
+    copy_gbs: f64,
 ) -> Vec<Value> {
     let torch = if no_torch {
         None
@@ -194,8 +200,8 @@ fn sweep<A: Element>(
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let mut records = Vec::new();
-    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | into, back to back ms | floor ms | gpu_dot / floor | GPU path / into | torch / gpu_dot | route |", A::DTYPE);
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | into, back to back ms | pinned ms | floor ms | memory floor ms | gpu_dot / floor | pinned / floor | GPU path / into | torch / gpu_dot | route | pinned |", A::DTYPE);
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix_of::<A>(m, k, 1 + i as u64);
         let b = random_matrix_of::<A>(k, n, 100 + i as u64);
@@ -213,10 +219,18 @@ fn sweep<A: Element>(
         // is the GPU path's time against the last one's, both taken in the same rotation.
         let huge = gpu_dot::flops(m, k, n) > 300_000_000_000; // 8192³ on the CPU: seconds
         let mut c = ndarray::Array2::<A>::zeros((m, n));
-        let mut times: [Vec<f64>; 4] = Default::default();
+        let (pa, pb) = (PinnedArray::new(a.clone()), PinnedArray::new(b.clone()));
+        let mut pc = PinnedArray::<A, _>::zeros((m, n));
+        let mut pinned = || {
+            let mut out = pc.view_mut();
+            gpu_dot::try_general_mat_mul_with(A::one(), &*pa, &*pb, A::zero(), &mut out, &gpu)
+                .expect("pinned")
+        };
+        let pinned_route = pinned().to_string();
+        let mut times: [Vec<f64>; 5] = Default::default();
         let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (m * 31 + k * 7 + n) as u64;
-        median_ms(4.0 * budget, || {
-            let mut order = [0usize, 1, 2, 3];
+        median_ms(5.0 * budget, || {
+            let mut order = [0usize, 1, 2, 3, 4];
             for i in (1..order.len()).rev() {
                 state = state
                     .wrapping_mul(6364136223846793005)
@@ -230,6 +244,7 @@ fn sweep<A: Element>(
                     0 => drop(a.dot(&b)),
                     1 => drop(a.try_gpu_dot_with(&b, &gpu).expect("GPU path")),
                     2 => drop(a.gpu_dot(&b)),
+                    4 => drop(pinned()),
                     _ => drop(
                         gpu_dot::try_general_mat_mul_with(
                             A::one(),
@@ -245,12 +260,17 @@ fn sweep<A: Element>(
                 times[which].push(start.elapsed().as_secs_f64() * 1e3);
             }
         });
-        let [mut nd_t, path_t, dot_t, into_t] = times;
+        let [mut nd_t, path_t, dot_t, into_t, pinned_t] = times;
         if nd_t.is_empty() {
             nd_t.push(median_ms(1.0, || drop(a.dot(&b))));
         }
-        let (ndarray_ms, gpu_path_ms, gpu_dot_ms, into_ms) =
-            (median(nd_t), median(path_t), median(dot_t), median(into_t));
+        let (ndarray_ms, gpu_path_ms, gpu_dot_ms, into_ms, pinned_ms) = (
+            median(nd_t),
+            median(path_t),
+            median(dot_t),
+            median(into_t),
+            median(pinned_t),
+        );
         // Into an existing array, back to back: the crate's helpers still awake from the
         // product before.
         let into_loop_ms = median_ms(budget, || {
@@ -259,11 +279,14 @@ fn sweep<A: Element>(
         });
         let torch_ms = torch.as_ref().map(|t| t[i]);
         let width = std::mem::size_of::<A>();
-        let floor = common::link::floor_ms(link, (m * k + k * n) * width, m * n * width);
+        let (bytes_in, bytes_out) = ((m * k + k * n) * width, m * n * width);
+        let floor = common::link::floor_ms(link, bytes_in, bytes_out);
+        let memory_floor = common::memory::floor_ms(copy_gbs, bytes_in, bytes_out);
         println!(
-            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {into_loop_ms:.3} | {floor:.3} | {:.2} | {:.2} | {} | {route} |",
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {into_loop_ms:.3} | {pinned_ms:.3} | {floor:.3} | {memory_floor:.3} | {:.2} | {:.2} | {:.2} | {} | {route} | {pinned_route} |",
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
             gpu_dot_ms / floor,
+            pinned_ms / floor,
             gpu_path_ms / into_ms,
             torch_ms.map_or("-".into(), |t| format!("{:.2}", t / gpu_dot_ms)),
         );
@@ -275,8 +298,11 @@ fn sweep<A: Element>(
             "torch_ms": torch_ms,
             "gpu_into_ms": into_ms,
             "gpu_into_loop_ms": into_loop_ms,
+            "pinned_ms": pinned_ms,
             "floor_ms": floor,
+            "memory_floor_ms": memory_floor,
             "route": route.to_string(),
+            "pinned_route": pinned_route,
         }));
     }
     records
@@ -352,9 +378,12 @@ fn main() {
         "link, page-locked: {:.1} GB/s up, {:.1} GB/s down",
         link.0, link.1
     );
+    let memory = common::memory::rates();
+    common::memory::print(&memory);
+    let copy_gbs = common::memory::best_copy(&memory);
     let records = match dtype.as_str() {
-        "f32" => sweep::<f32>(&shapes, no_torch, link),
-        "f64" => sweep::<f64>(&shapes, no_torch, link),
+        "f32" => sweep::<f32>(&shapes, no_torch, link, copy_gbs),
+        "f64" => sweep::<f64>(&shapes, no_torch, link, copy_gbs),
         other => panic!("--dtype {other}: expected f32 or f64"),
     };
 
@@ -372,6 +401,7 @@ fn main() {
         "device": info.name,
         "dtype": dtype,
         "link_gbs": {"up": link.0, "down": link.1},
+        "host_memory": common::memory::json(&memory),
         "threshold_flops": gpu_dot::DEFAULT_MIN_GPU_FLOPS,
         "crossover_flops": crossover,
         "first_call": first,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod link;
+pub mod memory;
 
 use std::process::Command;
 use std::time::Instant;
