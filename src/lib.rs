@@ -699,9 +699,9 @@ pub mod __testing {
         mapped_input_products, mapped_inputs_up_to, ozaki_gemm_group, pretend_compute_capability,
         programmatic_launches, split_early, use_prebuilt_kernels,
     };
+    pub use crate::device::pinned::live_registrations;
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};
     pub use crate::engine::family::override_kernel_source;
-    pub use crate::host::pinned::live_registrations;
 
     /// Ozaki scheme II on the CPU, exactly as the kernels compute it (the tests' oracle):
     /// `reference(a, b, (m, k, n), moduli)` with row-major `a` (m × k) and `b` (k × n).

@@ -7,8 +7,8 @@ use std::ops::Deref;
 use ndarray::{Array, ArrayViewMut, Dimension, Ix1, Ix2, Ix3, ShapeBuilder};
 use num_traits::Zero;
 
+use crate::device::pinned::{self, Registration};
 use crate::error::GpuDotError;
-use crate::host::pinned::{self, Registration};
 
 /// An owned ndarray array whose memory is page-locked (pinned) for as long as this wrapper
 /// owns it, like a PyTorch tensor after `pin_memory()`.

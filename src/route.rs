@@ -16,6 +16,7 @@ use crate::engine::plan::Plan;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
 use crate::options::{Backend, DotOptions, Kernel, Precision};
+pub use crate::pipeline::HostCopies;
 use crate::pipeline::{self, Done, Dst, Gemm, Src};
 
 /// A product and how it was computed: `C` is the result's type, as ndarray's `dot` gives it
@@ -83,62 +84,6 @@ pub enum Route {
     Cpu(CpuReason),
     /// Nothing to compute: `m`, `n` or `k` is zero (the result is `m × n` zeros).
     Empty,
-}
-
-/// How a GPU product's host arrays crossed the link.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HostCopies {
-    /// No host array was copied: device matrices in and out.
-    None,
-    /// Every host array went through the crate's page-locked staging: packed by the host's
-    /// threads, then copied.
-    Staged,
-    /// Every host array was copied straight from or into its own page-locked memory (a
-    /// [`PinnedArray`](crate::PinnedArray)'s, read or written in place), with no staging.
-    Direct,
-    /// Some straight, some staged: a pinned array's view that is not contiguous in row-major
-    /// order (a transposed or stepped view, a column panel), or an ordinary array beside a
-    /// pinned one, goes through staging. So do the smallest products (whose kernels read and
-    /// write the staging in place).
-    Mixed,
-    /// A pinned array's registration failed, so it went through staging like any other
-    /// memory (with the driver's reason).
-    Unlocked {
-        /// Why the array is not page-locked.
-        reason: String,
-    },
-}
-
-impl HostCopies {
-    /// The copies of two parts of one product.
-    pub(crate) fn and(self, other: HostCopies) -> HostCopies {
-        use HostCopies::*;
-        match (self, other) {
-            (u @ Unlocked { .. }, _) | (_, u @ Unlocked { .. }) => u,
-            (None, x) | (x, None) => x,
-            (Staged, Staged) => Staged,
-            (Direct, Direct) => Direct,
-            _ => Mixed,
-        }
-    }
-}
-
-impl fmt::Display for HostCopies {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HostCopies::None => write!(f, "no host arrays"),
-            HostCopies::Staged => write!(f, "host arrays staged"),
-            HostCopies::Direct => write!(f, "host arrays copied straight from page-locked memory"),
-            HostCopies::Mixed => write!(f, "host arrays partly copied straight, partly staged"),
-            HostCopies::Unlocked { reason } => {
-                write!(
-                    f,
-                    "host arrays staged (a pinned array is not page-locked: {reason})"
-                )
-            }
-        }
-    }
 }
 
 /// Why a product ran on the CPU.

@@ -1,7 +1,8 @@
 //! The device layer: the exported device API ([`api`]), the CUDA context of each device with
 //! its streams and pools ([`context`]), its module table ([`modules`]), the driver and NVRTC
 //! libraries ([`libraries`]), NVRTC ([`compiler`]), the on-disk kernel cache ([`cache`]) and what it trusts ([`trust`]), the
-//! shipped CUBINs ([`prebuilt`]), device timing ([`stopwatch`]), and the tests' switches
+//! shipped CUBINs ([`prebuilt`]), device timing ([`stopwatch`]), host memory page-locked in
+//! place ([`pinned`]), and the tests' switches
 //! ([`overrides`]) and faulting kernel ([`testing`]).
 
 pub(crate) mod api;
@@ -11,6 +12,7 @@ pub(crate) mod context;
 pub(crate) mod libraries;
 pub(crate) mod modules;
 pub(crate) mod overrides;
+pub(crate) mod pinned;
 pub(crate) mod prebuilt;
 pub(crate) mod stopwatch;
 pub(crate) mod testing;

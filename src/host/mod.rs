@@ -3,5 +3,4 @@
 
 pub(crate) mod crew;
 pub(crate) mod fresh;
-pub(crate) mod pinned;
 pub(crate) mod staging;

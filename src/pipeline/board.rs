@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
 
+use super::ends::HostCopies;
 use super::schedule::{Direction, Schedule};
-use crate::host::pinned::{self, Memory};
+use crate::device::pinned::{self, Memory};
 use crate::host::staging::{release_lines, HostMat, Ring, Stores};
-use crate::route::HostCopies;
 
 /// Bytes of a run's up transfers for which its staging is packed with streaming stores
 /// ([`Stores::Streaming`]), so that the copy engine reads it from memory rather than from the
@@ -92,7 +92,7 @@ impl Endpoints {
     }
 
     /// Marks each transfer whose host matrix is contiguous in its row-major order and lies
-    /// in page-locked memory ([`host::pinned`](crate::host::pinned)) to be copied straight,
+    /// in page-locked memory ([`host::pinned`](crate::device::pinned)) to be copied straight,
     /// the up ones where `up` allows and the down ones where `down` does (a run whose kernels
     /// read or write the staging itself keeps it); what the host's arrays got.
     pub(crate) fn copy_direct(&mut self, up: bool, down: bool) -> HostCopies {

@@ -1,6 +1,7 @@
 //! The ends of a GPU product: where each operand comes from ([`Src`]), where the result goes
 //! ([`Dst`]), and what the product reports ([`Done`], [`Failure`]).
 
+use std::fmt;
 use std::mem::MaybeUninit;
 
 use cudarc::driver::CudaSlice;
@@ -12,7 +13,6 @@ use crate::element::Element;
 use crate::engine::tuner::Ran;
 use crate::error::GpuDotError;
 use crate::layout::{classify, Layout};
-use crate::route::HostCopies;
 
 /// `GPU_DOT_TRACE=1` prints each GPU product's host-side phase times to stderr (they are
 /// logged at trace level in any case). Any value but an on/off switch's is ignored, with a
@@ -129,6 +129,62 @@ impl Done {
             a_layout: Layout::C,
             b_layout: Layout::C,
             host: HostCopies::None,
+        }
+    }
+}
+
+/// How a GPU product's host arrays crossed the link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostCopies {
+    /// No host array was copied: device matrices in and out.
+    None,
+    /// Every host array went through the crate's page-locked staging: packed by the host's
+    /// threads, then copied.
+    Staged,
+    /// Every host array was copied straight from or into its own page-locked memory (a
+    /// [`PinnedArray`](crate::PinnedArray)'s, read or written in place), with no staging.
+    Direct,
+    /// Some straight, some staged: a pinned array's view that is not contiguous in row-major
+    /// order (a transposed or stepped view, a column panel), or an ordinary array beside a
+    /// pinned one, goes through staging. So do the smallest products (whose kernels read and
+    /// write the staging in place).
+    Mixed,
+    /// A pinned array's registration failed, so it went through staging like any other
+    /// memory (with the driver's reason).
+    Unlocked {
+        /// Why the array is not page-locked.
+        reason: String,
+    },
+}
+
+impl HostCopies {
+    /// The copies of two parts of one product.
+    pub(crate) fn and(self, other: HostCopies) -> HostCopies {
+        use HostCopies::*;
+        match (self, other) {
+            (u @ Unlocked { .. }, _) | (_, u @ Unlocked { .. }) => u,
+            (None, x) | (x, None) => x,
+            (Staged, Staged) => Staged,
+            (Direct, Direct) => Direct,
+            _ => Mixed,
+        }
+    }
+}
+
+impl fmt::Display for HostCopies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostCopies::None => write!(f, "no host arrays"),
+            HostCopies::Staged => write!(f, "host arrays staged"),
+            HostCopies::Direct => write!(f, "host arrays copied straight from page-locked memory"),
+            HostCopies::Mixed => write!(f, "host arrays partly copied straight, partly staged"),
+            HostCopies::Unlocked { reason } => {
+                write!(
+                    f,
+                    "host arrays staged (a pinned array is not page-locked: {reason})"
+                )
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use ndarray::ArrayView2;
 
 use super::board::Endpoints;
 use super::conduct::{Run, Trace};
+use super::ends::HostCopies;
 use super::ends::*;
 use super::link::{CudaLink, Streams};
 use super::schedule::{Residency, Schedule, What};
@@ -29,7 +30,6 @@ use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
 use crate::options::{DotOptions, Precision};
-use crate::route::HostCopies;
 
 /// One general product, `C = alpha·A·B + beta·C`.
 pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {

@@ -10,6 +10,7 @@ use cudarc::driver::CudaStream;
 use super::board::Endpoints;
 use super::conduct::{self, Run, Trace};
 use super::ends::Done;
+use super::ends::HostCopies;
 use super::link::{CudaLink, Streams};
 use super::schedule::{BatchB, Schedule, What};
 use super::stacks::{batch_config, batch_done, BatchOperand, Stack};
@@ -23,7 +24,6 @@ use crate::engine::table::TileConfig;
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
 use crate::options::{DotOptions, Precision};
-use crate::route::HostCopies;
 
 /// Device slots of a batch that runs in groups: the groups each slot holds in turn.
 const SLOTS: usize = 2;

@@ -44,6 +44,7 @@ mod transfer;
 mod workspace;
 
 pub(crate) use batch::batched;
+pub use ends::HostCopies;
 pub(crate) use ends::{DevMat, Done, Dst, Failure, Src, TRACE};
 pub(crate) use gemm::{gemm, Gemm};
 pub(crate) use stacks::{batch_config, BatchOperand, Stack};

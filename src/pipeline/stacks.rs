@@ -3,6 +3,7 @@
 
 use ndarray::ArrayView2;
 
+use super::ends::HostCopies;
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
 use crate::engine::plan::Plan;
@@ -11,7 +12,6 @@ use crate::engine::tuner::Ran;
 use crate::host::staging::HostMat;
 use crate::layout::classify;
 use crate::options::{Kernel, Precision};
-use crate::route::HostCopies;
 
 use super::ends::Done;
 

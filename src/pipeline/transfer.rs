@@ -8,6 +8,7 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use super::board::Endpoints;
 use super::conduct;
 use super::conduct::{Run, Trace};
+use super::ends::HostCopies;
 use super::link::{CudaLink, Streams};
 use super::schedule::Schedule;
 use super::workspace::{self, Needs, Workspace};
@@ -16,7 +17,6 @@ use crate::element::Element;
 use crate::engine::args::{self};
 use crate::error::GpuDotError;
 use crate::host::staging::HostMat;
-use crate::route::HostCopies;
 
 /// Moves one whole matrix between host and device on a workspace's compute stream: `up` is
 /// packed and copied to a device address, or a device address is copied and unpacked into

@@ -85,14 +85,14 @@ impl Case {
 
     /// Counts the operands' memory, and C's at each of `c` (`len` elements), as page-locked
     /// while the guards live.
-    fn lock(&self, c: [*const f32; 2], len: usize) -> Vec<crate::host::pinned::Simulated> {
+    fn lock(&self, c: [*const f32; 2], len: usize) -> Vec<crate::device::pinned::Simulated> {
         let arrays = [&self.a, &self.a_t, &self.b, &self.b_t];
         let ranges = arrays
             .iter()
             .map(|x| (x.as_ptr(), x.len()))
             .chain(c.map(|p| (p, len)));
         ranges
-            .map(|(p, len)| crate::host::pinned::simulate_locked(p.cast(), len * 4))
+            .map(|(p, len)| crate::device::pinned::simulate_locked(p.cast(), len * 4))
             .collect()
     }
 
