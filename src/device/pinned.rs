@@ -25,7 +25,8 @@ struct Region {
     generation: u64,
     /// Why it is not page-locked, where registration failed.
     failed: Option<Arc<str>>,
-    /// Counted as page-locked without a device (the simulated-device tests).
+    /// Made by the tests without a device (`simulate_locked`, `simulate_refused`): counted
+    /// as page-locked unless `failed`.
     simulated: bool,
 }
 
@@ -63,8 +64,8 @@ pub(crate) fn memory(addr: usize, bytes: usize) -> Memory {
         return Memory::Pageable;
     };
     match &r.failed {
-        _ if r.simulated => Memory::Locked,
         Some(why) => Memory::Unlocked(why.clone()),
+        None if r.simulated => Memory::Locked,
         None if *context::generation(r.ordinal) == r.generation => Memory::Locked,
         None => Memory::Unlocked("the device was reset since the array was registered".into()),
     }
@@ -144,13 +145,25 @@ pub fn live_registrations() -> usize {
 /// for tests whose copies a simulated device makes.
 #[cfg(test)]
 pub(crate) fn simulate_locked(ptr: *const u8, bytes: usize) -> Simulated {
+    simulate(ptr, bytes, None)
+}
+
+/// Records `bytes` bytes at `ptr` as a pinned array whose registration failed for `why`, until
+/// the guard is dropped.
+#[cfg(test)]
+pub(crate) fn simulate_refused(ptr: *const u8, bytes: usize, why: &str) -> Simulated {
+    simulate(ptr, bytes, Some(why.into()))
+}
+
+#[cfg(test)]
+fn simulate(ptr: *const u8, bytes: usize, failed: Option<Arc<str>>) -> Simulated {
     let (start, end) = (ptr as usize, ptr as usize + bytes);
     regions_mut().push(Region {
         start,
         end,
         ordinal: 0,
         generation: 0,
-        failed: None,
+        failed,
         simulated: true,
     });
     Simulated { start, end }
@@ -169,7 +182,7 @@ impl Drop for Simulated {
         let mut regions = regions_mut();
         if let Some(i) = regions
             .iter()
-            .position(|r| r.simulated && r.start == self.start && r.end == self.end)
+            .position(|r| r.simulated && (r.start, r.end) == (self.start, self.end))
         {
             regions.swap_remove(i);
         }
@@ -218,5 +231,56 @@ impl Drop for Registration {
                 let _ = unsafe { sys::cuMemHostUnregister(self.start as *mut _) };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_is_locked_only_inside_one_registration() {
+        let buf = vec![0u8; 4096];
+        let p = buf.as_ptr();
+        let at = |i: usize| p as usize + i;
+        let _locked = simulate_locked(p, 1000);
+        assert_eq!(memory(at(0), 1000), Memory::Locked);
+        assert_eq!(memory(at(10), 20), Memory::Locked);
+        // Reaching past its end, or starting before it: not locked.
+        assert_eq!(memory(at(990), 20), Memory::Pageable);
+        assert_eq!(memory(at(2000), 8), Memory::Pageable);
+        // A refused neighbour says why, and a range across both is not locked.
+        let _refused = simulate_refused(p.wrapping_add(1000), 1000, "RLIMIT_MEMLOCK");
+        assert_eq!(
+            memory(at(1500), 8),
+            Memory::Unlocked("RLIMIT_MEMLOCK".into())
+        );
+        assert_eq!(memory(at(900), 200), Memory::Pageable);
+    }
+
+    #[test]
+    fn dropped_registrations_are_forgotten() {
+        let buf = [0u8; 64];
+        let guard = simulate_locked(buf.as_ptr(), 64);
+        assert_eq!(memory(buf.as_ptr() as usize, 64), Memory::Locked);
+        drop(guard);
+        assert_eq!(memory(buf.as_ptr() as usize, 64), Memory::Pageable);
+        let guard = simulate_refused(buf.as_ptr(), 64, "no device");
+        assert!(matches!(
+            memory(buf.as_ptr() as usize, 8),
+            Memory::Unlocked(_)
+        ));
+        drop(guard);
+        assert_eq!(memory(buf.as_ptr() as usize, 8), Memory::Pageable);
+    }
+
+    #[test]
+    fn an_empty_range_registers_nothing() {
+        let before = live_registrations();
+        let mut v: Vec<f32> = Vec::new();
+        // SAFETY: zero bytes: nothing is registered.
+        let reg = unsafe { register(v.as_mut_ptr().cast(), 0) };
+        assert!(!reg.locked() && reg.error().is_none());
+        assert_eq!(live_registrations(), before);
     }
 }

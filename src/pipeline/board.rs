@@ -552,6 +552,52 @@ mod tests {
     }
 
     #[test]
+    fn transfers_go_straight_only_where_contiguous_locked_and_allowed() {
+        use crate::device::pinned::{simulate_locked, simulate_refused};
+        let mut a = vec![0f32; 64 * 32];
+        let mut b = vec![0f32; 64 * 32];
+        let ma = HostMat::row_major(a.as_mut_ptr(), 64, 32);
+        let mb = HostMat::row_major(b.as_mut_ptr(), 64, 32);
+        let ends = |up: Vec<HostMat>, down: Vec<HostMat>| {
+            let mut e = Endpoints::new(4, None);
+            (e.up_host, e.down_host) = (up, down);
+            e
+        };
+        // Ordinary memory: staged.
+        let upload = Schedule::upload(64 * 32);
+        let mut e = ends(vec![ma], vec![]);
+        assert_eq!(e.copy_direct(true, true), HostCopies::Staged);
+        assert_eq!(e.staged_elements(&upload), 64 * 32);
+        let _a = simulate_locked(a.as_ptr().cast(), a.len() * 4);
+        assert_eq!(e.copy_direct(true, true), HostCopies::Direct);
+        assert_eq!(e.staged_elements(&upload), 0);
+        // A locked band of rows and the whole matrix go straight; a column panel and the
+        // transpose (stepped in memory) are staged; where the run keeps its staging, nothing
+        // goes straight.
+        let mut e = ends(vec![ma, ma.rows(3, 9), ma.cols(0, 5), ma.t()], vec![]);
+        assert_eq!(e.copy_direct(true, true), HostCopies::Mixed);
+        assert_eq!(e.direct_up, [true, true, false, false]);
+        assert_eq!(e.copy_direct(false, true), HostCopies::Staged);
+        assert!(!e.up_direct(0));
+        let mut e = ends(vec![ma], vec![ma]);
+        assert_eq!(e.copy_direct(true, true), HostCopies::Direct);
+        assert_eq!(e.copy_direct(true, false), HostCopies::Mixed);
+        // A pinned array whose registration failed says why.
+        let _b = simulate_refused(b.as_ptr().cast(), b.len() * 4, "RLIMIT_MEMLOCK");
+        let mut e = ends(vec![ma], vec![mb]);
+        match e.copy_direct(true, true) {
+            HostCopies::Unlocked { reason } => assert_eq!(reason, "RLIMIT_MEMLOCK"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((e.up_direct(0), e.down_direct(0)), (true, false));
+        // Empty endpoints copy nothing.
+        assert_eq!(
+            ends(vec![], vec![]).copy_direct(true, true),
+            HostCopies::None
+        );
+    }
+
+    #[test]
     fn only_mid_sized_transfers_bypass_the_caches() {
         let res = Residency {
             a_host: true,
