@@ -31,7 +31,7 @@ use crate::element::Element;
 use crate::error::GpuDotError;
 use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
 use crate::options::{Backend, DotOptions, Precision};
-use crate::route::{self, CpuReason, Decision, Product, Route};
+use crate::route::{self, CpuReason, Decision, HostCopies, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
 
@@ -407,8 +407,11 @@ fn joint(routes: [Route; 4]) -> Route {
     };
     let pick = routes.iter().position(weaker).unwrap_or(0);
     let mut route = routes[pick].clone();
-    if let Route::Gpu { complex, .. } = &mut route {
+    if let Route::Gpu { complex, host, .. } = &mut route {
         *complex = true;
+        // The four products multiply the parts on the device; the parts went up, and the
+        // result comes down, through staging (they are stepped views of the host arrays).
+        *host = HostCopies::Staged;
     }
     route
 }

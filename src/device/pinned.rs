@@ -218,18 +218,26 @@ impl Drop for Registration {
                 regions.swap_remove(i);
             }
         }
-        if self.error.is_some() || !self.locked() {
-            // Never registered, or registered with a context the device's reset destroyed.
+        if self.error.is_some() || self.start == self.end {
             return;
         }
-        if let Ok(gpu) = context::gpu_on(self.ordinal) {
-            if gpu.generation == self.generation && gpu.ctx.bind_to_thread().is_ok() {
-                // SAFETY: the range was registered by this context (same generation) and is
-                // still allocated (the owner drops the registration before the memory); no
-                // copy uses it, since every product that read or wrote it has returned (they
-                // borrow the owner), and a product returns only once its copies are done.
-                let _ = unsafe { sys::cuMemHostUnregister(self.start as *mut _) };
-            }
+        // The context that registered the range, if it is still the device's: found before
+        // the generation's read lock is taken (a rebuild takes the device's slot, then that
+        // lock), and never made or rebuilt here.
+        let Some(gpu) = context::live()
+            .into_iter()
+            .find(|g| g.info.ordinal == self.ordinal && g.generation == self.generation)
+        else {
+            return;
+        };
+        let current = context::generation(self.ordinal);
+        if *current == self.generation && gpu.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the range was registered by this context, which the read guard keeps
+            // from being reset meanwhile, and is still allocated (the owner drops the
+            // registration before the memory); no copy uses it, since every product that read
+            // or wrote it has returned (they borrow the owner), and a product returns only
+            // once its copies are done.
+            let _ = unsafe { sys::cuMemHostUnregister(self.start as *mut _) };
         }
     }
 }
