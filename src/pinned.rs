@@ -32,9 +32,10 @@ use crate::error::GpuDotError;
 ///   back.
 /// - **Which views go straight**: a view that is contiguous in row-major order as the
 ///   product reads it (the whole array in C or F order, a band of rows of a C-order matrix,
-///   a band of columns of an F-order one). Other views of it go through staging, as do the
-///   smallest products, whose kernels read and write the staging in place. The route report
-///   says which ([`Route::Gpu`](crate::Route::Gpu)'s `host`).
+///   a band of columns of an F-order one), in a product on the device that registered it (the
+///   default device, `GPU_DOT_DEVICE`). Other views of it go through staging, as do the
+///   smallest products, whose kernels read and write the staging in place, and products on
+///   other devices. The route report says which ([`Route::Gpu`](crate::Route::Gpu)'s `host`).
 /// - **Failure**: where the driver refuses to page-lock the memory (no GPU, a
 ///   `RLIMIT_MEMLOCK` limit, a container's, memory already registered), the array works as
 ///   an ordinary one and is staged; [`registration_error`](PinnedArray::registration_error)

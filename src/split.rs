@@ -219,6 +219,7 @@ fn combine(
                     None => d,
                     Some(mut acc) => {
                         acc.panels += d.panels;
+                        acc.host = acc.host.and(d.host);
                         acc
                     }
                 });

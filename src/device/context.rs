@@ -200,6 +200,16 @@ pub(crate) fn live() -> Vec<Arc<Gpu>> {
         .collect()
 }
 
+/// The context in use on device `ordinal`, if one is made; never makes or rebuilds one, and
+/// locks that device's slot alone.
+pub(crate) fn live_on(ordinal: usize) -> Option<Arc<Gpu>> {
+    let dev = DEVICES.get(ordinal)?;
+    match &*dev.slot.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(Ok(gpu)) => Some(gpu.clone()),
+        _ => None,
+    }
+}
+
 /// Records that a driver call reported a fault that poisons a context: the context current
 /// on this thread (cudarc makes a device's context current before each call on it), or, when
 /// that cannot be told, every context in use.

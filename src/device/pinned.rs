@@ -52,9 +52,12 @@ pub(crate) enum Memory {
     Pageable,
 }
 
-/// What `bytes` bytes at `addr` are: [`Memory::Locked`] where one registration of the current
-/// context covers them all.
-pub(crate) fn memory(addr: usize, bytes: usize) -> Memory {
+/// What `bytes` bytes at `addr` are, for a product on the context `on` (its device's ordinal
+/// and generation): [`Memory::Locked`] where one registration made by that very context covers
+/// them all. A registration made by another device's context is page-locked for this one too,
+/// but a reset of its own device would drop it under this product's copies, which that reset
+/// does not wait for: such memory is staged.
+pub(crate) fn memory(addr: usize, bytes: usize, on: (usize, u64)) -> Memory {
     let regions = regions();
     if regions.is_empty() {
         return Memory::Pageable;
@@ -66,8 +69,17 @@ pub(crate) fn memory(addr: usize, bytes: usize) -> Memory {
     match &r.failed {
         Some(why) => Memory::Unlocked(why.clone()),
         None if r.simulated => Memory::Locked,
-        None if *context::generation(r.ordinal) == r.generation => Memory::Locked,
-        None => Memory::Unlocked("the device was reset since the array was registered".into()),
+        None if (r.ordinal, r.generation) == on => Memory::Locked,
+        None if r.ordinal == on.0 => {
+            Memory::Unlocked("the device was reset since the array was registered".into())
+        }
+        None => Memory::Unlocked(
+            format!(
+                "page-locked by device {}'s context, and this product runs on device {}",
+                r.ordinal, on.0
+            )
+            .into(),
+        ),
     }
 }
 
@@ -224,9 +236,7 @@ impl Drop for Registration {
         // The context that registered the range, if it is still the device's: found before
         // the generation's read lock is taken (a rebuild takes the device's slot, then that
         // lock), and never made or rebuilt here.
-        let Some(gpu) = context::live()
-            .into_iter()
-            .find(|g| g.info.ordinal == self.ordinal && g.generation == self.generation)
+        let Some(gpu) = context::live_on(self.ordinal).filter(|g| g.generation == self.generation)
         else {
             return;
         };
@@ -246,40 +256,43 @@ impl Drop for Registration {
 mod tests {
     use super::*;
 
+    /// The context the simulated products run on.
+    const ON: (usize, u64) = (0, 0);
+
     #[test]
     fn a_range_is_locked_only_inside_one_registration() {
         let buf = vec![0u8; 4096];
         let p = buf.as_ptr();
         let at = |i: usize| p as usize + i;
         let _locked = simulate_locked(p, 1000);
-        assert_eq!(memory(at(0), 1000), Memory::Locked);
-        assert_eq!(memory(at(10), 20), Memory::Locked);
+        assert_eq!(memory(at(0), 1000, ON), Memory::Locked);
+        assert_eq!(memory(at(10), 20, ON), Memory::Locked);
         // Reaching past its end, or starting before it: not locked.
-        assert_eq!(memory(at(990), 20), Memory::Pageable);
-        assert_eq!(memory(at(2000), 8), Memory::Pageable);
+        assert_eq!(memory(at(990), 20, ON), Memory::Pageable);
+        assert_eq!(memory(at(2000), 8, ON), Memory::Pageable);
         // A refused neighbour says why, and a range across both is not locked.
         let _refused = simulate_refused(p.wrapping_add(1000), 1000, "RLIMIT_MEMLOCK");
         assert_eq!(
-            memory(at(1500), 8),
+            memory(at(1500), 8, ON),
             Memory::Unlocked("RLIMIT_MEMLOCK".into())
         );
-        assert_eq!(memory(at(900), 200), Memory::Pageable);
+        assert_eq!(memory(at(900), 200, ON), Memory::Pageable);
     }
 
     #[test]
     fn dropped_registrations_are_forgotten() {
         let buf = [0u8; 64];
         let guard = simulate_locked(buf.as_ptr(), 64);
-        assert_eq!(memory(buf.as_ptr() as usize, 64), Memory::Locked);
+        assert_eq!(memory(buf.as_ptr() as usize, 64, ON), Memory::Locked);
         drop(guard);
-        assert_eq!(memory(buf.as_ptr() as usize, 64), Memory::Pageable);
+        assert_eq!(memory(buf.as_ptr() as usize, 64, ON), Memory::Pageable);
         let guard = simulate_refused(buf.as_ptr(), 64, "no device");
         assert!(matches!(
-            memory(buf.as_ptr() as usize, 8),
+            memory(buf.as_ptr() as usize, 8, ON),
             Memory::Unlocked(_)
         ));
         drop(guard);
-        assert_eq!(memory(buf.as_ptr() as usize, 8), Memory::Pageable);
+        assert_eq!(memory(buf.as_ptr() as usize, 8, ON), Memory::Pageable);
     }
 
     #[test]

@@ -92,18 +92,20 @@ impl Endpoints {
     }
 
     /// Marks each transfer whose host matrix is contiguous in its row-major order and lies
-    /// in page-locked memory ([`host::pinned`](crate::device::pinned)) to be copied straight,
-    /// the up ones where `up` allows and the down ones where `down` does (a run whose kernels
-    /// read or write the staging itself keeps it); what the host's arrays got.
-    pub(crate) fn copy_direct(&mut self, up: bool, down: bool) -> HostCopies {
+    /// in memory page-locked by the run's own context `on` (its device's ordinal and
+    /// generation; [`pinned::memory`]) to be copied straight: the up ones where `up` allows
+    /// and the down ones where `down` does (a run whose kernels read or write the staging
+    /// itself keeps it), never a fresh result (whose pages the crew touches while the copies
+    /// come down). Returns what the host's arrays got.
+    pub(crate) fn copy_direct(&mut self, up: bool, down: bool, on: (usize, u64)) -> HostCopies {
         let mut seen = Seen::default();
         let mut mark = |mats: &[HostMat], allowed: bool| -> Vec<bool> {
             mats.iter()
-                .map(|m| seen.direct(m.contiguous(), allowed))
+                .map(|m| seen.direct(m.contiguous(), allowed, on))
                 .collect()
         };
         self.direct_up = mark(&self.up_host, up);
-        self.direct_down = mark(&self.down_host, down);
+        self.direct_down = mark(&self.down_host, down && self.fresh.is_none());
         seen.copies()
     }
 
@@ -141,9 +143,9 @@ struct Seen {
 impl Seen {
     /// Whether a transfer of contiguous `range` (address, bytes; `None` where it is not
     /// contiguous) goes straight, where `allowed`; counted.
-    fn direct(&mut self, range: Option<(usize, usize)>, allowed: bool) -> bool {
+    fn direct(&mut self, range: Option<(usize, usize)>, allowed: bool, on: (usize, u64)) -> bool {
         let memory = range.map_or(Memory::Pageable, |(addr, bytes)| {
-            pinned::memory(addr, bytes)
+            pinned::memory(addr, bytes, on)
         });
         let direct = allowed && memory == Memory::Locked;
         if let Memory::Unlocked(why) = memory {
@@ -553,6 +555,7 @@ mod tests {
 
     #[test]
     fn transfers_go_straight_only_where_contiguous_locked_and_allowed() {
+        const ON: (usize, u64) = (0, 0);
         use crate::device::pinned::{simulate_locked, simulate_refused};
         let mut a = vec![0f32; 64 * 32];
         let mut b = vec![0f32; 64 * 32];
@@ -566,33 +569,33 @@ mod tests {
         // Ordinary memory: staged.
         let upload = Schedule::upload(64 * 32);
         let mut e = ends(vec![ma], vec![]);
-        assert_eq!(e.copy_direct(true, true), HostCopies::Staged);
+        assert_eq!(e.copy_direct(true, true, ON), HostCopies::Staged);
         assert_eq!(e.staged_elements(&upload), 64 * 32);
         let _a = simulate_locked(a.as_ptr().cast(), a.len() * 4);
-        assert_eq!(e.copy_direct(true, true), HostCopies::Direct);
+        assert_eq!(e.copy_direct(true, true, ON), HostCopies::Direct);
         assert_eq!(e.staged_elements(&upload), 0);
         // A locked band of rows and the whole matrix go straight; a column panel and the
         // transpose (stepped in memory) are staged; where the run keeps its staging, nothing
         // goes straight.
         let mut e = ends(vec![ma, ma.rows(3, 9), ma.cols(0, 5), ma.t()], vec![]);
-        assert_eq!(e.copy_direct(true, true), HostCopies::Mixed);
+        assert_eq!(e.copy_direct(true, true, ON), HostCopies::Mixed);
         assert_eq!(e.direct_up, [true, true, false, false]);
-        assert_eq!(e.copy_direct(false, true), HostCopies::Staged);
+        assert_eq!(e.copy_direct(false, true, ON), HostCopies::Staged);
         assert!(!e.up_direct(0));
         let mut e = ends(vec![ma], vec![ma]);
-        assert_eq!(e.copy_direct(true, true), HostCopies::Direct);
-        assert_eq!(e.copy_direct(true, false), HostCopies::Mixed);
+        assert_eq!(e.copy_direct(true, true, ON), HostCopies::Direct);
+        assert_eq!(e.copy_direct(true, false, ON), HostCopies::Mixed);
         // A pinned array whose registration failed says why.
         let _b = simulate_refused(b.as_ptr().cast(), b.len() * 4, "RLIMIT_MEMLOCK");
         let mut e = ends(vec![ma], vec![mb]);
-        match e.copy_direct(true, true) {
+        match e.copy_direct(true, true, ON) {
             HostCopies::Unlocked { reason } => assert_eq!(reason, "RLIMIT_MEMLOCK"),
             other => panic!("{other:?}"),
         }
         assert_eq!((e.up_direct(0), e.down_direct(0)), (true, false));
         // Empty endpoints copy nothing.
         assert_eq!(
-            ends(vec![], vec![]).copy_direct(true, true),
+            ends(vec![], vec![]).copy_direct(true, true, ON),
             HostCopies::None
         );
     }

@@ -120,7 +120,7 @@ fn run<T: Element>(
     times.buffers = started.elapsed();
     let inputs_at = inputs_in_ring(&ws, &planned, T::DTYPE.size());
     let addrs = DevAddrs::of(&ws, inputs_at);
-    let (ends, copies) = endpoints(&planned, &ops, &addrs);
+    let (ends, copies) = endpoints(&planned, &ops, &addrs, (gpu.info.ordinal, gpu.generation));
     done.host = copies;
     times.loop_start = started.elapsed();
     done.ran = panel_loop(
@@ -528,6 +528,7 @@ fn endpoints<T: Element>(
     planned: &Planned,
     ops: &Operands<T>,
     dev: &DevAddrs,
+    on: (usize, u64),
 ) -> (Endpoints, HostCopies) {
     let (sched, slots) = (&planned.sched, planned.slots);
     let fresh = ops
@@ -570,7 +571,7 @@ fn endpoints<T: Element>(
         ends.down_dev.push(dev.c[i % slots]);
     }
     // Kernels that read or write the staging themselves keep it.
-    let copies = ends.copy_direct(!planned.mapped_inputs, !planned.mapped_result);
+    let copies = ends.copy_direct(!planned.mapped_inputs, !planned.mapped_result, on);
     (ends, copies)
 }
 

@@ -193,7 +193,7 @@ pub(super) fn run<T: Element>(
         },
     )?;
     // Step 2: each transfer bound to its host matrix and its slot.
-    let (ends, host) = endpoints(&ws, &sched, &packing, slots, (a, b, c), (m, n), groups);
+    let (ends, host) = endpoints(gpu, &ws, &sched, &packing, slots, (a, b, c), (m, n), groups);
     // Step 3: the conductor runs the schedule, enqueueing each group's launch.
     let Workspace {
         lanes,
@@ -254,7 +254,9 @@ pub(super) fn run<T: Element>(
 
 /// Step 2: every transfer of `sched` bound to its host matrix and to its group's slot of the
 /// workspace's buffers (a shared B to the start of B's).
+#[allow(clippy::too_many_arguments)]
 fn endpoints<T: Element>(
+    gpu: &Gpu,
     ws: &Workspace,
     sched: &Schedule,
     packing: &Packing,
@@ -295,7 +297,7 @@ fn endpoints<T: Element>(
         ends.down_host.push(c.rows(z0 * m, z1 * m));
         ends.down_dev.push(at(&ws.dev.c[0], slots.at(g, m * n)));
     }
-    let host = ends.copy_direct(true, true);
+    let host = ends.copy_direct(true, true, (gpu.info.ordinal, gpu.generation));
     (ends, host)
 }
 

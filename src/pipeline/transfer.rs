@@ -53,7 +53,7 @@ pub(super) fn transfer<T: Element>(
     ends.up_dev = up.iter().map(|u| u.1).collect();
     ends.down_host = down.iter().map(|d| d.0).collect();
     ends.down_dev = down.iter().map(|d| d.1).collect();
-    let copies = ends.copy_direct(true, true);
+    let copies = ends.copy_direct(true, true, (gpu.info.ordinal, gpu.generation));
     let run = Run {
         link: CudaLink::new(streams, events, &sched),
         up_ring: ws.staging.up.as_ref().map(|b| b.ring(T::DTYPE.size())),

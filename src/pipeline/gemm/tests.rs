@@ -277,8 +277,8 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
     planned.mapped_result = mapped;
     // Half the cases hold every host array in (simulated) page-locked memory: the transfers
     // that are contiguous then go straight, with no staging.
-    let _locked = rng.random_bool(0.5).then(|| case.lock(c_at, m * n));
-    let (ends, _) = endpoints(&planned, &ops, &addrs);
+    let locked = rng.random_bool(0.5).then(|| case.lock(c_at, m * n));
+    let (ends, _) = endpoints(&planned, &ops, &addrs, (0, 0));
     let direct = (ends.direct_up.iter().chain(&ends.direct_down))
         .filter(|&&d| d)
         .count();
@@ -332,6 +332,9 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
             "{what}: panel {i}'s inputs mark after {copies} copies up"
         );
     }
+    // Forgotten before C's memory can be freed, so that no other test's allocation there
+    // counts as page-locked.
+    drop(locked);
     let got = match case.output {
         0 => unsafe { fresh_c.assume_init() },
         1 => c_old,
