@@ -176,7 +176,8 @@ struct Outcome {
 }
 
 /// The plan of `case` with `tiny` staging: its schedule, panels and slots, and whether its
-/// kernel reads its inputs where they are packed (drawn where `mapped_inputs` would allow it).
+/// kernel reads its inputs where they are packed and writes its result into the down ring
+/// (each drawn where `mapped_inputs` and `mapped_result` would allow it).
 fn plan_case(case: &Case, residency: Residency, rng: &mut StdRng, tiny: &Limits) -> Planned {
     let (dims, rows) = (case.dims, case.rows);
     let sched = Arc::new(Schedule::product_with(dims, rows, true, residency, tiny));
@@ -190,6 +191,9 @@ fn plan_case(case: &Case, residency: Residency, rng: &mut StdRng, tiny: &Limits)
         && up.parcels.len() == up.transfers.len()
         && up.slots == up.parcels.len()
         && rng.random_bool(0.5);
+    // As `mapped_result` allows: one panel, one down parcel, C not read.
+    let mapped =
+        panels == 1 && case.beta == 0.0 && sched.down.parcels.len() == 1 && rng.random_bool(0.5);
     Planned {
         choice: Choice {
             panels,
@@ -200,7 +204,7 @@ fn plan_case(case: &Case, residency: Residency, rng: &mut StdRng, tiny: &Limits)
         sched,
         rows,
         slots,
-        mapped_result: false,
+        mapped_result: mapped,
         mapped_inputs: mapped_in,
         work_waits: false,
     }
@@ -270,11 +274,7 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         let ring = up_ring.at(0, 0) as u64;
         addrs = addrs.with_inputs(ring_inputs(sched, ring, 4));
     }
-    // As `mapped_result` allows: one panel, one down parcel, C not read.
-    let mapped =
-        panels == 1 && beta == 0.0 && sched.down.parcels.len() == 1 && rng.random_bool(0.5);
-    let mut planned = planned;
-    planned.mapped_result = mapped;
+    let mapped = planned.mapped_result;
     // Half the cases hold every host array in (simulated) page-locked memory: the transfers
     // that are contiguous then go straight, with no staging.
     let locked = rng.random_bool(0.5).then(|| case.lock(c_at, m * n));
@@ -282,7 +282,6 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
     let direct = (ends.direct_up.iter().chain(&ends.direct_down))
         .filter(|&&d| d)
         .count();
-    let sched = &planned.sched;
     let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
     let fresh = ops.fresh;
     let run = Run {
