@@ -17,6 +17,8 @@
 //!
 //! Each run is its own process (this program run again with `--run dot|gpu_dot|pinned`), so
 //! that page faults and the heap start the same; the rounds rotate the order of the forms.
+//! A run prints on stderr the milliseconds per sample of each step (forward, gradient,
+//! backward, update); `--run FORM` runs one form in this process and shows them.
 //! It prints each run's wall, user and system seconds and minor page faults (from
 //! `/proc/self/stat`, Linux), then the medians and the ratios to `dot`, and with `--json PATH`
 //! writes them (`ndarray_s`, `gpu_dot_s`, `pinned_s`: median wall seconds). With `--hold`,
@@ -85,33 +87,66 @@ fn noise(i: usize) -> f32 {
 /// The forms of the loop.
 const FORMS: [&str; 3] = ["dot", "gpu_dot", "pinned"];
 
+/// Seconds spent in each step of the loop, summed over the samples: the forward, the
+/// gradient, the backward and the host's update (printed by a child run on stderr).
+#[derive(Default)]
+struct Phases([f64; 4]);
+
+impl Phases {
+    /// Runs `f`, adding its time to step `i`.
+    fn time<R>(&mut self, i: usize, f: impl FnOnce() -> R) -> R {
+        let start = Instant::now();
+        let r = f();
+        self.0[i] += start.elapsed().as_secs_f64();
+        r
+    }
+
+    fn print(&self, form: &str, samples: usize) {
+        let per = |s: f64| 1e3 * s / samples.max(1) as f64;
+        eprintln!(
+            "{form} ms per sample: forward {:.3}, gradient {:.3}, backward {:.3}, update {:.3}",
+            per(self.0[0]),
+            per(self.0[1]),
+            per(self.0[2]),
+            per(self.0[3])
+        );
+    }
+}
+
 /// The training loop, with `dot` or with `gpu_dot`; returns a checksum of the weights.
 fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
     let (mut w, xs, ts) = data(samples);
     let mut back_sum = 0.0f64;
+    let mut phases = Phases::default();
     // The previous sample's gradient, held until the next one is computed (`--hold`).
     let mut held: Option<Array2<f32>> = None;
     for _ in 0..epochs {
         for (x, t) in xs.outer_iter().zip(ts.outer_iter()) {
-            let h: Array1<f32> = if use_gpu_dot {
-                w.gpu_dot(&x)
-            } else {
-                w.dot(&x)
-            };
+            let h: Array1<f32> = phases.time(0, || {
+                if use_gpu_dot {
+                    w.gpu_dot(&x)
+                } else {
+                    w.dot(&x)
+                }
+            });
             let g = h - t;
             let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
-            let grad: Array2<f32> = if use_gpu_dot {
-                g_col.gpu_dot(&x_row)
-            } else {
-                g_col.dot(&x_row)
-            };
-            let back: Array1<f32> = if use_gpu_dot {
-                g.gpu_dot(&w)
-            } else {
-                g.dot(&w)
-            };
+            let grad: Array2<f32> = phases.time(1, || {
+                if use_gpu_dot {
+                    g_col.gpu_dot(&x_row)
+                } else {
+                    g_col.dot(&x_row)
+                }
+            });
+            let back: Array1<f32> = phases.time(2, || {
+                if use_gpu_dot {
+                    g.gpu_dot(&w)
+                } else {
+                    g.dot(&w)
+                }
+            });
             back_sum += f64::from(back[0]);
-            w.scaled_add(-LR, &grad);
+            phases.time(3, || w.scaled_add(-LR, &grad));
             black_box(&w);
             if hold {
                 held = Some(grad);
@@ -119,6 +154,8 @@ fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
         }
     }
     black_box(held);
+    let form = if use_gpu_dot { "gpu_dot" } else { "dot" };
+    phases.print(form, samples * epochs);
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
@@ -141,18 +178,22 @@ fn train_pinned(samples: usize, epochs: usize) -> f64 {
     let mut grad = PinnedArray::<f32, _>::zeros((WIDTH, WIDTH));
     assert!(w.is_page_locked(), "{:?}", w.registration_error());
     let mut back_sum = 0.0f64;
+    let mut phases = Phases::default();
     for _ in 0..epochs {
         for (x, t) in xs.outer_iter().zip(ts.outer_iter()) {
-            let h: Array1<f32> = w.gpu_dot(&x);
+            let h: Array1<f32> = phases.time(0, || w.gpu_dot(&x));
             let g = h - t;
             let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
-            gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad.view_mut());
-            let back: Array1<f32> = g.gpu_dot(&*w);
+            phases.time(1, || {
+                gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad.view_mut())
+            });
+            let back: Array1<f32> = phases.time(2, || g.gpu_dot(&*w));
             back_sum += f64::from(back[0]);
-            w.view_mut().scaled_add(-LR, &*grad);
+            phases.time(3, || w.view_mut().scaled_add(-LR, &*grad));
             black_box(&*w);
         }
     }
+    phases.print("pinned", samples * epochs);
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 

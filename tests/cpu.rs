@@ -167,7 +167,8 @@ fn every_array_kind_is_accepted_and_mixed<T: TestElem>() {
     assert_eq!(a.gpu_dot(&arc), expected);
     assert_eq!(cow.gpu_dot(&view_mut), expected);
     assert_eq!(a.view().gpu_dot(&b.view()), expected);
-    let owned_f: Array2<T> = a.t().to_owned().reversed_axes(); // F order, owned
+    let owned_f: Array2<T> = a.t().as_standard_layout().into_owned().reversed_axes(); // F order, owned
+    assert!(owned_f.t().is_standard_layout());
     assert_eq!(owned_f.gpu_dot(&arc), expected);
 }
 
