@@ -16,6 +16,7 @@ use gpu_dot::{
     Precision, Route,
 };
 use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Runs a generic test body for `f32` parts (`c32`) and `f64` parts (`c64`).
 macro_rules! both_parts {
@@ -61,6 +62,21 @@ fn expect_device() {
     if let DeviceStatus::Unavailable(reason) = device_status() {
         panic!("this test needs a CUDA GPU: {reason}");
     }
+}
+
+/// The tests that weigh emulation at every size (a switch of the whole process) hold this
+/// for writing; the other GPU tests hold it for reading, so that no product of theirs runs
+/// while the switch is on.
+static TURN: RwLock<()> = RwLock::new(());
+
+/// A GPU test's share of [`TURN`].
+fn shared_turn() -> RwLockReadGuard<'static, ()> {
+    TURN.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`TURN`] alone, for a test that turns the switch on.
+fn own_turn() -> RwLockWriteGuard<'static, ()> {
+    TURN.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The worst complex componentwise ratio of `c` against `a · b`, asserting the Inf and NaN
@@ -220,6 +236,7 @@ both_parts!(
 /// the route says the product ran on the GPU as a complex one, and the memory order is dot's.
 fn matrices_of_every_layout_on_the_gpu<T: Element>() {
     expect_device();
+    let _turn = shared_turn();
     for (m, k, n) in [(1, 1, 1), (37, 129, 65), (300, 513, 257), (1024, 768, 1000)] {
         let (a, b) = (random::<T>(m, k), random::<T>(k, n));
         let af = a.t().as_standard_layout().into_owned().reversed_axes();
@@ -263,6 +280,7 @@ both_parts!(
 /// complex alpha and beta, on the GPU, against the reference.
 fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
     expect_device();
+    let _turn = shared_turn();
     let opts = gpu(Precision::Auto);
     let (m, k, n) = (700, 1300, 900);
     let (a, b) = (random::<T>(m, k), random::<T>(k, n));
@@ -350,6 +368,51 @@ fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
     );
 }
 
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    vectors_and_batches_when_every_size_emulates
+);
+/// Matrix·vector, vector·matrix, vector·vector and a batch with the default precision while
+/// the tests weigh emulation at every size, so that their real products go to the emulation
+/// whatever their shape: each within the guarded bound (or native's, where the guard
+/// refused), each step named on stderr as it starts.
+fn vectors_and_batches_when_every_size_emulates<T: Element>() {
+    expect_device();
+    let _turn = own_turn();
+    let _on = EmulateEverySize::on();
+    let opts = gpu(Precision::Auto);
+    let (m, k) = (700, 1300);
+    let a = random::<T>(m, k);
+    let (x, y) = (random::<T>(k, 1), random::<T>(1, m));
+    eprintln!("{}: matrix·vector", T::DTYPE);
+    let p = a.try_gpu_dot_with(&x.column(0), &opts).unwrap();
+    let c = p.c.insert_axis(ndarray::Axis(1));
+    let worst = ratio(c.view(), a.view(), x.view(), "matrix·vector");
+    assert!(worst <= 11.0, "matrix·vector: {worst} ({})", p.route);
+    eprintln!("{}: vector·matrix", T::DTYPE);
+    let p = y.row(0).try_gpu_dot_with(&a, &opts).unwrap();
+    let c = p.c.insert_axis(ndarray::Axis(0));
+    let worst = ratio(c.view(), y.view(), a.view(), "vector·matrix");
+    assert!(worst <= 11.0, "vector·matrix: {worst} ({})", p.route);
+    eprintln!("{}: vector·vector", T::DTYPE);
+    let long = random::<T>(1, 1 << 12);
+    let p = long.row(0).try_gpu_dot_with(&long.row(0), &opts).unwrap();
+    let c = Array2::from_elem((1, 1), p.c);
+    let worst = ratio(c.view(), long.view(), long.t(), "vector·vector");
+    assert!(worst <= 11.0, "vector·vector: {worst}");
+    eprintln!("{}: batch", T::DTYPE);
+    let flat = random::<T>(3 * 64, 96);
+    let stack = Array3::from_shape_fn((3, 64, 96), |(z, i, q)| flat[[z * 64 + i, q]]);
+    let rhs = random::<T>(96, 48);
+    let p = stack.try_gpu_dot_with(&rhs, &opts).unwrap();
+    for z in 0..3 {
+        let az = stack.index_axis(ndarray::Axis(0), z);
+        let worst = ratio(p.c.index_axis(ndarray::Axis(0), z), az, rhs.view(), "batch");
+        assert!(worst <= 11.0, "batch item {z}: {worst} ({})", p.route);
+    }
+    eprintln!("{}: done", T::DTYPE);
+}
+
 /// Turns `emulate_every_size` on for its life, and off again on drop (a failed assertion
 /// included).
 struct EmulateEverySize;
@@ -371,6 +434,7 @@ impl Drop for EmulateEverySize {
 #[ignore = "needs a CUDA GPU"]
 fn the_default_emulates_large_products_under_its_guard() {
     // One test for both types: the switch is the process's, so its two users may not overlap.
+    let _turn = own_turn();
     let _on = EmulateEverySize::on();
     default_emulates::<f32>();
     default_emulates::<f64>();
@@ -433,6 +497,7 @@ both_parts!(
 /// within rounding, for owned arrays and views of both layouts.
 fn every_ix2_form_matches_ndarray_within_rounding<T: Element>() {
     expect_device();
+    let _turn = shared_turn();
     let (a, b) = (random::<T>(513, 300), random::<T>(300, 257));
     let c = a.gpu_dot(&b);
     assert_product(c.view(), a.view(), b.view(), "gpu_dot");
