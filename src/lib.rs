@@ -5,7 +5,8 @@
 //! with `dot`'s result types, memory order and panics, for every 2-D array kind (`Array2`,
 //! `ArrayView2`, `ArrayViewMut2`, `ArcArray2`, `CowArray`) in any layout: C order, F order
 //! (`a.t()`), sliced, stepped and negative-stride views. Products of fewer than
-//! [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; [`DEFAULT_MIN_GPU_FLOPS_F64`] for `f64`), and
+//! [`DEFAULT_MIN_GPU_FLOPS`] flops (`2·m·k·n`; [`DEFAULT_MIN_GPU_FLOPS_F64`] for `f64`, and
+//! [`DEFAULT_MIN_GPU_FLOPS_C32`] real flops, `8·m·k·n`, for `Complex<f32>`), and
 //! every product on a machine without a usable GPU, run on ndarray's own `dot` at its own cost.
 //! Larger ones run on the GPU: by default ([`Precision::Auto`]) on the INT8 tensor cores (Ozaki
 //! scheme II) where that is faster and a guard computed on the device shows every element
@@ -134,7 +135,7 @@
 //! | `GPU_DOT_KERNEL` | `auto`, `naive`, `tiled16`, `tiled32`, `reg64`, `reg128` | `auto` |
 //! | `GPU_DOT_AUTOTUNE` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no` | `1` |
 //! | `GPU_DOT_PRECISION` | `auto`, `native` (or `fp32`), `tf32x3`, `tf32`, `ozaki`, `ozaki-N` (N from 2 to 18; see [`Precision`]) | `auto` |
-//! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (both element types) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 |
+//! | `GPU_DOT_MIN_FLOPS` | a non-negative integer (every element type) | [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] for f64 and `Complex<f64>`, [`DEFAULT_MIN_GPU_FLOPS_C32`] for `Complex<f32>` |
 //! | `GPU_DOT_DEVICE` | a device ordinal: the default CUDA device | `0` |
 //! | `GPU_DOT_DEVICES` | `all`, or device ordinals separated by commas (`0,1`), to split large products across | one device |
 //! | `GPU_DOT_PEER_COPY` | `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`: split products share B over peer links | `1` |
@@ -341,8 +342,8 @@ pub use matrix::{
 pub use num_complex;
 pub use options::{
     Backend, Devices, DotOptions, Kernel, Precision, DEFAULT_MIN_GPU_FLOPS,
-    DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE, ENV_BACKEND, ENV_DEVICE,
-    ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION,
+    DEFAULT_MIN_GPU_FLOPS_C32, DEFAULT_MIN_GPU_FLOPS_F64, DEFAULT_MIN_SPLIT_FLOPS, ENV_AUTOTUNE,
+    ENV_BACKEND, ENV_DEVICE, ENV_DEVICES, ENV_KERNEL, ENV_MIN_FLOPS, ENV_PEER_COPY, ENV_PRECISION,
 };
 #[cfg(feature = "internals")]
 #[doc(hidden)]

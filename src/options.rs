@@ -33,6 +33,18 @@ pub const DEFAULT_MIN_GPU_FLOPS: u64 = 4_000_000;
 /// against 0.085–0.087 ms at 128³. The threshold sits between, at 3 Mflop (about 115³).
 pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
 
+/// [`DEFAULT_MIN_GPU_FLOPS`] for `Complex<f32>` products, in real flops (`8·m·k·n`).
+///
+/// A complex product on the GPU uploads its four parts and runs four real products, so it
+/// pays from larger sizes than a real one. Measured host to host on an H100 with 16 host cores
+/// (2026-12-06, `complex_sweep --dtype c32`): the GPU path took 0.181 ms at 96³ (7.1 Mflop)
+/// against ndarray's 0.109, 0.212 ms at 128³ (16.8 Mflop) against 0.167, and 0.256 ms at 192³
+/// (56.6 Mflop) against 0.275; the threshold sits between, at 32 Mflop (about 160³).
+/// `Complex<f64>` products keep [`DEFAULT_MIN_GPU_FLOPS_F64`]: there the GPU won from 96³
+/// (0.191 against 0.234 ms), and ndarray took 0.075 ms at 64³ (2.1 Mflop) against the GPU's
+/// 0.155 with the product forced there.
+pub const DEFAULT_MIN_GPU_FLOPS_C32: u64 = 32_000_000;
+
 /// The most moduli an Ozaki product may use (`Precision::Ozaki { moduli }`): their product
 /// M < 2^141, so that the reconstruction's sum `S < 9 · 2^25 · M` fits six 32-bit limbs.
 pub const MAX_MODULI: usize = 18;
@@ -362,7 +374,8 @@ pub struct DotOptions {
     /// Which kernel, when on the GPU.
     pub kernel: Kernel,
     /// Under [`Backend::Auto`], products of fewer flops than this go to the CPU (`None`: the
-    /// element type's default, [`DEFAULT_MIN_GPU_FLOPS`] or [`DEFAULT_MIN_GPU_FLOPS_F64`]).
+    /// element type's default, [`DEFAULT_MIN_GPU_FLOPS`], [`DEFAULT_MIN_GPU_FLOPS_F64`] or, for
+    /// `Complex<f32>`, [`DEFAULT_MIN_GPU_FLOPS_C32`]).
     pub min_gpu_flops: Option<u64>,
     /// Fill the device output with NaN before the kernel runs, so that an element the kernel
     /// fails to write shows up as NaN. For testing kernels; costs one memset (the crate's
@@ -518,6 +531,15 @@ impl DotOptions {
     pub fn threshold(&self, dtype: crate::Dtype) -> u64 {
         self.min_gpu_flops.unwrap_or(match dtype {
             crate::Dtype::F32 => DEFAULT_MIN_GPU_FLOPS,
+            _ => DEFAULT_MIN_GPU_FLOPS_F64,
+        })
+    }
+
+    /// The CPU/GPU threshold in force for complex products whose parts are `dtype`, in real
+    /// flops (`8·m·k·n`).
+    pub(crate) fn complex_threshold(&self, dtype: crate::Dtype) -> u64 {
+        self.min_gpu_flops.unwrap_or(match dtype {
+            crate::Dtype::F32 => DEFAULT_MIN_GPU_FLOPS_C32,
             _ => DEFAULT_MIN_GPU_FLOPS_F64,
         })
     }

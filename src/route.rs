@@ -312,13 +312,36 @@ pub(crate) fn log_route(
 /// no clone, no lock, no formatting unless debug logging is on.
 #[inline(always)]
 pub(crate) fn cpu_first(batch: usize, (m, k, n): (usize, usize, usize), dtype: Dtype) -> bool {
-    // The environment's options as one number per element type, read with one relaxed load:
-    // 0 before the first call; `u64::MAX` for the CPU backend; else the threshold plus one
-    // (`Auto`), or 1 (the GPU backend: nothing is below).
-    static CPU_BELOW: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-    let mut below = CPU_BELOW[dtype as usize].load(Ordering::Relaxed);
+    cpu_first_of(batch, (m, k, n), dtype, false)
+}
+
+/// [`cpu_first`] for a complex product whose parts are `dtype`, against the complex threshold
+/// ([`DotOptions`]' `complex_threshold`), in real flops (`8·m·k·n`).
+#[inline(always)]
+pub(crate) fn cpu_first_complex(
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+) -> bool {
+    cpu_first_of(batch.saturating_mul(4), (m, k, n), dtype, true)
+}
+
+#[inline(always)]
+fn cpu_first_of(
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    complex: bool,
+) -> bool {
+    // The environment's options as one number per element type (real f32, f64, complex f32,
+    // complex f64), read with one relaxed load: 0 before the first call; `u64::MAX` for the
+    // CPU backend; else the threshold plus one (`Auto`), or 1 (the GPU backend: nothing is
+    // below).
+    static CPU_BELOW: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+    let slot = &CPU_BELOW[dtype as usize + 2 * usize::from(complex)];
+    let mut below = slot.load(Ordering::Relaxed);
     if below == 0 {
-        below = cpu_below(dtype, &CPU_BELOW[dtype as usize]);
+        below = cpu_below(dtype, complex, slot);
     }
     // `flops` without 128-bit arithmetic: 2·m·k·n, saturating at `u64::MAX` as it does.
     let flops = 2u64
@@ -364,11 +387,16 @@ pub(crate) fn cpu_for_want_of_gpu((m, k, n): (usize, usize, usize), dtype: Dtype
 /// options, stored in `slot`.
 #[cold]
 #[inline(never)]
-fn cpu_below(dtype: Dtype, slot: &AtomicU64) -> u64 {
+fn cpu_below(dtype: Dtype, complex: bool, slot: &AtomicU64) -> u64 {
     let opts = DotOptions::env_ref();
+    let threshold = if complex {
+        opts.complex_threshold(dtype)
+    } else {
+        opts.threshold(dtype)
+    };
     let below = match opts.backend {
         Backend::Cpu => u64::MAX,
-        Backend::Auto => opts.threshold(dtype).min(u64::MAX - 2) + 1,
+        Backend::Auto => threshold.min(u64::MAX - 2) + 1,
         Backend::Gpu => 1,
     };
     slot.store(below, Ordering::Relaxed);
@@ -528,7 +556,11 @@ fn cpu_before_allocating(
 /// Why a host product of `flops` flops goes to the CPU before any GPU is tried: the options
 /// ask for the CPU, or, under [`Backend::Auto`], it is below the threshold for `dtype`.
 pub(crate) fn cpu_by_options(opts: &DotOptions, flops: u64, dtype: Dtype) -> Option<CpuReason> {
-    let threshold = opts.threshold(dtype);
+    cpu_under(opts, flops, opts.threshold(dtype))
+}
+
+/// [`cpu_by_options`] against a given threshold.
+pub(crate) fn cpu_under(opts: &DotOptions, flops: u64, threshold: u64) -> Option<CpuReason> {
     match opts.backend {
         Backend::Cpu => Some(CpuReason::Requested),
         Backend::Auto if flops < threshold => Some(CpuReason::BelowThreshold { flops, threshold }),

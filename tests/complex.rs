@@ -509,3 +509,38 @@ fn every_ix2_form_matches_ndarray_within_rounding<T: Element>() {
     let c = a.gpu_dot(&bt.t());
     assert_product(c.view(), a.view(), b.view(), "gpu_dot on a transposed view");
 }
+
+/// Complex products count real flops (`8·m·k·n`) against their own threshold: `Complex<f32>`
+/// against [`gpu_dot::DEFAULT_MIN_GPU_FLOPS_C32`], `Complex<f64>` against the `f64` one.
+#[test]
+fn complex_products_weigh_their_own_thresholds() {
+    use gpu_dot::{CpuReason, DEFAULT_MIN_GPU_FLOPS_C32, DEFAULT_MIN_GPU_FLOPS_F64};
+    let n = 140; // 8·140³ = 22 Mflop: between the f64 threshold and the c32 one
+    let flops = 8 * (n as u64).pow(3);
+    assert!(DEFAULT_MIN_GPU_FLOPS_F64 < flops && flops < DEFAULT_MIN_GPU_FLOPS_C32);
+    let a = random::<f32>(n, n);
+    let p = a.try_gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
+    match p.route {
+        Route::Cpu(CpuReason::BelowThreshold {
+            flops: f,
+            threshold,
+        }) => assert_eq!((f, threshold), (flops, DEFAULT_MIN_GPU_FLOPS_C32)),
+        other => panic!("c32 {n}³: {other}"),
+    }
+    assert_eq!(a.gpu_dot(&a), a.dot(&a));
+    let a = random::<f64>(n, n);
+    let p = a.try_gpu_dot_with(&a, &DotOptions::builtin()).unwrap();
+    assert!(
+        !matches!(p.route, Route::Cpu(CpuReason::BelowThreshold { .. })),
+        "c64 {n}³: {}",
+        p.route
+    );
+    // An explicit threshold is every element type's.
+    let p = a
+        .try_gpu_dot_with(&a, &DotOptions::builtin().min_gpu_flops(flops + 1))
+        .unwrap();
+    assert!(matches!(
+        p.route,
+        Route::Cpu(CpuReason::BelowThreshold { .. })
+    ));
+}

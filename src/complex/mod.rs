@@ -38,8 +38,8 @@ use crate::scalar::Rhs;
 impl<T: Element> Dispatch for Complex<T> {
     #[inline(always)]
     fn cpu_first(batch: usize, mkn: (usize, usize, usize)) -> bool {
-        // Four real products: 8·m·k·n real flops against the real type's threshold.
-        route::cpu_first(batch.saturating_mul(4), mkn, T::DTYPE)
+        // Four real products: 8·m·k·n real flops against the complex threshold.
+        route::cpu_first_complex(batch, mkn, T::DTYPE)
     }
 
     fn dot_as<S1, S2, C>(
@@ -225,7 +225,7 @@ pub(crate) fn batch_dot<T: Element>(
     }
     let cpu = || batch::cpu(&a, &b);
     let flops = route::flops(batch.saturating_mul(m), k, n).saturating_mul(4);
-    if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
+    if let Some(why) = route::cpu_under(opts, flops, opts.complex_threshold(T::DTYPE)) {
         return Ok(Product {
             c: cpu(),
             route: Route::Cpu(why),
@@ -308,7 +308,7 @@ fn decide<T: Element>(
         Ok(Err(why))
     };
     let flops = route::flops(m, k, n).saturating_mul(4);
-    if let Some(why) = route::cpu_by_options(opts, flops, T::DTYPE) {
+    if let Some(why) = route::cpu_under(opts, flops, opts.complex_threshold(T::DTYPE)) {
         return cpu(why);
     }
     let fall_back = fall_back || opts.backend == Backend::Auto;
