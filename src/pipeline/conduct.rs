@@ -18,7 +18,7 @@
 //! everything on one stream and needs no cross-stream events.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Instant;
 
 use super::board::{Board, Endpoints, PieceTime, Step, CONDUCTOR, LOGGED_PIECES};
@@ -77,6 +77,17 @@ fn clocked<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
 }
 
 /// What the conductor enqueues for one panel, on the compute stream.
+/// Sets the board's `abort` when dropped while its thread unwinds, so that the helpers leave.
+struct AbortOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for AbortOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, SeqCst);
+        }
+    }
+}
+
 pub(crate) type PanelWork<'w> = dyn FnMut(usize) -> Result<(), GpuDotError> + 'w;
 
 /// Everything a run needs besides its schedule.
@@ -137,6 +148,9 @@ pub(crate) fn conduct<L: Link>(
         }
     };
     let result = crew.run(helpers, &work, |watch| {
+        // A panic below the conductor (a bug) ends the product too: the helpers must see it,
+        // or the crew's close would wait for them forever while they wait for pieces.
+        let _abort = AbortOnUnwind(&board.abort);
         let out = Conductor {
             sched,
             ends,

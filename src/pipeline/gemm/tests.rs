@@ -7,6 +7,7 @@ use crate::pipeline::sim::SimLink;
 use ndarray::{s, Array2};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::time::Duration;
 
 fn random(rng: &mut StdRng, rows: usize, cols: usize) -> Array2<f32> {
     Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.0f32..1.0))
@@ -391,6 +392,104 @@ fn products_through_a_simulated_device_match_the_reference() {
         "no case wrote its result straight into staging"
     );
     assert!(mapped_in_runs > 0, "no case read its inputs from staging");
+}
+
+/// A panel whose work panics (a bug below the conductor) ends its product with that panic:
+/// the helpers staging its copies see the product end and leave, where they would otherwise
+/// wait for pieces that never come while the crew's close waits for them. Each case runs on
+/// a thread of its own, and must unwind within 30 s.
+#[test]
+fn a_panicking_panel_unwinds_past_the_helpers() {
+    let tiny = Limits {
+        min_parcel: 64,
+        max_parcel: 256,
+        max_ring: 768,
+        piece: 48,
+    };
+    let mut rng = StdRng::seed_from_u64(0x5EED);
+    let (mut ran, mut helped) = (0, 0);
+    for index in 0..200 {
+        let mut case = Case::draw(&mut rng, index);
+        (case.output, case.beta) = (1, 0.0);
+        if case.small || case.rows >= case.dims.0 {
+            continue; // one panel: nothing after the panic for helpers to wait on
+        }
+        let (done, report) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut trace = Trace::default();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                panicking_panel(&case, &tiny, &mut trace)
+            }));
+            let message = outcome.err().map(|e| e.downcast_ref::<&str>().copied());
+            done.send((trace.helpers, message)).expect("the test waits");
+        });
+        let (helpers, message) = match report.recv_timeout(Duration::from_secs(30)) {
+            Ok((helpers, Some(message))) => (helpers, message),
+            Ok((_, None)) => panic!("case {index}: the panel's panic did not reach the caller"),
+            Err(_) => panic!("case {index}: the product did not end after its panel panicked"),
+        };
+        assert_eq!(message, Some("a panel's bug"), "case {index}");
+        ran += 1;
+        helped += usize::from(helpers > 0);
+        if ran == 24 {
+            break;
+        }
+    }
+    assert!(ran >= 8, "only {ran} cases of several panels");
+    assert!(helped > 0, "no case asked for helpers");
+}
+
+/// [`a_panicking_panel_unwinds_past_the_helpers`]' product: `case` into C (C order, β = 0) on
+/// the simulated device, its second panel's work panicking.
+fn panicking_panel(case: &Case, tiny: &Limits, trace: &mut Trace) {
+    let (m, k, n) = case.dims;
+    let mut c_host = Array2::<f32>::zeros((m, n));
+    let mut c = Dst::Host(c_host.view_mut());
+    let (a, b) = (Src::Host(case.av()), Src::Host(case.bv()));
+    let mut g = Gemm {
+        alpha: case.alpha,
+        a: &a,
+        b: &b,
+        beta: 0.0,
+        c: &mut c,
+    };
+    let ops = Operands::of(&mut g);
+    let mut rng = StdRng::seed_from_u64(1);
+    let planned = plan_case(case, ops.residency, &mut rng, tiny);
+    let sched = &planned.sched;
+    let mut up_ring = vec![f32::NAN; sched.up.ring_len()];
+    let mut down_ring = vec![f32::NAN; sched.down.ring_len()];
+    let mut device = SimDevice::new(case.rows, k, n);
+    let addrs = device.addrs();
+    let (ends, _) = endpoints(&planned, &ops, &addrs, (0, 0));
+    let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
+    let run = Run {
+        link: SimLink::new(true, 3),
+        up_ring: Some(Ring::of_slice(&mut up_ring)),
+        down_ring: Some(Ring::of_slice(&mut down_ring)),
+        a_slots: planned.slots,
+        c_slots: planned.slots,
+        mapped_result: false,
+        mapped_inputs: false,
+        bytes_per_helper: 64,
+        work_waits: false,
+    };
+    let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
+        if i == 1 {
+            panic!("a panel's bug");
+        }
+        let (r0, r1) = sched.panels[i];
+        let slots = planned.slots;
+        enqueue_panel_sim(
+            &run.link,
+            (addrs.a[i % slots], addrs.b, addrs.c[i % slots]),
+            (r1 - r0, k, n),
+            (a_s.trans, b_s.trans),
+            (case.alpha, 0.0),
+        );
+        Ok(())
+    };
+    let _ = conduct::conduct(sched, &ends, &run, &mut panel_work, &mut false, trace);
 }
 
 #[test]
