@@ -517,7 +517,9 @@ where
 /// ndarray's `dot` because the GPU it would use is known to be unusable
 /// (`route::cpu_for_want_of_gpu`): told without allocating, where the router's route, which
 /// `gpu_dot` drops, would hold a clone of the device's error. A complex product counts as
-/// its four real products (`8·m·k·n` real flops, as its threshold does).
+/// its four real products (`8·m·k·n` real flops) against its real type's threshold: it is
+/// asked only past the complex threshold ([`GpuScalar`]'s `cpu_first`), which is never below
+/// the real one, so the check only tells whether the device is usable.
 #[inline]
 fn no_gpu<A: GpuScalar>((m, k, n): (usize, usize, usize)) -> bool {
     let rows = if A::COMPLEX { m.saturating_mul(4) } else { m };

@@ -350,7 +350,7 @@ fn cpu_first_of(
         .saturating_mul(n as u64);
     let to_cpu = below == u64::MAX || flops < below - 1;
     if to_cpu && log::log_enabled!(log::Level::Debug) {
-        log_cpu_first(batch, (m, k, n), dtype, flops);
+        log_cpu_first(batch, (m, k, n), dtype, complex, flops);
     }
     to_cpu
 }
@@ -389,11 +389,7 @@ pub(crate) fn cpu_for_want_of_gpu((m, k, n): (usize, usize, usize), dtype: Dtype
 #[inline(never)]
 fn cpu_below(dtype: Dtype, complex: bool, slot: &AtomicU64) -> u64 {
     let opts = DotOptions::env_ref();
-    let threshold = if complex {
-        opts.complex_threshold(dtype)
-    } else {
-        opts.threshold(dtype)
-    };
+    let threshold = threshold_of(opts, dtype, complex);
     let below = match opts.backend {
         Backend::Cpu => u64::MAX,
         Backend::Auto => threshold.min(u64::MAX - 2) + 1,
@@ -403,11 +399,29 @@ fn cpu_below(dtype: Dtype, complex: bool, slot: &AtomicU64) -> u64 {
     below
 }
 
+/// The CPU/GPU threshold of `dtype`'s real products, or of complex ones whose parts are
+/// `dtype`.
+fn threshold_of(opts: &DotOptions, dtype: Dtype, complex: bool) -> u64 {
+    if complex {
+        opts.complex_threshold(dtype)
+    } else {
+        opts.threshold(dtype)
+    }
+}
+
 /// The debug record of a product [`cpu_first`] sent to the CPU.
 #[cold]
 #[inline(never)]
-fn log_cpu_first(batch: usize, mkn: (usize, usize, usize), dtype: Dtype, flops: u64) {
-    let why = cpu_by_options(DotOptions::env_ref(), flops, dtype).expect("decided by the caller");
+fn log_cpu_first(
+    batch: usize,
+    mkn: (usize, usize, usize),
+    dtype: Dtype,
+    complex: bool,
+    flops: u64,
+) {
+    let opts = DotOptions::env_ref();
+    let why =
+        cpu_under(opts, flops, threshold_of(opts, dtype, complex)).expect("decided by the caller");
     log_route(batch, mkn, dtype, &Ok(Decision::Cpu(why)));
 }
 

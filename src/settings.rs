@@ -19,9 +19,10 @@ pub const ENV_BACKEND: &str = "GPU_DOT_BACKEND";
 /// Environment variable choosing the kernel: `auto`, `naive`, `tiled16`, `tiled32`, `reg64`
 /// or `reg128`.
 pub const ENV_KERNEL: &str = "GPU_DOT_KERNEL";
-/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`](crate::DEFAULT_MIN_GPU_FLOPS) and
-/// [`DEFAULT_MIN_GPU_FLOPS_F64`](crate::DEFAULT_MIN_GPU_FLOPS_F64) (a non-negative integer, for
-/// both element types).
+/// Environment variable overriding [`DEFAULT_MIN_GPU_FLOPS`](crate::DEFAULT_MIN_GPU_FLOPS),
+/// [`DEFAULT_MIN_GPU_FLOPS_F64`](crate::DEFAULT_MIN_GPU_FLOPS_F64) and
+/// [`DEFAULT_MIN_GPU_FLOPS_C32`](crate::DEFAULT_MIN_GPU_FLOPS_C32) (a non-negative integer, for
+/// every element type).
 pub const ENV_MIN_FLOPS: &str = "GPU_DOT_MIN_FLOPS";
 /// Environment variable turning the autotuner off (`0`, `off`, `false`, `no`) or on (`1`, `on`,
 /// `true`, `yes`).
@@ -210,7 +211,8 @@ pub(crate) const MIN_FLOPS: Setting = Setting {
         &["0", "6000000"],
     )],
     doc: "under auto, products of fewer flops (2·m·k·n) run on the CPU",
-    default: "`4000000` for f32, `3000000` for f64",
+    default:
+        "`4000000` for f32, `3000000` for f64 and complex f64, `32000000` for complex f32 (8·m·k·n)",
 };
 
 /// `GPU_DOT_DEVICE`.

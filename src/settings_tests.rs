@@ -238,9 +238,10 @@ fn the_defaults_are_the_codes() {
     assert_eq!(
         settings::MIN_FLOPS.default,
         format!(
-            "`{}` for f32, `{}` for f64",
+            "`{}` for f32, `{}` for f64 and complex f64, `{}` for complex f32 (8·m·k·n)",
             crate::options::DEFAULT_MIN_GPU_FLOPS,
-            crate::options::DEFAULT_MIN_GPU_FLOPS_F64
+            crate::options::DEFAULT_MIN_GPU_FLOPS_F64,
+            crate::options::DEFAULT_MIN_GPU_FLOPS_C32
         )
     );
     assert_eq!(

@@ -83,3 +83,28 @@ fn gpu_products_log_their_route_and_phase_times() {
         "{logged:?}"
     );
 }
+
+/// A complex `gpu_dot` that the fast path keeps on the CPU logs its route with the complex
+/// threshold: `Complex<f32>` products between the `f32` threshold and their own
+/// (`DEFAULT_MIN_GPU_FLOPS_C32`), in real flops.
+#[test]
+fn complex_products_below_their_threshold_log_it() {
+    use gpu_dot::num_complex::Complex;
+    let _session = session();
+    let n = 100; // 8·100³ = 8 Mflop: above the f32 threshold, below c32's
+    let flops = 8 * (n as u64).pow(3);
+    assert!(gpu_dot::DEFAULT_MIN_GPU_FLOPS < flops && flops < gpu_dot::DEFAULT_MIN_GPU_FLOPS_C32);
+    let (re, im) = (random::<f32>(n, n), random::<f32>(n, n));
+    let a = ndarray::Zip::from(&re)
+        .and(&im)
+        .map_collect(|&r, &i| Complex::new(r, i));
+    assert_eq!(a.gpu_dot(&a), a.dot(&a));
+    let logged = take();
+    let want = format!("threshold of {}", gpu_dot::DEFAULT_MIN_GPU_FLOPS_C32);
+    assert!(
+        logged
+            .iter()
+            .any(|(l, m)| *l == Level::Debug && m.contains("CPU") && m.contains(&want)),
+        "{logged:?}"
+    );
+}

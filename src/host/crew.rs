@@ -260,6 +260,12 @@ impl Watch {
     pub(crate) fn helper_panicked(&self) -> bool {
         self.shared.is_some_and(|s| s.panicked.load(SeqCst))
     }
+
+    /// Whether helpers were called for the job (not when the crew was busy with another
+    /// thread's job, or none were asked for).
+    pub(crate) fn has_helpers(&self) -> bool {
+        self.shared.is_some()
+    }
 }
 
 /// Spins, then yields, then sleeps briefly: for waits of unknown length on other threads.

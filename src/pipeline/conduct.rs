@@ -76,7 +76,6 @@ fn clocked<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// What the conductor enqueues for one panel, on the compute stream.
 /// Sets the board's `abort` when dropped while its thread unwinds, so that the helpers leave.
 struct AbortOnUnwind<'a>(&'a AtomicBool);
 
@@ -88,6 +87,7 @@ impl Drop for AbortOnUnwind<'_> {
     }
 }
 
+/// What the conductor enqueues for one panel, on the compute stream.
 pub(crate) type PanelWork<'w> = dyn FnMut(usize) -> Result<(), GpuDotError> + 'w;
 
 /// Everything a run needs besides its schedule.
@@ -132,7 +132,6 @@ pub(crate) fn conduct<L: Link>(
     let crew = crew::crew();
     let helpers = (ends.staged_elements(sched) * ends.width / run.bytes_per_helper.max(1))
         .min(crew.helpers());
-    trace.helpers = helpers;
     trace.pieces = sched.up.pieces.len() + 2 * sched.down.pieces.len();
     let work = |index: usize| {
         if board.log_pieces {
@@ -151,6 +150,7 @@ pub(crate) fn conduct<L: Link>(
         // A panic below the conductor (a bug) ends the product too: the helpers must see it,
         // or the crew's close would wait for them forever while they wait for pieces.
         let _abort = AbortOnUnwind(&board.abort);
+        trace.helpers = if watch.has_helpers() { helpers } else { 0 };
         let out = Conductor {
             sched,
             ends,

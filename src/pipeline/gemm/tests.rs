@@ -397,7 +397,8 @@ fn products_through_a_simulated_device_match_the_reference() {
 /// A panel whose work panics (a bug below the conductor) ends its product with that panic:
 /// the helpers staging its copies see the product end and leave, where they would otherwise
 /// wait for pieces that never come while the crew's close waits for them. Each case runs on
-/// a thread of its own, and must unwind within 30 s.
+/// a thread of its own and must unwind within 30 s; cases run until some had helpers (the
+/// crew serves one job at a time, and other tests share it).
 #[test]
 fn a_panicking_panel_unwinds_past_the_helpers() {
     let tiny = Limits {
@@ -407,8 +408,9 @@ fn a_panicking_panel_unwinds_past_the_helpers() {
         piece: 48,
     };
     let mut rng = StdRng::seed_from_u64(0x5EED);
+    let can_help = crate::host::crew::crew().helpers() > 0;
     let (mut ran, mut helped) = (0, 0);
-    for index in 0..200 {
+    for index in 0..2000 {
         let mut case = Case::draw(&mut rng, index);
         (case.output, case.beta) = (1, 0.0);
         if case.small || case.rows >= case.dims.0 {
@@ -431,12 +433,13 @@ fn a_panicking_panel_unwinds_past_the_helpers() {
         assert_eq!(message, Some("a panel's bug"), "case {index}");
         ran += 1;
         helped += usize::from(helpers > 0);
-        if ran == 24 {
+        if ran >= 8 && (helped >= 4 || !can_help) {
             break;
         }
     }
     assert!(ran >= 8, "only {ran} cases of several panels");
-    assert!(helped > 0, "no case asked for helpers");
+    // Where the crew has helpers (more than one core), some cases must have had them.
+    assert!(!can_help || helped > 0, "no case had helpers, of {ran}");
 }
 
 /// [`a_panicking_panel_unwinds_past_the_helpers`]' product: `case` into C (C order, β = 0) on
