@@ -4,7 +4,7 @@
 //! Dot2 reference on sampled rows.
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
-//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH]
+//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--stacked]
 //!
 //! A complex product of the crate's is four real products of its parts (two accumulating into
 //! the other two); its time is the wall time of the four, each of which returns once the
@@ -12,6 +12,9 @@
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
 //! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
+//! `--stacked` adds the stacked form (kernels `native-stacked`, `default-stacked`): one real
+//! product of `A` as `m × 2k` reals and `B` expanded to `2k × 2n`, the form a complex product
+//! takes under the crate's `complex_stacked` switch.
 
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
@@ -65,7 +68,12 @@ fn reps_for(ms: f64) -> usize {
     ((400.0 / ms.max(1e-3)) as usize).clamp(3, 20)
 }
 
-fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<Record> {
+fn run<T: Element>(
+    dtype: &'static str,
+    sizes: &[usize],
+    rounds: usize,
+    stacked: bool,
+) -> Vec<Record> {
     let mut records = Vec::new();
     for &size in sizes {
         let dims = (size, size, size);
@@ -75,11 +83,31 @@ fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<R
         let cublas_err = cublas
             .as_ref()
             .map(|c| rel_err(c.view(), problem.a(), problem.b()));
-        for (kernel, precision) in [("native", Precision::Native), ("default", Precision::Auto)] {
-            let c = problem.run(precision).expect("the crate's product");
+        let forms = [
+            ("native", Precision::Native, false),
+            ("default", Precision::Auto, false),
+            ("native-stacked", Precision::Native, true),
+            ("default-stacked", Precision::Auto, true),
+        ];
+        for (kernel, precision, one) in forms.into_iter().filter(|f| stacked || !f.2) {
+            let c = if one {
+                problem.run_stacked(precision)
+            } else {
+                problem.run(precision)
+            }
+            .expect("the crate's product");
             let err = rel_err(c.view(), problem.a(), problem.b());
             let route = problem.route().map_or(String::new(), Route::to_string);
-            let first = problem.time(precision, 1, 1).expect("timing").median_ms;
+            let time = |p: &mut ComplexProblem<T>, warmup, reps| {
+                if one {
+                    p.time_stacked(precision, warmup, reps)
+                } else {
+                    p.time(precision, warmup, reps)
+                }
+                .expect("timing")
+                .median_ms
+            };
+            let first = time(&mut problem, 1, 1);
             let reps = reps_for(first);
             let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
             for round in 0..rounds.max(1) {
@@ -87,7 +115,7 @@ fn run<T: Element>(dtype: &'static str, sizes: &[usize], rounds: usize) -> Vec<R
                     let mut ms = [0.0, 0.0];
                     for which in [crate_first, !crate_first] {
                         if which {
-                            ms[0] = p.time(precision, 1, reps).expect("timing").median_ms;
+                            ms[0] = time(p, 1, reps);
                         } else if let Some(t) = p.time_cublas_if_built(reps) {
                             ms[1] = t;
                         }
@@ -165,8 +193,8 @@ impl<T: Element> MaybeCublas<T> for ComplexProblem<T> {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut sizes, mut dtypes, mut rounds, mut json) =
-        (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None);
+    let (mut sizes, mut dtypes, mut rounds, mut json, mut stacked) =
+        (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--sizes" => {
@@ -187,8 +215,9 @@ fn main() {
             }
             "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds R"),
             "--json" => json = Some(args.next().expect("--json PATH")),
+            "--stacked" => stacked = true,
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--stacked]"
             ),
         }
     }
@@ -206,8 +235,8 @@ fn main() {
     let mut records = Vec::new();
     for dtype in dtypes {
         records.extend(match dtype {
-            "c32" => run::<f32>("c32", &sizes, rounds),
-            _ => run::<f64>("c64", &sizes, rounds),
+            "c32" => run::<f32>("c32", &sizes, rounds, stacked),
+            _ => run::<f64>("c64", &sizes, rounds, stacked),
         });
     }
     if let Some(path) = json {

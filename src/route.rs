@@ -67,7 +67,8 @@ pub enum Route {
         /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
         /// type of its parts): it ran as four real products of its parts, and the fields
         /// describe the one of them that ran in the weakest precision (the first that the
-        /// guard sent to native, else the first).
+        /// guard sent to native, else the first); or, where the crate's tests ask for it, as
+        /// one real product of the stacked parts, which the fields describe.
         complex: bool,
         /// How the host arrays crossed the link: through the crate's staging, or straight
         /// from and into page-locked memory ([`PinnedArray`](crate::PinnedArray)).
@@ -138,8 +139,8 @@ impl fmt::Display for Route {
             } => {
                 let dtype = match (complex, dtype) {
                     (false, _) => dtype.name(),
-                    (true, Dtype::F32) => "c32 (four f32 products)",
-                    (true, _) => "c64 (four f64 products)",
+                    (true, Dtype::F32) => "c32 (f32 products of its parts)",
+                    (true, _) => "c64 (f64 products of its parts)",
                 };
                 match &devices[..] {
                     [_, _, ..] => {

@@ -421,6 +421,80 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
     eprintln!("{}: done", T::DTYPE);
 }
 
+both_parts!(
+    #[ignore = "needs a CUDA GPU"]
+    the_stacked_form_matches_the_reference
+);
+/// Complex products run as one real product of their stacked parts (the crate's switch for
+/// measuring that form): odd and rectangular shapes in C order, F order and stepped views,
+/// native and default, and the general product with complex `alpha` and `beta`, each against
+/// the reference, with `dot`'s memory order.
+fn the_stacked_form_matches_the_reference<T: Element>() {
+    expect_device();
+    let _turn = own_turn();
+    let _stacked = Switch::on(gpu_dot::__testing::complex_stacked);
+    for (m, k, n) in [(1, 1, 1), (37, 129, 65), (300, 513, 257)] {
+        let (a, b) = (random::<T>(m, k), random::<T>(k, n));
+        let af = a.t().as_standard_layout().into_owned().reversed_axes();
+        let bf = b.t().as_standard_layout().into_owned().reversed_axes();
+        let wide = random::<T>(2 * m, 2 * k + 1);
+        let stepped = wide.slice(s![..;-2, 1..;2]);
+        for precision in [Precision::Native, Precision::Auto] {
+            let opts = gpu(precision);
+            let what = |form: &str| format!("{} {m}×{k}×{n} {precision} {form}", T::DTYPE);
+            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
+            assert!(is_complex_gpu(&p.route), "{}: {}", what("C·C"), p.route);
+            assert_product(p.c.view(), a.view(), b.view(), &what("C·C"));
+            let p = af.try_gpu_dot_with(&bf, &opts).unwrap();
+            assert!(
+                p.c.t().is_standard_layout() || m == 1 || n == 1,
+                "{}",
+                what("F·F")
+            );
+            assert_product(p.c.view(), af.view(), bf.view(), &what("F·F"));
+            let p = stepped.try_gpu_dot_with(&bf, &opts).unwrap();
+            assert_product(p.c.view(), stepped, bf.view(), &what("stepped·F"));
+        }
+    }
+    // Through the environment's options: 8·200·200·120 real flops, above both thresholds.
+    let (a, b) = (random::<T>(200, 200), random::<T>(200, 120));
+    let (alpha, beta) = (
+        Complex::new(T::from_f64(0.5), T::from_f64(1.5)),
+        Complex::new(T::from_f64(-2.0), T::from_f64(0.25)),
+    );
+    let c0 = random::<T>(200, 120);
+    let mut c = c0.clone();
+    gpu_dot::general_mat_mul(alpha, &a, &b, beta, &mut c);
+    let mut want = c0.clone();
+    ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut want);
+    let tol = if T::DTYPE == Dtype::F32 { 1e-3 } else { 1e-11 };
+    for (ij, got) in c.indexed_iter() {
+        let wide = |z: Complex<T>| Complex::new(z.re.into_f64(), z.im.into_f64());
+        let (got, want) = (wide(*got), wide(want[ij]));
+        assert!(
+            (got - want).norm() <= tol * (1.0 + want.norm()),
+            "general at {ij:?}: {got} against {want}"
+        );
+    }
+}
+
+/// A switch of the crate's tests, on for this value's life and off again on drop (a failed
+/// assertion included).
+struct Switch(fn(bool));
+
+impl Switch {
+    fn on(set: fn(bool)) -> Switch {
+        set(true);
+        Switch(set)
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        (self.0)(false);
+    }
+}
+
 /// Turns `emulate_every_size` on for its life, and off again on drop (a failed assertion
 /// included).
 struct EmulateEverySize;

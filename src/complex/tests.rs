@@ -129,3 +129,67 @@ fn below_the_threshold_and_on_the_cpu_backend_it_is_ndarrays_product() {
     general_mat_mul(alpha, &a, &b, beta, &mut want);
     assert_eq!(c, want);
 }
+
+#[test]
+fn the_stacked_parts_multiply_into_the_product() {
+    // `stacked` runs one real product of `as_reals(a)` and `expanded(b)` on the device and
+    // reads the result as complex; here ndarray runs it, over C-order, F-order and stepped
+    // operands, and it must give ndarray's complex product to rounding (the sums run in
+    // another order). Small integers keep every sum exact, so the comparison is exact.
+    let a = Array2::from_shape_fn((5, 7), |(i, q)| {
+        Complex::new(i as f64 - 2.0 * q as f64, (i * q) as f64 - 1.0)
+    });
+    let b = Array2::from_shape_fn((7, 4), |(q, j)| {
+        Complex::new(1.0 - (q + 2 * j) as f64, q as f64 - j as f64)
+    });
+    let wide = Array2::from_shape_fn((10, 15), |(i, q)| Complex::new(q as f64, -(i as f64)));
+    let a_f = a.t().as_standard_layout().into_owned().reversed_axes();
+    let stepped = wide.slice(ndarray::s![..;2, 1..;2]);
+    for (a, b) in [
+        (a.view(), b.view()),
+        (a_f.view(), b.view()),
+        (stepped, b.view()),
+        (a.view(), a.t().slice_move(ndarray::s![..7, ..4])),
+    ] {
+        let (m, n) = (a.nrows(), b.ncols());
+        let reals = as_reals(a).dot(&expanded(b));
+        assert_eq!(reals.dim(), (m, 2 * n));
+        let mut c = zeros::<f64>((m, n)).unwrap();
+        reals_mut(&mut c).assign(&reals);
+        assert_eq!(c, a.dot(&b));
+    }
+    // A C-order operand is read in place.
+    assert_eq!(
+        as_reals(a.view()).as_ptr().cast::<u8>(),
+        a.as_ptr().cast::<u8>()
+    );
+    // Inf and NaN in one part land where the four products put them.
+    let (mut a, mut b) = (a.clone(), b.clone());
+    a[[1, 2]].re = f64::INFINITY;
+    b[[3, 1]].im = f64::NAN;
+    let mut c = zeros::<f64>((5, 4)).unwrap();
+    reals_mut(&mut c).assign(&as_reals(a.view()).dot(&expanded(b.view())));
+    // The four products' pattern (ndarray's complex `dot` scales by 1 + 0i, which turns an
+    // infinite part into NaN): re = Aᵣ·Bᵣ − Aᵢ·Bᵢ, im = Aᵣ·Bᵢ + Aᵢ·Bᵣ.
+    let parts = |x: &Array2<Complex<f64>>| (x.mapv(|z| z.re), x.mapv(|z| z.im));
+    let ((ar, ai), (br, bi)) = (parts(&a), parts(&b));
+    let (re, im) = (ar.dot(&br) - ai.dot(&bi), ar.dot(&bi) + ai.dot(&br));
+    let four = ndarray::Zip::from(&re)
+        .and(&im)
+        .map_collect(|&r, &i| Complex::new(r, i));
+    assert!(four.iter().any(|z| z.re.is_infinite() || z.im.is_nan()));
+    let class = |x: f64| {
+        (
+            x.is_nan(),
+            x.is_infinite(),
+            x.is_sign_negative() && x.is_infinite(),
+        )
+    };
+    for ((ij, got), want) in c.indexed_iter().zip(&four) {
+        assert_eq!(
+            (class(got.re), class(got.im)),
+            (class(want.re), class(want.im)),
+            "{ij:?}: {got} against {want}"
+        );
+    }
+}

@@ -28,8 +28,18 @@ pub struct ComplexProblem<T: Element> {
     device: usize,
     /// The route of the last product of the crate's.
     last: Option<Route>,
+    /// The stacked form's operands and product, made on its first use.
+    stacked: Option<Stacked<T>>,
     #[cfg(feature = "cublas")]
     blas: Option<cublas::Interleaved<T>>,
+}
+
+/// The stacked form's device operands: `A` as `m × 2k` reals, `B` expanded to `2k × 2n`, and
+/// the product as `m × 2n` reals.
+struct Stacked<T: Element> {
+    a: GpuMatrix<T>,
+    b: GpuMatrix<T>,
+    c: GpuMatrix<T>,
 }
 
 impl<T: Element> ComplexProblem<T> {
@@ -72,6 +82,7 @@ impl<T: Element> ComplexProblem<T> {
             host_b,
             device: device.ordinal(),
             last: None,
+            stacked: None,
             #[cfg(feature = "cublas")]
             blas: None,
         })
@@ -142,6 +153,59 @@ impl<T: Element> ComplexProblem<T> {
         let (m, k, n) = self.dims;
         // Real flops: a complex multiply-add is four real ones.
         Ok(Timing::of(times, 4.0 * crate::flops(m, k, n) as f64))
+    }
+
+    /// Runs the product in `precision` once as one real product of the stacked parts
+    /// (`A` as `m × 2k` reals times `B` expanded to `2k × 2n`) and returns it.
+    pub fn run_stacked(&mut self, precision: Precision) -> Result<Array2<Complex<T>>, GpuDotError> {
+        self.launch_stacked(precision)?;
+        let (m, _, n) = self.dims;
+        let mut c = Array2::<Complex<T>>::zeros((m, n));
+        let stacked = self.stacked.as_ref().expect("made by the launch");
+        stacked.c.copy_to(&mut crate::complex::reals_mut(&mut c))?;
+        Ok(c)
+    }
+
+    /// Times the stacked form as [`time`](Self::time) times the four products.
+    pub fn time_stacked(
+        &mut self,
+        precision: Precision,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Timing, GpuDotError> {
+        self.time_by(warmup, reps, |p| p.launch_stacked(precision))
+    }
+
+    fn launch_stacked(&mut self, precision: Precision) -> Result<(), GpuDotError> {
+        let device = Device::new(self.device);
+        if self.stacked.is_none() {
+            let (m, _, n) = self.dims;
+            let a = crate::complex::as_reals(self.host_a.view());
+            let b = crate::complex::expanded(self.host_b.view());
+            self.stacked = Some(Stacked {
+                a: GpuMatrix::from_array_on(&a, device)?,
+                b: GpuMatrix::from_array_on(&b, device)?,
+                c: GpuMatrix::zeros_on((m, 2 * n), device)?,
+            });
+        }
+        let opts = DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .device(self.device);
+        let s = self.stacked.as_mut().expect("made above");
+        let mut route = crate::matrix::try_general_mat_mul_with(
+            T::one(),
+            &s.a,
+            &s.b,
+            T::zero(),
+            &mut s.c,
+            &opts,
+        )?;
+        if let Route::Gpu { complex, .. } = &mut route {
+            *complex = true;
+        }
+        self.last = Some(route);
+        Ok(())
     }
 }
 
