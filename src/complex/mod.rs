@@ -348,8 +348,9 @@ fn on_gpu<T: Element>(
 ///
 /// The same `8·m·k·n` real flops as four products, in one, with no accumulation passes, and
 /// each part of an element one sum over `2k` terms: within the real type's bound for `2k`
-/// terms of `|a'||b'|`, which is at most `√2·Σ|a||b|` per part, and with Inf and NaN where
-/// the four products put them. A C-order `A` is read in place.
+/// terms of `|a'||b'|`, whose sum is at most `Σ|a||b|` for each part (Cauchy–Schwarz on each
+/// pair of terms), and, in IEEE arithmetic, with Inf and NaN where the four products put
+/// them. A C-order `A` is read in place.
 pub(crate) fn stacked<T: Element>(
     device: usize,
     a: ArrayView2<'_, Complex<T>>,
