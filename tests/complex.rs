@@ -237,7 +237,14 @@ both_parts!(
 fn matrices_of_every_layout_on_the_gpu<T: Element>() {
     expect_device();
     let _turn = shared_turn();
-    for (m, k, n) in [(1, 1, 1), (37, 129, 65), (300, 513, 257), (1024, 768, 1000)] {
+    every_layout::<T>(&[(1, 1, 1), (37, 129, 65), (300, 513, 257), (1024, 768, 1000)]);
+}
+
+/// Each shape in C order, F order, C·F, stepped with negative strides, and copy-on-write ·
+/// shared, native and default, against the reference; the route says the product ran on the
+/// GPU as a complex one, and an F·F product is in F order.
+fn every_layout<T: Element>(shapes: &[(usize, usize, usize)]) {
+    for &(m, k, n) in shapes {
         let (a, b) = (random::<T>(m, k), random::<T>(k, n));
         let af = a.t().as_standard_layout().into_owned().reversed_axes();
         let bf = b.t().as_standard_layout().into_owned().reversed_axes();
@@ -426,36 +433,13 @@ both_parts!(
     the_stacked_form_matches_the_reference
 );
 /// Complex products run as one real product of their stacked parts (the crate's switch for
-/// measuring that form): odd and rectangular shapes in C order, F order and stepped views,
-/// native and default, and the general product with complex `alpha` and `beta`, each against
-/// the reference, with `dot`'s memory order.
+/// measuring that form): the layouts of [`every_layout`], native and default, and the general
+/// product with complex `alpha` and `beta`, each against the reference.
 fn the_stacked_form_matches_the_reference<T: Element>() {
     expect_device();
     let _turn = own_turn();
     let _stacked = Switch::on(gpu_dot::__testing::complex_stacked);
-    for (m, k, n) in [(1, 1, 1), (37, 129, 65), (300, 513, 257)] {
-        let (a, b) = (random::<T>(m, k), random::<T>(k, n));
-        let af = a.t().as_standard_layout().into_owned().reversed_axes();
-        let bf = b.t().as_standard_layout().into_owned().reversed_axes();
-        let wide = random::<T>(2 * m, 2 * k + 1);
-        let stepped = wide.slice(s![..;-2, 1..;2]);
-        for precision in [Precision::Native, Precision::Auto] {
-            let opts = gpu(precision);
-            let what = |form: &str| format!("{} {m}×{k}×{n} {precision} {form}", T::DTYPE);
-            let p = a.try_gpu_dot_with(&b, &opts).unwrap();
-            assert!(is_complex_gpu(&p.route), "{}: {}", what("C·C"), p.route);
-            assert_product(p.c.view(), a.view(), b.view(), &what("C·C"));
-            let p = af.try_gpu_dot_with(&bf, &opts).unwrap();
-            assert!(
-                p.c.t().is_standard_layout() || m == 1 || n == 1,
-                "{}",
-                what("F·F")
-            );
-            assert_product(p.c.view(), af.view(), bf.view(), &what("F·F"));
-            let p = stepped.try_gpu_dot_with(&bf, &opts).unwrap();
-            assert_product(p.c.view(), stepped, bf.view(), &what("stepped·F"));
-        }
-    }
+    every_layout::<T>(&[(1, 1, 1), (37, 129, 65), (300, 513, 257)]);
     // Through the environment's options: 8·200·200·120 real flops, above both thresholds.
     let (a, b) = (random::<T>(200, 200), random::<T>(200, 120));
     let (alpha, beta) = (
