@@ -375,7 +375,7 @@ pub(crate) fn stacked<T: Element>(
 }
 
 /// `a` as an `m × 2k` real matrix, each row's parts interleaved: in place where `a` is in C
-/// order, else copied.
+/// order, else copied (row by row, over several threads when it is large).
 pub(crate) fn as_reals<T: Element>(a: ArrayView2<'_, Complex<T>>) -> CowArray<'_, T, Ix2> {
     let (m, k) = a.dim();
     match a.to_slice() {
@@ -387,29 +387,80 @@ pub(crate) fn as_reals<T: Element>(a: ArrayView2<'_, Complex<T>>) -> CowArray<'_
                 unsafe { std::slice::from_raw_parts(slice.as_ptr().cast::<T>(), 2 * slice.len()) };
             CowArray::from(ArrayView2::from_shape((m, 2 * k), reals).expect("2k reals a row"))
         }
-        None => CowArray::from(Array2::from_shape_fn((m, 2 * k), |(i, q)| {
-            let z = a[[i, q / 2]];
-            if q % 2 == 0 {
-                z.re
-            } else {
-                z.im
+        None => CowArray::from(by_rows(m, 2 * k, 1, |i, row| {
+            for (pair, z) in row.chunks_exact_mut(2).zip(a.row(i)) {
+                pair[0] = z.re;
+                pair[1] = z.im;
             }
         })),
     }
 }
 
 /// `b` (`k × n`) as the `2k × 2n` real matrix whose product with [`as_reals`]`(a)` is `a · b`
-/// read as reals: each element `bᵣ + i·bᵢ` becomes the block `[[bᵣ, bᵢ], [−bᵢ, bᵣ]]`.
+/// read as reals: each element `bᵣ + i·bᵢ` becomes the block `[[bᵣ, bᵢ], [−bᵢ, bᵣ]]`, so
+/// that row `2q` is row `q` of `b` read as reals and row `2q + 1` is row `q` of `i·b`.
 pub(crate) fn expanded<T: Element>(b: ArrayView2<'_, Complex<T>>) -> Array2<T> {
     let (k, n) = b.dim();
-    Array2::from_shape_fn((2 * k, 2 * n), |(q, j)| {
-        let z = b[[q / 2, j / 2]];
-        match (q % 2, j % 2) {
-            (0, 1) => z.im,
-            (1, 0) => -z.im,
-            _ => z.re,
+    by_rows(k, 4 * n, 2, |q, rows| {
+        let (even, odd) = rows.split_at_mut(2 * n);
+        for ((e, o), z) in even
+            .chunks_exact_mut(2)
+            .zip(odd.chunks_exact_mut(2))
+            .zip(b.row(q))
+        {
+            (e[0], e[1]) = (z.re, z.im);
+            (o[0], o[1]) = (-z.im, z.re);
         }
     })
+}
+
+/// A new C-order `(rows · per) × (width / per)` real array whose `width` elements from row
+/// `i · per` on are written by `fill(i, ..)` for each `i < rows`: on the calling thread when
+/// the array is small, else in blocks of rows over up to eight threads.
+fn by_rows<T: Element>(
+    rows: usize,
+    width: usize,
+    per: usize,
+    fill: impl Fn(usize, &mut [T]) + Sync,
+) -> Array2<T> {
+    /// Below this many elements one thread fills the array faster than several start.
+    const ONE_THREAD: usize = 1 << 18;
+    let mut out = Array2::<T>::zeros((rows * per, width / per));
+    if rows == 0 || width == 0 {
+        return out;
+    }
+    let data = out.as_slice_mut().expect("a new C-order array");
+    let threads = if rows * width < ONE_THREAD {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |t| t.get().min(8))
+    };
+    // Blocks of rows taken in turn by every thread, the calling one too, so that a thread
+    // that cannot start leaves its blocks to the others.
+    let block = rows.div_ceil(threads.max(1) * 4).max(1);
+    let blocks: Vec<std::sync::Mutex<&mut [T]>> = data
+        .chunks_mut(block * width)
+        .map(std::sync::Mutex::new)
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || loop {
+        let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(chunk) = blocks.get(b) else { break };
+        let mut chunk = chunk.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, row) in chunk.chunks_exact_mut(width).enumerate() {
+            fill(b * block + i, row);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads.min(blocks.len()) {
+            if let Err(e) = std::thread::Builder::new().spawn_scoped(s, work) {
+                log::debug!("a host thread for complex operands did not start: {e}");
+                break;
+            }
+        }
+        work();
+    });
+    out
 }
 
 /// A C-order complex array as its `rows × 2·cols` reals, to be written in place.

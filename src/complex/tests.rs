@@ -193,3 +193,30 @@ fn the_stacked_parts_multiply_into_the_product() {
         );
     }
 }
+
+#[test]
+fn large_operands_are_expanded_and_copied_over_several_threads_as_one() {
+    // Past `by_rows`'s one-thread size the blocks of rows go to several threads; every
+    // element must land where the element-by-element definitions put it.
+    let wide = Array2::from_shape_fn((700, 330), |(i, q)| {
+        Complex::new(i as f32 * 0.5 - q as f32, (i * 7 + q * 3) as f32)
+    });
+    let b = wide.slice(ndarray::s![..;2, ..;-1]); // 350 × 330, stepped and reversed
+    let want = Array2::from_shape_fn((700, 660), |(q, j)| {
+        let z = b[[q / 2, j / 2]];
+        match (q % 2, j % 2) {
+            (0, 1) => z.im,
+            (1, 0) => -z.im,
+            _ => z.re,
+        }
+    });
+    assert_eq!(expanded(b), want);
+    let a = wide.t(); // F order: copied
+    let reals = as_reals(a);
+    assert_eq!(reals.dim(), (330, 1400));
+    for ((i, q), &x) in reals.indexed_iter() {
+        let z = a[[i, q / 2]];
+        assert_eq!(x, if q % 2 == 0 { z.re } else { z.im }, "({i}, {q})");
+    }
+    assert!(expanded(Array2::<Complex<f64>>::zeros((0, 3)).view()).is_empty());
+}
