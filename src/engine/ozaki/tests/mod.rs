@@ -2,8 +2,8 @@
 //!
 //! By topic: [`scheme`] (the moduli, the split, the reconstruction), [`scaling`] (the count
 //! and the rows' scaling, the CPU model), [`passes`] (the GEMM's tiles, the workspace, the
-//! gate) and [`guard_model`] (the guard against native's bound); the generator they share is
-//! here.
+//! gate), [`guard_model`] (the guard against native's bound) and [`karatsuba`] (complex
+//! products as three INT8 products a modulus, in residues); the generator they share is here.
 
 use super::model::*;
 use super::passes::*;
@@ -15,6 +15,7 @@ use crate::options::{Precision, MAX_MODULI, MIN_MODULI};
 use super::{guard, model};
 
 mod guard_model;
+mod karatsuba;
 mod passes;
 mod scaling;
 mod scheme;
