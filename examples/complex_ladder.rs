@@ -4,17 +4,18 @@
 //! Dot2 reference on sampled rows.
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
-//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--stacked]
+//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four]
 //!
-//! A complex product of the crate's is four real products of its parts (two accumulating into
-//! the other two); its time is the wall time of the four, each of which returns once the
-//! device is done, and its GFLOP/s count real flops, `8·m·k·n`, as cuBLAS's do. Each round
+//! A complex product of the crate's is one real product of its stacked parts (`A` as
+//! `m × 2k` reals, `B` expanded to `2k × 2n`); its time is the wall time of that product,
+//! which returns once the device is done, and its GFLOP/s count real flops, `8·m·k·n`, as
+//! cuBLAS's do. Each round
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
 //! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
-//! `--stacked` adds the stacked form (kernels `native-stacked`, `default-stacked`): one real
-//! product of `A` as `m × 2k` reals and `B` expanded to `2k × 2n`, the form a complex product
-//! takes under the crate's `complex_stacked` switch.
+//! `--four` adds four real products of the parts, two accumulating into the other two (kernels
+//! `native-four`, `default-four`), the form a complex product takes under the crate's
+//! `complex_four_products` switch and the form its batches take.
 
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
@@ -72,7 +73,7 @@ fn run<T: Element>(
     dtype: &'static str,
     sizes: &[usize],
     rounds: usize,
-    stacked: bool,
+    with_four: bool,
 ) -> Vec<Record> {
     let mut records = Vec::new();
     for &size in sizes {
@@ -86,12 +87,12 @@ fn run<T: Element>(
         let forms = [
             ("native", Precision::Native, false),
             ("default", Precision::Auto, false),
-            ("native-stacked", Precision::Native, true),
-            ("default-stacked", Precision::Auto, true),
+            ("native-four", Precision::Native, true),
+            ("default-four", Precision::Auto, true),
         ];
-        for (kernel, precision, one) in forms.into_iter().filter(|f| stacked || !f.2) {
-            let c = if one {
-                problem.run_stacked(precision)
+        for (kernel, precision, four) in forms.into_iter().filter(|f| with_four || !f.2) {
+            let c = if four {
+                problem.run_four(precision)
             } else {
                 problem.run(precision)
             }
@@ -99,8 +100,8 @@ fn run<T: Element>(
             let err = rel_err(c.view(), problem.a(), problem.b());
             let route = problem.route().map_or(String::new(), Route::to_string);
             let time = |p: &mut ComplexProblem<T>, warmup, reps| {
-                if one {
-                    p.time_stacked(precision, warmup, reps)
+                if four {
+                    p.time_four(precision, warmup, reps)
                 } else {
                     p.time(precision, warmup, reps)
                 }
@@ -193,7 +194,7 @@ impl<T: Element> MaybeCublas<T> for ComplexProblem<T> {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut sizes, mut dtypes, mut rounds, mut json, mut stacked) =
+    let (mut sizes, mut dtypes, mut rounds, mut json, mut with_four) =
         (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -215,9 +216,9 @@ fn main() {
             }
             "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds R"),
             "--json" => json = Some(args.next().expect("--json PATH")),
-            "--stacked" => stacked = true,
+            "--four" => with_four = true,
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--stacked]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four]"
             ),
         }
     }
@@ -235,8 +236,8 @@ fn main() {
     let mut records = Vec::new();
     for dtype in dtypes {
         records.extend(match dtype {
-            "c32" => run::<f32>("c32", &sizes, rounds, stacked),
-            _ => run::<f64>("c64", &sizes, rounds, stacked),
+            "c32" => run::<f32>("c32", &sizes, rounds, with_four),
+            _ => run::<f64>("c64", &sizes, rounds, with_four),
         });
     }
     if let Some(path) = json {

@@ -8,10 +8,11 @@
 //! products, in real flops (`8·m·k·n`).
 //!
 //!     cargo run --release --example complex_sweep -- [--dtype c32|c64] [--quick]
-//!         [--sizes 256,1024] [--no-torch] [--json PATH] [--stacked]
+//!         [--sizes 256,1024] [--no-torch] [--json PATH] [--four]
 //!
-//! `--stacked` runs the GPU's products in the stacked form (one real product of `A` as
-//! `m × 2k` reals and `B` expanded to `2k × 2n`) instead of four products of the parts.
+//! `--four` runs the GPU's products as four real products of the parts instead of the crate's
+//! form, one real product of the stacked parts (`A` as `m × 2k` reals and `B` expanded to
+//! `2k × 2n`).
 
 mod common;
 
@@ -127,9 +128,9 @@ fn main() {
             .map(|s| s.trim().parse().expect("--sizes N,N"))
             .collect();
     }
-    // The stacked form (one real product of the stacked parts) instead of four products.
-    let stacked = args.iter().any(|a| a == "--stacked");
-    gpu_dot::__testing::complex_stacked(stacked);
+    // Four real products of the parts instead of one product of the stacked parts.
+    let four = args.iter().any(|a| a == "--four");
+    gpu_dot::__testing::complex_four_products(four);
     let dtype = value("--dtype").unwrap_or_else(|| "c32".into());
     let torch_dtype = if dtype == "c64" {
         "complex128"
@@ -150,7 +151,7 @@ fn main() {
         other => panic!("--dtype {other}: expected c32 or c64"),
     };
     let doc = json!({
-        "device": info.name, "dtype": dtype, "stacked": stacked,
+        "device": info.name, "dtype": dtype, "form": if four { "four" } else { "stacked" },
         "link_gbs": {"up": link.0, "down": link.1}, "shapes": records,
     });
     if let Some(path) = value("--json") {

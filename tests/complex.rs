@@ -430,15 +430,16 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
 
 both_parts!(
     #[ignore = "needs a CUDA GPU"]
-    the_stacked_form_matches_the_reference
+    the_four_products_match_the_reference
 );
-/// Complex products run as one real product of their stacked parts (the crate's switch for
-/// measuring that form): the layouts of [`every_layout`], native and default, and the general
-/// product with complex `alpha` and `beta`, each against the reference.
-fn the_stacked_form_matches_the_reference<T: Element>() {
+/// Complex products run as four real products of their parts (the crate's switch for
+/// measuring that form beside the stacked one): the layouts of [`every_layout`], native and
+/// default, and the general product with complex `alpha` and `beta`, each against the
+/// reference.
+fn the_four_products_match_the_reference<T: Element>() {
     expect_device();
     let _turn = own_turn();
-    let _stacked = Switch::on(gpu_dot::__testing::complex_stacked);
+    let _four = Switch::on(gpu_dot::__testing::complex_four_products);
     every_layout::<T>(&[(1, 1, 1), (37, 129, 65), (300, 513, 257)]);
     // Through the environment's options: 8·200·200·120 real flops, above both thresholds.
     let (a, b) = (random::<T>(200, 200), random::<T>(200, 120));

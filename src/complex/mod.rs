@@ -1,20 +1,23 @@
 //! Complex products: `Complex<f32>` and `Complex<f64>` operands, as ndarray's `dot` takes
 //! them.
 //!
-//! On the GPU a complex product is four real products of its parts, read in place from the
-//! complex arrays as views with stride 2 ([`split_complex`](ndarray::ArrayView::split_complex)):
+//! On the GPU a complex matrix product is one real product of its stacked parts
+//! ([`stacked`]): `A` read as an `m × 2k` real matrix (in place when in C order), times `B`
+//! expanded to `2k × 2n` (each element the block `[[bᵣ, bᵢ], [−bᵢ, bᵣ]]`), lands in `C` read
+//! as an `m × 2n` real matrix:
 //!
 //! ```text
-//! re = Aᵣ·Bᵣ − Aᵢ·Bᵢ        im = Aᵣ·Bᵢ + Aᵢ·Bᵣ
+//! cᵣ = Σ aᵣ·bᵣ + aᵢ·(−bᵢ)        cᵢ = Σ aᵣ·bᵢ + aᵢ·bᵣ
 //! ```
 //!
-//! Each part is uploaded once; the four products run on the device through the real types'
-//! general product, two of them accumulating into the other two (`beta = 1`), so that each is
-//! the real type's product with its precision, its guard and its errors. Every element of a
-//! real product the guard passes keeps `7·u·Σₖ|xᵢₖ||yₖⱼ|`, so the modulus of a complex
-//! element's error stays within `(7·√2 + 1)·u·Σₖ|aᵢₖ||bₖⱼ|` (docs/precision.md), the complex
-//! form of the real contract. A complex product runs on one device. The CPU route is
-//! ndarray's own complex product.
+//! It is the real type's product with its precision, its guard and its errors, over `2k`
+//! terms. Every element of a real product the guard passes keeps `7·u·Σ|x||y|` over its
+//! terms, which for each part is at most `7·u·Σₖ|aᵢₖ||bₖⱼ|` (Cauchy–Schwarz on each pair of
+//! terms), so the modulus of a complex element's error stays within
+//! `7·√2·u·Σₖ|aᵢₖ||bₖⱼ|` (docs/precision.md), the complex form of the real contract. Batches
+//! run as four real batches of the parts (`re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`), read
+//! in place as views with stride 2, within `(7·√2 + 1)·u·Σₖ|aᵢₖ||bₖⱼ|`. A complex product
+//! runs on one device. The CPU route is ndarray's own complex product.
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{
@@ -320,16 +323,17 @@ fn decide<T: Element>(
     Ok(Ok(gpu.info.ordinal))
 }
 
-/// `a · b` on `device` into a new C-order host array: four real products of the parts, or,
-/// where the tests asked for it ([`complex_stacked`](crate::device::overrides::complex_stacked)),
-/// one real product of the stacked parts ([`stacked`]).
+/// `a · b` on `device` into a new C-order host array: one real product of the stacked parts
+/// ([`stacked`]), or, where the tests asked for it
+/// ([`complex_four_products`](crate::device::overrides::complex_four_products)), four real
+/// products of the parts.
 fn on_gpu<T: Element>(
     device: usize,
     a: ArrayView2<'_, Complex<T>>,
     b: ArrayView2<'_, Complex<T>>,
     opts: &DotOptions,
 ) -> Result<(Array2<Complex<T>>, Route), GpuDotError> {
-    if crate::device::overrides::complex_stacked_on() {
+    if !crate::device::overrides::complex_four_products_on() {
         return stacked(device, a, b, opts);
     }
     let (re, im, route) = planar(device, a, b, opts)?;
@@ -359,7 +363,9 @@ pub(crate) fn stacked<T: Element>(
 ) -> Result<(Array2<Complex<T>>, Route), GpuDotError> {
     let (a_reals, b_reals) = (as_reals(a), expanded(b));
     let mut c = zeros::<T>((a.nrows(), b.ncols()))?;
-    let opts = opts.clone().device(device);
+    // On `device`, whatever the options' backend: the complex route chose the GPU, and a
+    // failure there is answered by ndarray's complex product, not the real one's fallback.
+    let opts = opts.clone().device(device).backend(Backend::Gpu);
     let mut route = try_general_mat_mul_with(
         T::one(),
         &a_reals,
@@ -490,7 +496,8 @@ fn planar<T: Element>(
     let mut re = GpuMatrix::zeros_on((a.nrows(), b.ncols()), on)?;
     let mut im = GpuMatrix::zeros_on((a.nrows(), b.ncols()), on)?;
     // The products run where their operands are; the options' devices are not consulted again.
-    let route = products(&parts, &mut re, &mut im, &opts.clone().device(device))?;
+    let opts = opts.clone().device(device).backend(Backend::Gpu);
+    let route = products(&parts, &mut re, &mut im, &opts)?;
     Ok((re, im, route))
 }
 

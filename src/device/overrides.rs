@@ -97,18 +97,18 @@ pub(crate) fn emulating_every_size() -> bool {
     EMULATE_EVERY_SIZE.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Makes complex products on the GPU run as one real product of their stacked parts
-/// (`crate::complex::stacked`) instead of four, for measuring the two forms side by side;
-/// `false` restores the four.
-pub fn complex_stacked(on: bool) {
-    COMPLEX_STACKED.store(on, std::sync::atomic::Ordering::SeqCst);
+/// Makes complex products on the GPU run as four real products of their parts
+/// (`crate::complex::products`) instead of one product of the stacked parts, for measuring
+/// the two forms side by side; `false` restores the stacked form.
+pub fn complex_four_products(on: bool) {
+    COMPLEX_FOUR.store(on, std::sync::atomic::Ordering::SeqCst);
 }
 
-static COMPLEX_STACKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static COMPLEX_FOUR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether [`complex_stacked`] is on.
-pub(crate) fn complex_stacked_on() -> bool {
-    COMPLEX_STACKED.load(std::sync::atomic::Ordering::SeqCst)
+/// Whether [`complex_four_products`] is on.
+pub(crate) fn complex_four_products_on() -> bool {
+    COMPLEX_FOUR.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// A switch of the tests that is on until one turns it off.

@@ -1,6 +1,6 @@
-//! Complex products resident on the device, timed for the complex ladder: the four real
-//! products a complex `gpu_dot` runs on its parts, against cuBLAS CGEMM and ZGEMM (feature
-//! `cublas`) on the same operands.
+//! Complex products resident on the device, timed for the complex ladder: the one real
+//! product of the stacked parts a complex `gpu_dot` runs, and the four real products of the
+//! parts beside it, against cuBLAS CGEMM and ZGEMM (feature `cublas`) on the same operands.
 
 use std::time::Instant;
 
@@ -98,14 +98,14 @@ impl<T: Element> ComplexProblem<T> {
         self.host_b.view()
     }
 
-    /// The route of the last product of the crate's (what the four real products ran).
+    /// The route of the last product of the crate's (what its real products ran).
     pub fn route(&self) -> Option<&Route> {
         self.last.as_ref()
     }
 
-    /// The four real products of a complex `gpu_dot` in `precision`, into the product's parts
-    /// on the device (each has completed on the device when it returns).
-    fn launch(&mut self, precision: Precision) -> Result<(), GpuDotError> {
+    /// The four real products of the parts in `precision`, into the product's parts on the
+    /// device (each has completed on the device when it returns).
+    fn launch_four(&mut self, precision: Precision) -> Result<(), GpuDotError> {
         let opts = DotOptions::builtin()
             .backend(Backend::Gpu)
             .precision(precision)
@@ -115,24 +115,25 @@ impl<T: Element> ComplexProblem<T> {
         Ok(())
     }
 
-    /// Runs the product in `precision` once and returns it.
-    pub fn run(&mut self, precision: Precision) -> Result<Array2<Complex<T>>, GpuDotError> {
-        self.launch(precision)?;
+    /// Runs the product in `precision` once as four real products of the parts and returns
+    /// it.
+    pub fn run_four(&mut self, precision: Precision) -> Result<Array2<Complex<T>>, GpuDotError> {
+        self.launch_four(precision)?;
         let (m, _, n) = self.dims;
         let mut c = Array2::<Complex<T>>::zeros((m, n));
         crate::complex::download(&self.re, &self.im, c.view_mut())?;
         Ok(c)
     }
 
-    /// Times the product in `precision`: `warmup` untimed runs, then `reps` timed ones (wall
-    /// clock around the four products, each of which returns once the device is done).
-    pub fn time(
+    /// Times the four real products in `precision` as [`time`](Self::time) times the crate's
+    /// product.
+    pub fn time_four(
         &mut self,
         precision: Precision,
         warmup: usize,
         reps: usize,
     ) -> Result<Timing, GpuDotError> {
-        self.time_by(warmup, reps, |p| p.launch(precision))
+        self.time_by(warmup, reps, |p| p.launch_four(precision))
     }
 
     fn time_by(
@@ -155,9 +156,10 @@ impl<T: Element> ComplexProblem<T> {
         Ok(Timing::of(times, 4.0 * crate::flops(m, k, n) as f64))
     }
 
-    /// Runs the product in `precision` once as one real product of the stacked parts
-    /// (`A` as `m × 2k` reals times `B` expanded to `2k × 2n`) and returns it.
-    pub fn run_stacked(&mut self, precision: Precision) -> Result<Array2<Complex<T>>, GpuDotError> {
+    /// Runs the product in `precision` once as a complex `gpu_dot` runs it, one real product
+    /// of the stacked parts (`A` as `m × 2k` reals times `B` expanded to `2k × 2n`), and
+    /// returns it.
+    pub fn run(&mut self, precision: Precision) -> Result<Array2<Complex<T>>, GpuDotError> {
         self.launch_stacked(precision)?;
         let (m, _, n) = self.dims;
         let mut c = Array2::<Complex<T>>::zeros((m, n));
@@ -166,8 +168,9 @@ impl<T: Element> ComplexProblem<T> {
         Ok(c)
     }
 
-    /// Times the stacked form as [`time`](Self::time) times the four products.
-    pub fn time_stacked(
+    /// Times the product in `precision`: `warmup` untimed runs, then `reps` timed ones (wall
+    /// clock around the product, which returns once the device is done).
+    pub fn time(
         &mut self,
         precision: Precision,
         warmup: usize,
