@@ -422,34 +422,37 @@ pub(crate) fn expanded<T: Element>(b: ArrayView2<'_, Complex<T>>) -> Array2<T> {
 
 /// A new C-order `(rows · per) × (width / per)` real array whose `width` elements from row
 /// `i · per` on are written by `fill(i, ..)` for each `i < rows`: on the calling thread when
-/// the array is small, else in blocks of rows over up to eight threads.
+/// the array is small, else in blocks of rows shared with the crate's host helpers
+/// ([`crew`](crate::host::crew::crew)).
 fn by_rows<T: Element>(
     rows: usize,
     width: usize,
     per: usize,
     fill: impl Fn(usize, &mut [T]) + Sync,
 ) -> Array2<T> {
-    /// Below this many elements one thread fills the array faster than several start.
+    /// Below this many elements the calling thread fills the array faster than helpers join.
     const ONE_THREAD: usize = 1 << 18;
     let mut out = Array2::<T>::zeros((rows * per, width / per));
     if rows == 0 || width == 0 {
         return out;
     }
     let data = out.as_slice_mut().expect("a new C-order array");
-    let threads = if rows * width < ONE_THREAD {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |t| t.get().min(8))
-    };
-    // Blocks of rows taken in turn by every thread, the calling one too, so that a thread
-    // that cannot start leaves its blocks to the others.
-    let block = rows.div_ceil(threads.max(1) * 4).max(1);
+    let crew = crate::host::crew::crew();
+    if rows * width < ONE_THREAD || crew.helpers() == 0 {
+        for (i, row) in data.chunks_exact_mut(width).enumerate() {
+            fill(i, row);
+        }
+        return out;
+    }
+    // Blocks of rows claimed in turn by the calling thread and the helpers, so that a busy
+    // crew leaves every block to the calling thread.
+    let block = rows.div_ceil((crew.helpers() + 1) * 4).max(1);
     let blocks: Vec<std::sync::Mutex<&mut [T]>> = data
         .chunks_mut(block * width)
         .map(std::sync::Mutex::new)
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = || loop {
+    let claim = || loop {
         let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(chunk) = blocks.get(b) else { break };
         let mut chunk = chunk.lock().unwrap_or_else(|p| p.into_inner());
@@ -457,15 +460,14 @@ fn by_rows<T: Element>(
             fill(b * block + i, row);
         }
     };
-    std::thread::scope(|s| {
-        for _ in 1..threads.min(blocks.len()) {
-            if let Err(e) = std::thread::Builder::new().spawn_scoped(s, work) {
-                log::debug!("a host thread for complex operands did not start: {e}");
-                break;
-            }
+    let work = |_helper: usize| claim();
+    crew.run(crew.helpers(), &work, |_| claim());
+    // Every block is filled once no one holds its lock; one whose filler panicked is poisoned.
+    for chunk in &blocks {
+        if chunk.lock().is_err() {
+            panic!("a host helper panicked while building a complex operand");
         }
-        work();
-    });
+    }
     out
 }
 
