@@ -13,7 +13,10 @@
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
 //! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
-//! `--four` adds four real products of the parts, two accumulating into the other two (kernels
+//! The default emulates in the Karatsuba form (three INT8 products a modulus). `--four` adds
+//! the default in the real form of the stacked parts (kernel `default-real`, the crate's
+//! `complex_karatsuba` switch off: the same bits, from the INT8 work of four products), and
+//! four real products of the parts, two accumulating into the other two (kernels
 //! `native-four`, `default-four`), the form a complex product takes under the crate's
 //! `complex_four_products` switch and the form its batches take.
 
@@ -84,13 +87,18 @@ fn run<T: Element>(
         let cublas_err = cublas
             .as_ref()
             .map(|c| rel_err(c.view(), problem.a(), problem.b()));
+        // (kernel, precision, four products, the Karatsuba form where the default emulates).
         let forms = [
-            ("native", Precision::Native, false),
-            ("default", Precision::Auto, false),
-            ("native-four", Precision::Native, true),
-            ("default-four", Precision::Auto, true),
+            ("native", Precision::Native, false, true),
+            ("default", Precision::Auto, false, true),
+            ("default-real", Precision::Auto, false, false),
+            ("native-four", Precision::Native, true, true),
+            ("default-four", Precision::Auto, true, true),
         ];
-        for (kernel, precision, four) in forms.into_iter().filter(|f| with_four || !f.2) {
+        for (kernel, precision, four, karatsuba) in
+            forms.into_iter().filter(|f| with_four || (!f.2 && f.3))
+        {
+            gpu_dot::__testing::complex_karatsuba(karatsuba);
             let c = if four {
                 problem.run_four(precision)
             } else {
@@ -160,6 +168,7 @@ fn run<T: Element>(
             );
             records.push(record);
         }
+        gpu_dot::__testing::complex_karatsuba(true);
     }
     records
 }

@@ -83,6 +83,15 @@
 //      that is at least c.count); X's element (i, k) at
 //      A[i*asr + k*ask], Y's element (j, k) at B[j*bsr + k*bsk] (read only for FLAG rows);
 //      any grid (rows on y, quads of columns on x, each looping over the rest).
+// The Karatsuba form of a complex product's (see THE KARATSUBA FORM below):
+// ozaki_pair_shifts(int Nc, int layers, int* E, int ldE): after the scaling of Y, the shifts of
+//      rows 2j and 2j + 1 (j < Nc) of each of `layers` layers made the smaller of the two.
+// ozaki_ksplit_{d,s}(int R, int K, const T* X, i64 sr, i64 sq, i64 sd, const int* E, int es,
+//      signed char* P, int Rp, int Kp, int TM, Consts c): the panels of the real parts, the
+//      imaginary parts and their sums of R x K complex elements, block (32, 8), grid (Kp/32,
+//      any y <= Rp/32); P holds 3 * c.count * Rp * Kp bytes, written whole.
+// ozaki_krebuild{8,16,18}_{d,s}: as ozaki_rebuild*, with N = 2 Nc, from R holding the three
+//      products' residues (each c.count layers of M x Nc).
 // The guard's (see THE GUARD below):
 // ozaki_guard_scale_{d,s}(int R, int K, const T* X, i64 sr, i64 sk, GuardScale g, int* E,
 //      int ldE, int* S, double* L): as ozaki_scale_*, writing E[c * ldE + r] for each
@@ -774,6 +783,107 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
         const int row = r0 + r;
         w(row < R ? row : -1, &tile[r][q8], panel_at(P, row, k0 + q8, Kp, TM), layer, row,
           k0 + q8);
+        __syncthreads();
+    }
+}
+
+// THE KARATSUBA FORM of a complex product (ozaki_ksplit_*, ozaki_pair_shifts, ozaki_krebuild*):
+// the stacked real problem X = A as M x 2K reals (each row's parts interleaved) times
+// Y = [[br, bi], [-bi, br]] (2K x 2N) is scaled as any real product, but with the shifts of
+// Y's rows 2j and 2j+1 (a complex column's two parts, whose elements are the same magnitudes)
+// made one, the smaller (ozaki_pair_shifts). The scaled parts Ar', Ai', Br', Bi' are then
+// integers, and per modulus three INT8 products of M x K by K x N give
+//   T1 = Ar' Br',  T2 = Ai' Bi',  T3 = (Ar' + Ai') (Br' + Bi')
+// (the sums formed in residues, so every operand stays one byte), and
+//   Cr' = T1 - T2,  Ci' = T3 - T1 - T2  (mod m),
+// exactly the stacked product's integers: the same rebuild then gives the same bits, from
+// three INT8 GEMMs a modulus where the stacked form runs the work of four.
+
+// The balanced residue of rint(x * 2^s) (|x * 2^s| <= 2^61) modulo modulus l, as
+// SplitResiduesInt makes it, from its three chunks: in [-(m-1)/2, (m-1)/2] ([-127, 128] for
+// m = 256).
+OZ_DEV int residue_of(unsigned c0, unsigned c1, int c2, int l, const Consts& c) {
+    const unsigned m = c.moduli[l], half = (m - 1) / 2;
+    const unsigned y = (unsigned)c2 * c.p42[l] + c1 * c.p21[l] + c0 + c.off[l];
+    const unsigned x = y + half;
+    const unsigned q = (x + __umulhi(x, (unsigned)c.magic[l])) >> 8;
+    return (int)(y - q * m);
+}
+
+// (a + b) mod m, balanced as residue_of's, from two such residues.
+OZ_DEV int residue_sum(int a, int b, unsigned m) {
+    const int half = (int)(m - 1) / 2;
+    int s = a + b;
+    if (s > (int)m - 1 - half) s -= (int)m;
+    if (s < -half) s += (int)m;
+    return s;
+}
+
+// Four bytes as one word, the first lowest.
+OZ_DEV unsigned pack4(int b0, int b1, int b2, int b3) {
+    return __byte_perm(__byte_perm((unsigned)b0, (unsigned)b1, 0x0040),
+                       __byte_perm((unsigned)b2, (unsigned)b3, 0x0040), 0x5410);
+}
+
+// The Karatsuba panels of a complex operand: element (r, q) of its R x K complex elements has
+// its real part at X[r * sr + q * sq] and its imaginary part sd further (A's rows: sr, sq = 2 *
+// sk, sd = sk of the stacked reals; Y's: sr = 2 * its row stride, sq = 2 * its k stride, sd its
+// row stride), its shift at E[r * es]. Writes the panels of the three parts, the real, the
+// imaginary and their sum, each count layers of Rp x Kp bytes in the GEMM's tiles (PANELS), part
+// p's layer l at P + (p * count + l) * Rp * Kp, whole (zeros past R and K, and for FLAG rows).
+// Block (32, 8); grid (Kp / 32, any y <= Rp / 32: the block loops over the rest); each tile is
+// 32 rows by 32 complex elements (64 reals, staged in shared memory so that the reads go along
+// whichever index is contiguous), and each thread makes 4 consecutive elements of one row.
+template <typename T>
+OZ_DEV void karatsuba_panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sq, i64 sd,
+                             const int* __restrict__ E, int es, signed char* __restrict__ P,
+                             int Rp, int Kp, int TM, const Consts& c) {
+    constexpr int TQ = 32;  // complex elements of a tile
+    __shared__ double tile[32][2 * TQ + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int tid = ty * 32 + tx;
+    const int q0 = blockIdx.x * TQ;
+    // Reads along the reals of a row where they are the closer, else along the rows.
+    const bool along_r = (sq < 0 ? -sq : sq) > (sr < 0 ? -sr : sr);
+    const i64 layer = (i64)Rp * Kp;
+    const i64 part = (i64)c.count * layer;
+    const int r = tid >> 3, q4 = (tid & 7) * 4;  // this thread's row and first element
+    for (int r0 = blockIdx.y * 32; r0 < Rp; r0 += gridDim.y * 32) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int rr = along_r ? tx : ty + 8 * (i & 3);
+            const int v = along_r ? ty + 8 * i : tx + 32 * (i >> 2);  // real v of the tile
+            const int q = q0 + (v >> 1);
+            double x = 0.0;
+            if (r0 + rr < R && q < K) x = (double)X[(i64)(r0 + rr) * sr + (i64)q * sq + (v & 1) * sd];
+            tile[rr][v] = x;
+        }
+        __syncthreads();
+        const int row = r0 + r;
+        const int s = row < R ? E[(i64)row * es] : 0;
+        unsigned c0[8], c1[8];
+        int c2[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const long long v = s == FLAG ? 0 : __double2ll_rn(scale_t(tile[r][2 * q4 + e], s));
+            c0[e] = (unsigned)v & 0x1fffffu;
+            c1[e] = (unsigned)(v >> 21) & 0x1fffffu;
+            c2[e] = (int)(v >> 42);
+        }
+        signed char* p = panel_at(P, row, q0 + q4, Kp, TM);
+#pragma unroll 1
+        for (int l = 0; l < c.count; ++l, p += layer) {
+            int re[4], im[4], sum[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                re[e] = residue_of(c0[2 * e], c1[2 * e], c2[2 * e], l, c);
+                im[e] = residue_of(c0[2 * e + 1], c1[2 * e + 1], c2[2 * e + 1], l, c);
+                sum[e] = residue_sum(re[e], im[e], c.moduli[l]);
+            }
+            *reinterpret_cast<unsigned*>(p) = pack4(re[0], re[1], re[2], re[3]);
+            *reinterpret_cast<unsigned*>(p + part) = pack4(im[0], im[1], im[2], im[3]);
+            *reinterpret_cast<unsigned*>(p + 2 * part) = pack4(sum[0], sum[1], sum[2], sum[3]);
+        }
         __syncthreads();
     }
 }
@@ -1931,23 +2041,17 @@ OZ_DEV void store4(float* p, const float (&v)[4]) {
 // of a row, reading each modulus's 4 residues as one word where N % 4 == 0. For up to
 // 2 * P moduli: S in L limbs, each W_p in WL (M < 2^(32 WL)); the pairs past the count
 // have zero residues and constants and add nothing.
-template <typename T, int P, int WL, int L>
-OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
-                    const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
-                    i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
-                    i64 bsr, i64 bsk, const Consts& c) {
-    const i64 mn = (i64)M * N;
-    const bool words = (N & 3) == 0;  // R's layers and rows 4-byte aligned (R itself is)
-    // Rows on grid y, column quads on x.
-    for (int i = blockIdx.y; i < M; i += gridDim.y)
-    for (int j0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x); j0 < N;
-         j0 += 4 * gridDim.x * blockDim.x) {
-        const i64 idx = (i64)i * N + j0;
-        const int ea = EA[i];
-        unsigned w[2 * P];
-        const unsigned char* r = R + idx;  // layer l's residues of the quad, l = 0, 1, ...
+// The residues of outputs j0 .. j0 + 3 of row i for every modulus l < count, a word a
+// modulus (output j0 + e in byte e), from R[l][M][N] ...
+struct Residues {
+    template <int LAYERS>
+    static OZ_DEV void load(int M, int N, int i, int j0, const unsigned char* __restrict__ R,
+                            const Consts& c, unsigned (&w)[LAYERS]) {
+        const i64 mn = (i64)M * N;
+        const bool words = (N & 3) == 0;  // R's layers and rows 4-byte aligned (R itself is)
+        const unsigned char* r = R + (i64)i * N + j0;  // layer l's residues of the quad
 #pragma unroll
-        for (int l = 0; l < 2 * P; ++l, r += mn) {
+        for (int l = 0; l < LAYERS; ++l, r += mn) {
             w[l] = 0;
             if (l < c.count) {
                 if (words) {
@@ -1959,6 +2063,52 @@ OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
                 }
             }
         }
+    }
+};
+// ... or from the Karatsuba form's three products (see THE KARATSUBA FORM), N = 2 Nc outputs
+// a row, the parts of complex column j at outputs 2j and 2j + 1: product t's layer l at
+// R + (t * count + l) * M * Nc, each M x Nc, so that the quad is two complex columns.
+struct KaratsubaResidues {
+    template <int LAYERS>
+    static OZ_DEV void load(int M, int N, int i, int j0, const unsigned char* __restrict__ R,
+                            const Consts& c, unsigned (&w)[LAYERS]) {
+        const int nc = N >> 1, jc = j0 >> 1;
+        const i64 mn = (i64)M * nc, part = (i64)c.count * mn;
+        const bool two = jc + 1 < nc;
+        const unsigned char* r = R + (i64)i * nc + jc;
+#pragma unroll
+        for (int l = 0; l < LAYERS; ++l, r += mn) {
+            w[l] = 0;
+            if (l < c.count) {
+                const unsigned m = c.moduli[l];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (h == 1 && !two) break;
+                    const unsigned t1 = r[h], t2 = r[part + h], t3 = r[2 * part + h];
+                    unsigned re = t1 + m - t2;  // in [1, 2m)
+                    re -= re >= m ? m : 0u;
+                    unsigned im = t3 + 2 * m - t1 - t2;  // in (0, 3m)
+                    im -= im >= m ? m : 0u;
+                    im -= im >= m ? m : 0u;
+                    w[l] |= (re | im << 8) << (16 * h);
+                }
+            }
+        }
+    }
+};
+
+template <typename T, int P, int WL, int L, typename Load>
+OZ_DEV void rebuild(int M, int N, int K, const unsigned char* __restrict__ R,
+                    const int* __restrict__ EA, const int* __restrict__ EB, T* __restrict__ C,
+                    i64 ldc, const T* __restrict__ A, i64 asr, i64 ask, const T* __restrict__ B,
+                    i64 bsr, i64 bsk, const Consts& c) {
+    // Rows on grid y, column quads on x.
+    for (int i = blockIdx.y; i < M; i += gridDim.y)
+    for (int j0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x); j0 < N;
+         j0 += 4 * gridDim.x * blockDim.x) {
+        const int ea = EA[i];
+        unsigned w[2 * P];
+        Load::load(M, N, i, j0, R, c, w);
         T v[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -2179,18 +2329,51 @@ extern "C" __global__ void __launch_bounds__(1024)
     GD_AFTER_PREVIOUS();
     oz::refuse(M, N, Kg, X, xsr, xsk, Y, ysr, ysk, g, refused);
 }
-// ozaki_rebuildN_*: up to N moduli.
-#define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS)                                              \
+// ozaki_rebuildN_* (and ozaki_krebuildN_*, the Karatsuba form's): up to N moduli.
+#define OZ_REBUILD(NAME, T, P, WL, L, MIN_BLOCKS, LOAD)                                        \
     extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)                             \
         NAME(int M, int N, int K, const unsigned char* R, const int* EA, const int* EB, T* C, \
              i64 ldc, const T* A, i64 asr, i64 ask, const T* B, i64 bsr, i64 bsk,           \
              oz::Consts c) {                                                                  \
         GD_AFTER_PREVIOUS();                                                                  \
-        oz::rebuild<T, P, WL, L>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk, c);    \
+        oz::rebuild<T, P, WL, L, LOAD>(M, N, K, R, EA, EB, C, ldc, A, asr, ask, B, bsr, bsk,  \
+                                       c);                                                    \
     }
-OZ_REBUILD(ozaki_rebuild8_d, double, 4, 2, 3, 4)
-OZ_REBUILD(ozaki_rebuild8_s, float, 4, 2, 3, 4)
-OZ_REBUILD(ozaki_rebuild16_d, double, 8, 4, 5, 4)
-OZ_REBUILD(ozaki_rebuild16_s, float, 8, 4, 5, 3)
-OZ_REBUILD(ozaki_rebuild18_d, double, 9, 5, 6, 1)
-OZ_REBUILD(ozaki_rebuild18_s, float, 9, 5, 6, 1)
+OZ_REBUILD(ozaki_rebuild8_d, double, 4, 2, 3, 4, oz::Residues)
+OZ_REBUILD(ozaki_rebuild8_s, float, 4, 2, 3, 4, oz::Residues)
+OZ_REBUILD(ozaki_rebuild16_d, double, 8, 4, 5, 4, oz::Residues)
+OZ_REBUILD(ozaki_rebuild16_s, float, 8, 4, 5, 3, oz::Residues)
+OZ_REBUILD(ozaki_rebuild18_d, double, 9, 5, 6, 1, oz::Residues)
+OZ_REBUILD(ozaki_rebuild18_s, float, 9, 5, 6, 1, oz::Residues)
+OZ_REBUILD(ozaki_krebuild8_d, double, 4, 2, 3, 4, oz::KaratsubaResidues)
+OZ_REBUILD(ozaki_krebuild8_s, float, 4, 2, 3, 4, oz::KaratsubaResidues)
+OZ_REBUILD(ozaki_krebuild16_d, double, 8, 4, 5, 4, oz::KaratsubaResidues)
+OZ_REBUILD(ozaki_krebuild16_s, float, 8, 4, 5, 3, oz::KaratsubaResidues)
+OZ_REBUILD(ozaki_krebuild18_d, double, 9, 5, 6, 1, oz::KaratsubaResidues)
+OZ_REBUILD(ozaki_krebuild18_s, float, 9, 5, 6, 1, oz::KaratsubaResidues)
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_ksplit_d(int R, int K, const double* X, i64 sr, i64 sq, i64 sd, const int* E, int es,
+                   signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
+    GD_AFTER_PREVIOUS();
+    oz::karatsuba_panels(R, K, X, sr, sq, sd, E, es, P, Rp, Kp, TM, c);
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+    ozaki_ksplit_s(int R, int K, const float* X, i64 sr, i64 sq, i64 sd, const int* E, int es,
+                   signed char* P, int Rp, int Kp, int TM, oz::Consts c) {
+    GD_AFTER_PREVIOUS();
+    oz::karatsuba_panels(R, K, X, sr, sq, sd, E, es, P, Rp, Kp, TM, c);
+}
+// ozaki_pair_shifts(int Nc, int layers, int* E, int ldE): E[l * ldE + 2j] and [.. + 2j + 1]
+// both the smaller of the two (FLAG where either is), for j < Nc and l < layers; any grid.
+extern "C" __global__ void __launch_bounds__(256)
+    ozaki_pair_shifts(int Nc, int layers, int* E, int ldE) {
+    GD_AFTER_PREVIOUS();
+    const i64 total = (i64)Nc * layers;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (i64)gridDim.x * blockDim.x) {
+        int* e = E + (t / Nc) * ldE + 2 * (t % Nc);
+        const int s = min(e[0], e[1]);  // FLAG is the least int
+        e[0] = s;
+        e[1] = s;
+    }
+}

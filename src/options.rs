@@ -418,6 +418,12 @@ pub struct DotOptions {
     /// How products multiply on the GPU (default [`Precision::Auto`]: guarded Ozaki emulation
     /// where it is faster and within native's bound, else FP32 for `f32` and FP64 for `f64`).
     pub precision: Precision,
+    /// The product is a complex one read as reals ([`crate::complex::stacked`]): op(A) is
+    /// `m × 2k` with each row's parts interleaved, op(B) the `2k × 2n` expansion of a complex
+    /// `k × n` (each element the block `[[bᵣ, bᵢ], [−bᵢ, bᵣ]]`), so that Ozaki emulation may
+    /// run it in the Karatsuba form (three INT8 products a modulus where the real form runs
+    /// the work of four). Set by the crate only.
+    pub(crate) complex_pairs: bool,
 }
 
 impl DotOptions {
@@ -435,6 +441,7 @@ impl DotOptions {
             min_split_flops: None,
             peer_copies: true,
             precision: Precision::Auto,
+            complex_pairs: false,
         }
     }
 
@@ -595,6 +602,13 @@ impl DotOptions {
     /// (FP64) or `Ozaki`, and runs the others as `Native`).
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
+        self
+    }
+
+    /// The same options for a complex product read as reals (see
+    /// [`complex_pairs`](DotOptions::complex_pairs)).
+    pub(crate) fn complex_pairs(mut self) -> Self {
+        self.complex_pairs = true;
         self
     }
 

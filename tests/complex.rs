@@ -612,3 +612,148 @@ fn complex_products_weigh_their_own_thresholds() {
         Route::Cpu(CpuReason::BelowThreshold { .. })
     ));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_karatsuba_form_gives_the_real_forms_bits() {
+    // One test for both types: the switches are the process's.
+    let _turn = own_turn();
+    let _on = EmulateEverySize::on();
+    karatsuba_bits::<f32>();
+    karatsuba_bits::<f64>();
+}
+
+/// Emulated complex products run in the Karatsuba form, three INT8 products a modulus; the
+/// real form of the stacked parts (the crate's `complex_karatsuba` switch off) makes the same
+/// integers, so the two give the same bits, and for `c64` at a fixed count both are the CPU
+/// model's stacked product bit for bit. On odd and even shapes, a transposed and a reversed
+/// operand, parts at scales far apart, a purely imaginary row, parts that cancel between
+/// `Aᵣ·Bᵣ` and `Aᵢ·Bᵢ`, a column of zeros, and Inf and NaN in one part.
+fn karatsuba_bits<T: Element>() {
+    expect_device();
+    let shapes = [
+        (1, 1, 1),
+        (3, 5, 7),
+        (37, 129, 65),
+        (300, 513, 257),
+        (256, 2048, 192),
+        (777, 300, 600),
+    ];
+    for (case, &(m, k, n)) in shapes.iter().enumerate() {
+        let (mut a, mut b) = (random::<T>(m, k), random::<T>(k, n));
+        if m >= 3 && n >= 3 {
+            let two = |e: i32| T::from_f64(2f64.powi(e));
+            a.row_mut(0).map_inplace(|z| z.re = T::zero());
+            a.row_mut(1)
+                .map_inplace(|z| *z = Complex::new(z.re * two(20), z.im * two(-20)));
+            for q in 0..k {
+                // Row 2 times column 0: Σ aᵣ·aᵢ − aᵢ·aᵣ, the real part cancels exactly.
+                b[[q, 0]] = Complex::new(a[[2, q]].im, a[[2, q]].re);
+                b[[q, 1]] = Complex::new(b[[q, 1]].re, b[[q, 1]].im * two(-30));
+                b[[q, 2]] = Complex::new(T::zero(), T::zero());
+            }
+        }
+        if case == 2 {
+            a[[3, 5]].re = T::infinity();
+            a[[7, 11]].im = T::neg_infinity();
+            b[[9, 4]].im = T::nan();
+        }
+        // A transposed operand and a reversed one, on alternate shapes.
+        let at = a.t().to_owned();
+        let a_view = if case % 2 == 1 { at.t() } else { a.view() };
+        let b_rev = b.slice(s![..;-1, ..]).to_owned();
+        let b_view = if case % 2 == 0 {
+            b_rev.slice(s![..;-1, ..])
+        } else {
+            b.view()
+        };
+        for precision in [
+            Precision::Ozaki { moduli: 6 },
+            Precision::Ozaki { moduli: 14 },
+            Precision::Auto,
+        ] {
+            let what = format!("{} {m}×{k}×{n} {precision:?}", T::DTYPE);
+            let run = |karatsuba: bool| {
+                gpu_dot::__testing::complex_karatsuba(karatsuba);
+                let p = a_view.try_gpu_dot_with(&b_view, &gpu(precision));
+                gpu_dot::__testing::complex_karatsuba(true);
+                p.unwrap_or_else(|e| panic!("{what}: {e}"))
+            };
+            let (kara, real) = (run(true), run(false));
+            let emulated = gpu_dot::accuracy::emulated(&kara.route);
+            assert_eq!(
+                emulated,
+                gpu_dot::accuracy::emulated(&real.route),
+                "{what}: {} against {}",
+                kara.route,
+                real.route
+            );
+            if precision != Precision::Auto {
+                assert!(emulated, "{what}: not emulated: {}", kara.route);
+            }
+            if !emulated {
+                continue;
+            }
+            for (ij, (x, y)) in kara.c.indexed_iter().map(|(ij, x)| (ij, (x, real.c[ij]))) {
+                let same = |p: T, q: T| {
+                    (p.is_nan() && q.is_nan()) || p.into_f64().to_bits() == q.into_f64().to_bits()
+                };
+                assert!(
+                    same(x.re, y.re) && same(x.im, y.im),
+                    "{what} at {ij:?}: Karatsuba {x}, real form {y}"
+                );
+            }
+            if let (Dtype::F64, Precision::Ozaki { moduli }) = (T::DTYPE, precision) {
+                if case != 2 {
+                    let model = stacked_model(a_view, b_view, moduli as usize);
+                    for (ij, x) in kara.c.indexed_iter() {
+                        let want = model[ij];
+                        assert!(
+                            x.re.into_f64().to_bits() == want.re.to_bits()
+                                && x.im.into_f64().to_bits() == want.im.to_bits(),
+                            "{what} at {ij:?}: {x} against the model's {want}"
+                        );
+                    }
+                }
+            }
+            if precision == Precision::Auto && case != 2 {
+                let worst = ratio(kara.c.view(), a_view, b_view, &what);
+                assert!(
+                    worst <= 11.0,
+                    "{what}: guarded default above its bound: {worst}"
+                );
+            }
+        }
+    }
+}
+
+/// The CPU model of Ozaki scheme II on the stacked parts of `a · b` (`A` as `m × 2k` reals,
+/// `B` expanded to `2k × 2n`), at `moduli` moduli, read back as complex.
+fn stacked_model<T: Element>(
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+    moduli: usize,
+) -> Array2<Complex<f64>> {
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    let x: Vec<f64> = a
+        .rows()
+        .into_iter()
+        .flat_map(|row| {
+            row.into_iter()
+                .flat_map(|z| [z.re.into_f64(), z.im.into_f64()])
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut y = vec![0.0; 4 * k * n];
+    for ((q, j), z) in b.indexed_iter() {
+        let (re, im) = (z.re.into_f64(), z.im.into_f64());
+        y[2 * q * 2 * n + 2 * j] = re;
+        y[2 * q * 2 * n + 2 * j + 1] = im;
+        y[(2 * q + 1) * 2 * n + 2 * j] = -im;
+        y[(2 * q + 1) * 2 * n + 2 * j + 1] = re;
+    }
+    let c = gpu_dot::__testing::ozaki_reference(&x, &y, (m, 2 * k, 2 * n), moduli);
+    Array2::from_shape_fn((m, n), |(i, j)| {
+        Complex::new(c[i * 2 * n + 2 * j], c[i * 2 * n + 2 * j + 1])
+    })
+}

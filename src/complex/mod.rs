@@ -365,7 +365,11 @@ pub(crate) fn stacked<T: Element>(
     let mut c = zeros::<T>((a.nrows(), b.ncols()))?;
     // On `device`, whatever the options' backend: the complex route chose the GPU, and a
     // failure there is answered by ndarray's complex product, not the real one's fallback.
-    let opts = opts.clone().device(device).backend(Backend::Gpu);
+    let opts = opts
+        .clone()
+        .device(device)
+        .backend(Backend::Gpu)
+        .complex_pairs();
     let mut route = try_general_mat_mul_with(
         T::one(),
         &a_reals,

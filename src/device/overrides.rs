@@ -111,6 +111,21 @@ pub(crate) fn complex_four_products_on() -> bool {
     COMPLEX_FOUR.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Makes emulated complex products run in the real form of their stacked parts (the INT8
+/// products of `m × 2k` by `2k × 2n` integers) instead of the Karatsuba form (three INT8
+/// products of `m × k` by `k × n` a modulus), for measuring and comparing the two; `true`
+/// restores the Karatsuba form. Both give the same integers, and so the same bits.
+pub fn complex_karatsuba(on: bool) {
+    KARATSUBA.set(on);
+}
+
+static KARATSUBA: Switch = Switch::new();
+
+/// Whether [`complex_karatsuba`] is on (the default).
+pub(crate) fn complex_karatsuba_on() -> bool {
+    KARATSUBA.on()
+}
+
 /// A switch of the tests that is on until one turns it off.
 struct Switch(std::sync::atomic::AtomicBool);
 

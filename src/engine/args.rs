@@ -196,6 +196,8 @@ pub(crate) struct GemmArgs<'v, 'a, T> {
     pub(super) ldc: i64,
     /// The precision asked for (f32 products; see [`TileRow::of`](crate::engine::table::TileRow::of)).
     pub(super) precision: Precision,
+    /// The product is a complex one read as reals (see `DotOptions::complex_pairs`).
+    pub(super) pairs: bool,
 }
 
 impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
@@ -243,6 +245,7 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
             ldb: b.ld as i64,
             ldc: ldc as i64,
             precision: Precision::Native,
+            pairs: false,
         })
     }
 
@@ -253,6 +256,17 @@ impl<'v, 'a, T> GemmArgs<'v, 'a, T> {
 
     pub(crate) fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The same product, marked as a complex one read as reals where `pairs` (op(A) `m × 2k`
+    /// with each row's parts interleaved, op(B) the `2k × 2n` expansion of a complex `k × n`).
+    pub(crate) fn with_pairs(self, pairs: bool) -> Self {
+        GemmArgs { pairs, ..self }
+    }
+
+    /// Whether the product is a complex one read as reals ([`with_pairs`](Self::with_pairs)).
+    pub(crate) fn pairs(&self) -> bool {
+        self.pairs
     }
 
     pub(crate) fn dims(&self) -> (usize, usize, usize) {

@@ -736,7 +736,9 @@ fn enqueue_panel<T: Element>(
         if opts.poison_output {
             args::poison(stream, &mut target)?;
         }
-        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?.with_precision(opts.precision);
+        let args = GemmArgs::new((p, k, n), &a, &b, &target, ldc)?
+            .with_precision(opts.precision)
+            .with_pairs(opts.complex_pairs);
         ran = Some(tuner::launch(
             gpu,
             stream,

@@ -194,7 +194,8 @@ impl<T: Element> ComplexProblem<T> {
         let opts = DotOptions::builtin()
             .backend(Backend::Gpu)
             .precision(precision)
-            .device(self.device);
+            .device(self.device)
+            .complex_pairs();
         let s = self.stacked.as_mut().expect("made above");
         let mut route = crate::matrix::try_general_mat_mul_with(
             T::one(),

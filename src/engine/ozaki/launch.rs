@@ -16,7 +16,7 @@ use crate::options::{Precision, MAX_MODULI};
 use super::guard::guard_sample;
 use super::passes::{
     early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
-    GuardReport, KeptB, KeyB, OzError, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA,
+    GuardReport, KeptB, KeyB, OzError, Pairs, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA,
     MAX_CANDIDATES, MB, PA, PB, R, SA, SB, SECTIONS,
 };
 use super::scale_passes::{scale, Scaling};
@@ -51,6 +51,13 @@ pub(crate) struct Emulated {
 /// on the device 1. the scales ([`Product::scale`]), 2. the guard's verdict
 /// ([`Product::weigh`]), 3. the split ([`Product::split`]), 4. the INT8 GEMMs
 /// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
+///
+/// A complex product read as reals ([`GemmArgs::pairs`]) is scaled as the real product is,
+/// with the shifts of a complex column's two parts made one before the guard weighs them, and
+/// runs in the Karatsuba form ([`Pairs`]): split into the three parts' panels, three INT8
+/// GEMMs a modulus, and the rebuild of the same integers (the real form, where the tests turn
+/// it off, gives the same bits). It splits nothing early and keeps nothing of op(B) for the
+/// next panel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
@@ -64,7 +71,9 @@ pub(crate) fn launch<T: Element>(
 ) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
-    let plan = plan::<T>(sm, moduli, guarded, (m, k, n))?;
+    let paired = args.pairs() && k % 2 == 0 && n % 2 == 0;
+    let karatsuba = paired && crate::device::overrides::complex_karatsuba_on();
+    let plan = plan::<T>(sm, moduli, guarded, (m, k, n), (paired, karatsuba))?;
     let entry = |entry: &str| {
         gpu.function(Family::Ozaki, entry).map_err(|e| match e {
             GpuDotError::Compile { .. } => OzError::Unavailable,
@@ -75,7 +84,10 @@ pub(crate) fn launch<T: Element>(
         .map_err(|_| OzError::Unavailable)?;
     let base = work.addr(stream);
     let key = key_b(&plan, args, stream, (base, work.bytes()));
-    let kept = shared.as_deref_mut().and_then(|s| s.take(&key));
+    let kept = match plan.paired {
+        false => shared.as_deref_mut().and_then(|s| s.take(&key)),
+        true => None,
+    };
     // Guarded, the guard's passes that read an operand for its magnitudes also split it (in
     // double arithmetic, where the split uses it) for the count the early refusal's elements
     // need, the first or the next, read on the device: the product runs at that count at
@@ -83,11 +95,14 @@ pub(crate) fn launch<T: Element>(
     let candidates = &plan.candidates;
     let first_consts = Consts::cached(plan.first);
     let next_consts = Consts::cached(candidates[early_candidate(candidates.len() - 1)]);
-    let early = (guarded && gpu.fast_fp64_split() && crate::device::overrides::early_split())
-        .then_some(Early {
-            first: &first_consts,
-            next: &next_consts,
-        });
+    let early = (guarded
+        && !plan.paired
+        && gpu.fast_fp64_split()
+        && crate::device::overrides::early_split())
+    .then_some(Early {
+        first: &first_consts,
+        next: &next_consts,
+    });
     let run = Run {
         stream,
         entry: &entry,
@@ -112,24 +127,35 @@ pub(crate) fn launch<T: Element>(
         early: early.is_some(),
         kept,
     };
-    // 1. Scales.
+    // 1. Scales (a complex column's two parts made one in the Karatsuba form).
     let refused_first = product.scale()?;
+    if plan.paired {
+        product.pair_shifts()?;
+    }
     // The INT8 GEMM's entry (step 2 may enqueue it before the verdict).
-    let gemm = entry(match plan.gemm {
+    let gemm = entry(match plan.pairs.map_or(plan.gemm, |p| p.gemm) {
         Gemm::Wg { .. } => OZAKI_GEMM.0,
         Gemm::Mma => OZAKI_GEMM_MMA.0,
     })?;
     // 2. The guard's verdict, where guarded.
     let weighed = product.weigh(&gemm, refused_first)?;
     let chosen = product.chosen(weighed.chosen);
-    // 3. The residue panels.
-    product.split(&chosen, weighed.split_for)?;
-    // 4. The INT8 GEMM of every modulus.
-    product.gemms(&gemm, &chosen, weighed.gemm_ran)?;
+    match &plan.pairs {
+        None => {
+            // 3. The residue panels.
+            product.split(&chosen, weighed.split_for)?;
+            // 4. The INT8 GEMM of every modulus.
+            product.gemms(&gemm, &chosen, weighed.gemm_ran)?;
+        }
+        Some(pairs) => {
+            product.split_pairs(pairs, &chosen)?;
+            product.gemms_pairs(pairs, &gemm, &chosen)?;
+        }
+    }
     // 5. The reconstruction.
     product.rebuild(args, c, &chosen)?;
     let count = chosen.count;
-    if let Some(s) = shared {
+    if let (Some(s), false) = (shared, plan.paired) {
         s.keep(KeptB { key, split: count });
     }
     Ok(Emulated {
@@ -162,6 +188,10 @@ struct Plan {
     /// The guard's one pass's dynamic shared memory: a row's K elements rounded up to 16
     /// bytes, then Kgp.
     row_bytes: usize,
+    /// A complex product read as reals: its columns' shifts paired, and, in the Karatsuba
+    /// form, that form's products.
+    paired: bool,
+    pairs: Option<Pairs>,
     /// The workspace's bytes and its sections' offsets ([`workspace`]).
     total: usize,
     at: [usize; SECTIONS],
@@ -169,12 +199,14 @@ struct Plan {
 
 /// Step 0, the plan of an `m × k × n` product of element type `T` on a device of compute
 /// capability `sm`: the counts it weighs, its GEMM and panels, the guard's sample of k and the
-/// workspace; [`OzError::Unavailable`] where it cannot run this way here.
+/// workspace; for a complex product read as reals (`paired`), in the Karatsuba form where
+/// `karatsuba`; [`OzError::Unavailable`] where it cannot run this way here.
 fn plan<T: Element>(
     sm: u32,
     moduli: u8,
     guarded: bool,
     (m, k, n): (usize, usize, usize),
+    (paired, karatsuba): (bool, bool),
 ) -> Result<Plan, OzError> {
     if sm < 80 || k == 0 || k > MAX_K {
         return Err(OzError::Unavailable);
@@ -196,11 +228,23 @@ fn plan<T: Element>(
     let kp = k.next_multiple_of(128);
     // Padded extents past `int`: the native kernels, which need no padding, may still run it.
     check_dims(mp, kp, np).map_err(|_| OzError::Unavailable)?;
+    let pairs = karatsuba.then(|| Pairs::of(sm, (m, k, n)));
+    if let Some(p) = &pairs {
+        check_dims(p.padded.0, p.kp, p.padded.1).map_err(|_| OzError::Unavailable)?;
+    }
     // The guard's sample of k; the guard's scaling and magnitudes run as one pass for rows
     // along k's contiguous index, short enough to sit in shared memory.
     let kg = guard_sample(T::DTYPE, k);
     let kgp = kg.next_multiple_of(128);
-    let (total, at) = workspace(most, candidates.len(), guarded, kgp, (m, k, n), gemm_kind);
+    let (total, at) = workspace(
+        most,
+        candidates.len(),
+        guarded,
+        kgp,
+        (m, k, n),
+        gemm_kind,
+        pairs.as_ref(),
+    );
     let row_bytes = (k * std::mem::size_of::<T>()).next_multiple_of(16) + kgp;
     Ok(Plan {
         guarded,
@@ -214,6 +258,8 @@ fn plan<T: Element>(
         kp,
         kg,
         row_bytes,
+        paired,
+        pairs,
         total,
         at,
     })
@@ -558,6 +604,125 @@ impl<T: Element> Product<'_, T> {
         )
     }
 
+    /// Step 1's end in the Karatsuba form: each complex column's two rows of op(B)ᵀ (its real
+    /// and imaginary products' columns, whose elements are the same magnitudes) take the
+    /// smaller of their shifts, at every candidate count, before the guard weighs them.
+    fn pair_shifts(&self) -> Result<(), OzError> {
+        let run = self.run;
+        let (_, _, n) = self.plan.dims;
+        let (nc, layers) = ((n / 2) as i32, self.plan.candidates.len() as i32);
+        let ld = self.plan.padded.1 as i32;
+        let pair = (run.entry)("ozaki_pair_shifts")?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (n / 2 * layers as usize).div_ceil(256).min(65_535) as u32,
+                1,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let e = run.sec[EB];
+        let mut builder = Launch::new(run.stream, &pair, run.programmatic);
+        builder.arg(&nc).arg(&layers).arg(&e).arg(&ld);
+        // SAFETY: arguments match `ozaki_pair_shifts(int Nc, int layers, int* E, int ldE)`;
+        // E is the workspace's EB section, `layers` layers of Np ≥ n = 2·Nc ints (ldE = Np)
+        // that the scaling before it on this stream wrote; the kernel loops over every pair
+        // whatever the grid.
+        unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki shift pairing"))?;
+        Ok(())
+    }
+
+    /// Step 3 in the Karatsuba form: the panels of the real parts, the imaginary parts and
+    /// their sums, of op(A) (`m × k/2` complex) and of op(B)ᵀ (`n/2 × k/2` complex), for the
+    /// chosen count.
+    fn split_pairs(&self, pairs: &Pairs, chosen: &Chosen) -> Result<(), OzError> {
+        let run = self.run;
+        let (m, k, n) = self.plan.dims;
+        let (kc, kpi) = ((k / 2) as i32, pairs.kp as i32);
+        let split = run.typed("ozaki_ksplit")?;
+        let (ea, eb) = chosen.shifts;
+        let [a, b] = self.ops;
+        let ((asr, ask), (bsr, bsk)) = (a.strides, b.strides);
+        // Each operand: its complex rows, its element strides (row, complex element, real to
+        // imaginary part), its shifts and their stride, its panels' padded rows and tile rows.
+        let each = [
+            (a, m, (asr, 2 * ask, ask), ea, 1i32, 0),
+            (b, n / 2, (2 * bsr, 2 * bsk, bsr), eb, 2i32, 1),
+        ];
+        for (op, rows, (sr, sq, sd), e, es, side) in &each {
+            let (rows, padded) = (*rows as i32, [pairs.padded.0, pairs.padded.1][*side]);
+            let (rp, tm) = (
+                padded as i32,
+                [pairs.tile_rows.0, pairs.tile_rows.1][*side] as i32,
+            );
+            let cfg = LaunchConfig {
+                grid_dim: ((pairs.kp / 32) as u32, (padded / 32).min(65_535) as u32, 1),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut builder = Launch::new(run.stream, &split, run.programmatic);
+            builder
+                .arg(&rows)
+                .arg(&kc)
+                .view(op.x)
+                .arg(sr)
+                .arg(sq)
+                .arg(sd)
+                .arg(e)
+                .arg(es)
+                .arg(&op.panels)
+                .arg(&rp)
+                .arg(&kpi)
+                .arg(&tm)
+                .arg(&chosen.consts);
+            // SAFETY: arguments match `ozaki_ksplit_{d,s}(int R, int K, const T* X, i64 sr,
+            // i64 sq, i64 sd, const int* E, int es, signed char* P, int Rp, int Kp, int TM,
+            // Consts c)`; X is the operand read as op(A) (`m × k` reals) or op(B)ᵀ (`n × k`),
+            // whose complex element (r, q) has its parts at r·sr + q·sq and sd further, all
+            // within its `m × k` or `n × k` elements for r < R and q < K = k/2; E (the chosen
+            // layer, R·es ints) was written before it on this stream; P is the workspace's
+            // section of 3·count·Rp·Kp bytes (`Pairs::part_bytes`), written whole, Rp a
+            // multiple of the tile rows TM (multiples of 32), Kp of 128; grid x = Kp/32, grid
+            // y ≤ Rp/32 with the kernel looping over the rest, block (32, 8).
+            unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
+        }
+        Ok(())
+    }
+
+    /// Step 4 in the Karatsuba form: the three INT8 GEMMs of every modulus of the chosen
+    /// count, `T₁ = Aᵣ'·Bᵣ'`, `T₂ = Aᵢ'·Bᵢ'` and `T₃ = (Aᵣ' + Aᵢ')·(Bᵣ' + Bᵢ')`, into R one after
+    /// another.
+    fn gemms_pairs(
+        &self,
+        pairs: &Pairs,
+        gemm: &CudaFunction,
+        chosen: &Chosen,
+    ) -> Result<(), OzError> {
+        let (run, sec) = (self.run, &self.run.sec);
+        let (m, _, n) = self.plan.dims;
+        let (mi, nci) = (m as i32, (n / 2) as i32);
+        let (mp, np) = pairs.padded;
+        let count = chosen.count;
+        let (pa, pb, r) = pairs.part_bytes(count, m, n);
+        for t in 0..3 {
+            enqueue_gemm(
+                (run.stream, run.programmatic),
+                gemm,
+                pairs.gemm,
+                (mi, nci, mp, np, pairs.kp as i32, count),
+                (sec[PA] + t * pa, sec[PB] + t * pb),
+                GemmTail::Residues {
+                    r: sec[R] + t * r,
+                    consts: &chosen.consts,
+                    z0: 0,
+                    gate: Gate::NONE,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
     /// Step 5, the reconstruction into `c`, for the fewest moduli that covers the chosen count
     /// (its limbs fit them).
     fn rebuild(
@@ -576,7 +741,8 @@ impl<T: Element> Product<'_, T> {
             9..=16 => 16,
             _ => 18,
         };
-        let rebuild = run.typed(&format!("ozaki_rebuild{upto}"))?;
+        let form = if self.plan.pairs.is_some() { "k" } else { "" };
+        let rebuild = run.typed(&format!("ozaki_{form}rebuild{upto}"))?;
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(4 * 256) as u32, m.min(65_535) as u32, 1),
             block_dim: (256, 1, 1),
@@ -604,10 +770,11 @@ impl<T: Element> Product<'_, T> {
             .arg(&bsr)
             .arg(&bsk)
             .arg(consts);
-        // SAFETY: arguments match `ozaki_rebuild{8,16,18}_{d,s}(int M, int N, int K, const
+        // SAFETY: arguments match `ozaki_[k]rebuild{8,16,18}_{d,s}(int M, int N, int K, const
         // unsigned char* R, const int* EA, const int* EB, T* C, i64 ldc, const T* A, i64 asr,
-        // i64 ask, const T* B, i64 bsr, i64 bsk, Consts c)`; R, EA and EB (the chosen count's
-        // layer) were written by the launches before it on this stream; C covers M × N at ldc
+        // i64 ask, const T* B, i64 bsr, i64 bsk, Consts c)`; R (count layers of M × N, or in
+        // the Karatsuba form three products of count layers of M × N/2, N even), EA and EB
+        // (the chosen count's layer) were written by the launches before it on this stream; C covers M × N at ldc
         // (checked when the arguments were made); A and B are the operands with the strides
         // of op(A) and op(B)ᵀ, read only for k < K; the kernel loops over all rows (grid y)
         // and quads of columns (grid x) whatever the grid.

@@ -126,6 +126,44 @@ impl Gemm {
     }
 }
 
+/// The Karatsuba form of a complex `m × k × n` product read as reals (`k` and `n` even; see
+/// kernels/ozaki.cu, THE KARATSUBA FORM): its three INT8 products a modulus are `m × k/2` by
+/// `k/2 × n/2`, by `gemm`, from panels in tiles of `tile_rows` rows padded to `padded`
+/// `(Mp, Np)` and `kp` (`k/2` padded to 128).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pairs {
+    pub(super) gemm: Gemm,
+    pub(super) tile_rows: (usize, usize),
+    pub(super) padded: (usize, usize),
+    pub(super) kp: usize,
+}
+
+impl Pairs {
+    /// The form's products for an `m × k × n` product read as reals on a device of compute
+    /// capability `sm`.
+    pub(super) fn of(sm: u32, (m, k, n): (usize, usize, usize)) -> Pairs {
+        let gemm = Gemm::of(sm, m, n / 2);
+        let (tile_rows, padded) = gemm.panels(m, n / 2);
+        Pairs {
+            gemm,
+            tile_rows,
+            padded,
+            kp: (k / 2).next_multiple_of(128),
+        }
+    }
+
+    /// The bytes of one part's residue panels of op(A) and op(B)ᵀ, and of its residue
+    /// products, for `count` moduli and `m` rows.
+    pub(super) fn part_bytes(&self, count: usize, m: usize, n: usize) -> (u64, u64, u64) {
+        let ((kmp, knp), kkp) = (self.padded, self.kp);
+        (
+            (count * kmp * kkp) as u64,
+            (count * knp * kkp) as u64,
+            (count * m * (n / 2)) as u64,
+        )
+    }
+}
+
 /// Sections of the workspace, by index into [`workspace`]'s offsets. op(B)'s come first, at
 /// offsets that do not depend on m, so that the row panels of one product find op(B)'s
 /// scaling, magnitudes and residues where the panel before left them (see [`SharedB`]).
@@ -172,7 +210,9 @@ pub(super) const SECTIONS: usize = 14;
 /// LA), the magnitudes (MB, MA, `kgp` bytes a row), one int per strip of a GEMM tile (NEED),
 /// the guard's [`FLAG_INTS`] ints (FLAGS), and the sure test's keys, 8 bytes a row of X and
 /// of Y (KEYS). The magnitudes have sections of their own so that the guard's
-/// passes may split the operands into residues for the first count meanwhile.
+/// passes may split the operands into residues for the first count meanwhile. With `pairs`,
+/// a complex product in the Karatsuba form, whose residue panels and products are those of
+/// [`Pairs`] instead.
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
@@ -180,19 +220,30 @@ pub(super) fn workspace(
     kgp: usize,
     (m, k, n): (usize, usize, usize),
     gemm: Gemm,
+    pairs: Option<&Pairs>,
 ) -> (usize, [usize; SECTIONS]) {
     let ((tm, tn), (mp, np)) = gemm.panels(m, n);
     let kp = k.next_multiple_of(128);
     let g = guarded as usize;
+    // The residue panels of op(B) and op(A) and the residue products; the guard's int32 sums
+    // (M × N) take the products' section too.
+    let (pb, pa, r) = match pairs {
+        None => (count * np * kp, count * mp * kp, count.max(4 * g) * m * n),
+        Some(p) => {
+            let ((kmp, knp), kkp) = (p.padded, p.kp);
+            let r = (3 * count * m * (n / 2)).max(4 * g * m * n);
+            (3 * count * knp * kkp, 3 * count * kmp * kkp, r)
+        }
+    };
     let sizes = [
         4 * np * shifts,
         4 * np * g,
         8 * np * g,
         np * kgp * g,
-        count * np * kp,
+        pb,
         4 * mp * shifts,
-        count * mp * kp,
-        count.max(4 * g) * m * n,
+        pa,
+        r,
         4 * mp * g,
         8 * mp * g,
         4 * (mp / tm) * (np / tn) * JUDGE_STRIPS * g,

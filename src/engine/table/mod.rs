@@ -131,7 +131,7 @@ const _: () = assert!(
 
 /// The Ozaki family's entry points on every architecture it serves (kernels/ozaki.cu), but
 /// for its INT8 GEMMs.
-const OZAKI_ENTRIES: [&str; 24] = [
+const OZAKI_ENTRIES: [&str; 33] = [
     "ozaki_guard_judge",
     "ozaki_guard_keys",
     "ozaki_guard_refuse_d",
@@ -156,6 +156,15 @@ const OZAKI_ENTRIES: [&str; 24] = [
     "ozaki_rebuild16_s",
     "ozaki_rebuild18_d",
     "ozaki_rebuild18_s",
+    "ozaki_pair_shifts",
+    "ozaki_ksplit_d",
+    "ozaki_ksplit_s",
+    "ozaki_krebuild8_d",
+    "ozaki_krebuild8_s",
+    "ozaki_krebuild16_d",
+    "ozaki_krebuild16_s",
+    "ozaki_krebuild18_d",
+    "ozaki_krebuild18_s",
 ];
 
 /// The Ozaki guard's INT8 GEMM (the magnitudes' product, judged tile by tile), with the

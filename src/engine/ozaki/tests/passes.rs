@@ -88,7 +88,7 @@ fn workspace_sections_are_disjoint_and_op_b_sits_still() {
         for (m, k, n) in [(4096, 4096, 4096), (200, 301, 330), (1000, 3000, 500)] {
             for guarded in [false, true] {
                 let (count, shifts, kgp) = (8, if guarded { 4 } else { 1 }, 1024);
-                let (total, at) = workspace(count, shifts, guarded, kgp, (m, k, n), gemm);
+                let (total, at) = workspace(count, shifts, guarded, kgp, (m, k, n), gemm, None);
                 let (_, (mp, np)) = gemm.panels(m, n);
                 let kp = k.next_multiple_of(128);
                 for (s, offset, room) in sizes(&at, total) {
@@ -107,7 +107,8 @@ fn workspace_sections_are_disjoint_and_op_b_sits_still() {
                     );
                 }
                 // op(B)'s sections (EB to PB) at the same offsets for any m.
-                let (_, other) = workspace(count, shifts, guarded, kgp, (m + 384, k, n), gemm);
+                let (_, other) =
+                    workspace(count, shifts, guarded, kgp, (m + 384, k, n), gemm, None);
                 assert_eq!(at[..=PB], other[..=PB]);
             }
         }
