@@ -12,12 +12,13 @@
 //! cuBLAS's do. Each round
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
-//! `kernel` (`native`, `default`), `gflops`, `cublas_gflops`, the rounds and the errors.
-//! The default emulates in the Karatsuba form (three INT8 products a modulus). `--four` adds
-//! the default in the real form of the stacked parts (kernel `default-real`, the crate's
-//! `complex_karatsuba` switch off: the same bits, from the INT8 work of four products), and
-//! four real products of the parts, two accumulating into the other two (kernels
-//! `native-four`, `default-four`), the form a complex product takes under the crate's
+//! `kernel` (`native`, `default`, `default-karatsuba`), `gflops`, `cublas_gflops`, the rounds
+//! and the errors. Kernel `default-karatsuba` is the default with the crate's paired forms on
+//! (its `complex_paired` switch): emulated in the Karatsuba form, three INT8 products a
+//! modulus. `--four` adds the paired forms' real form of the stacked parts (kernel
+//! `default-paired-real`, the `complex_karatsuba` switch off: the same bits, from the INT8
+//! work of four products), and four real products of the parts, two accumulating into the
+//! other two (kernels `native-four`, `default-four`), the form a complex product takes under the crate's
 //! `complex_four_products` switch and the form its batches take.
 
 use gpu_dot::accuracy::complex::ComplexReference;
@@ -87,18 +88,22 @@ fn run<T: Element>(
         let cublas_err = cublas
             .as_ref()
             .map(|c| rel_err(c.view(), problem.a(), problem.b()));
-        // (kernel, precision, four products, the Karatsuba form where the default emulates).
+        // (kernel, precision, four products, the paired forms: off, or on with the Karatsuba
+        // form or without it).
         let forms = [
-            ("native", Precision::Native, false, true),
-            ("default", Precision::Auto, false, true),
-            ("default-real", Precision::Auto, false, false),
-            ("native-four", Precision::Native, true, true),
-            ("default-four", Precision::Auto, true, true),
+            ("native", Precision::Native, false, None),
+            ("default", Precision::Auto, false, None),
+            ("default-karatsuba", Precision::Auto, false, Some(true)),
+            ("default-paired-real", Precision::Auto, false, Some(false)),
+            ("native-four", Precision::Native, true, None),
+            ("default-four", Precision::Auto, true, None),
         ];
-        for (kernel, precision, four, karatsuba) in
-            forms.into_iter().filter(|f| with_four || (!f.2 && f.3))
+        for (kernel, precision, four, paired) in forms
+            .into_iter()
+            .filter(|f| with_four || (!f.2 && f.3 != Some(false)))
         {
-            gpu_dot::__testing::complex_karatsuba(karatsuba);
+            gpu_dot::__testing::complex_paired(paired.is_some());
+            gpu_dot::__testing::complex_karatsuba(paired.unwrap_or(true));
             let c = if four {
                 problem.run_four(precision)
             } else {
@@ -168,6 +173,7 @@ fn run<T: Element>(
             );
             records.push(record);
         }
+        gpu_dot::__testing::complex_paired(false);
         gpu_dot::__testing::complex_karatsuba(true);
     }
     records

@@ -698,10 +698,10 @@ fn general_shape_error(a: (usize, usize), b: (usize, usize), c: (usize, usize)) 
 #[doc(hidden)]
 pub mod __testing {
     pub use crate::device::overrides::{
-        complex_four_products, complex_karatsuba, early_splits_at_next, emulate_every_size,
-        gemm_before_verdict, gemms_before_verdict_kept, mapped_input_products, mapped_inputs_up_to,
-        ozaki_gemm_group, pretend_compute_capability, programmatic_launches, split_early,
-        use_prebuilt_kernels,
+        complex_four_products, complex_karatsuba, complex_paired, early_splits_at_next,
+        emulate_every_size, gemm_before_verdict, gemms_before_verdict_kept, mapped_input_products,
+        mapped_inputs_up_to, ozaki_gemm_group, pretend_compute_capability, programmatic_launches,
+        split_early, use_prebuilt_kernels,
     };
     pub use crate::device::pinned::live_registrations;
     pub use crate::device::testing::{raise_device_fault, raise_device_fault_on, Fault};

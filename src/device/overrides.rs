@@ -111,27 +111,49 @@ pub(crate) fn complex_four_products_on() -> bool {
     COMPLEX_FOUR.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Makes emulated complex products run in the real form of their stacked parts (the INT8
-/// products of `m × 2k` by `2k × 2n` integers) instead of the Karatsuba form (three INT8
-/// products of `m × k` by `k × n` a modulus), for measuring and comparing the two; `true`
-/// restores the Karatsuba form. Both give the same integers, and so the same bits.
+/// Lets complex products read as reals run in their paired forms: the shifts of a complex
+/// column's two parts made one when the Ozaki scaling is taken, and the product in the
+/// Karatsuba form (three INT8 products of `m × k` by `k × n` a modulus, see
+/// [`complex_karatsuba`]). Off by default: complex products run in the real form of their
+/// stacked parts, each column's parts scaled on their own, as they have since the stacked
+/// form came in. `false` restores that.
+pub fn complex_paired(on: bool) {
+    PAIRED.set(on);
+}
+
+static PAIRED: Switch = Switch::off();
+
+/// Whether [`complex_paired`] is on (off by default).
+pub(crate) fn complex_paired_on() -> bool {
+    PAIRED.on()
+}
+
+/// Where the paired forms are on ([`complex_paired`]), makes emulated complex products run in
+/// the real form of their stacked parts with the paired shifts (the INT8 products of `m × 2k`
+/// by `2k × 2n` integers) instead of the Karatsuba form, for measuring and comparing the two;
+/// `true` restores the Karatsuba form. Both give the same integers, and so the same bits.
 pub fn complex_karatsuba(on: bool) {
     KARATSUBA.set(on);
 }
 
 static KARATSUBA: Switch = Switch::new();
 
-/// Whether [`complex_karatsuba`] is on (the default).
+/// Whether [`complex_karatsuba`] is on (the default, within the paired forms).
 pub(crate) fn complex_karatsuba_on() -> bool {
     KARATSUBA.on()
 }
 
-/// A switch of the tests that is on until one turns it off.
+/// A switch of the tests: on until one turns it off ([`Switch::new`]), or off until one turns
+/// it on ([`Switch::off`]).
 struct Switch(std::sync::atomic::AtomicBool);
 
 impl Switch {
     const fn new() -> Self {
         Switch(std::sync::atomic::AtomicBool::new(true))
+    }
+
+    const fn off() -> Self {
+        Switch(std::sync::atomic::AtomicBool::new(false))
     }
 
     fn set(&self, on: bool) {

@@ -52,12 +52,13 @@ pub(crate) struct Emulated {
 /// ([`Product::weigh`]), 3. the split ([`Product::split`]), 4. the INT8 GEMMs
 /// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
 ///
-/// A complex product read as reals ([`GemmArgs::pairs`]) is scaled as the real product is,
-/// with the shifts of a complex column's two parts made one before the guard weighs them, and
-/// runs in the Karatsuba form ([`Pairs`]): split into the three parts' panels, three INT8
-/// GEMMs a modulus, and the rebuild of the same integers (the real form, where the tests turn
-/// it off, gives the same bits). It splits nothing early and keeps nothing of op(B) for the
-/// next panel.
+/// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is,
+/// unless the paired forms are on (the crate's `complex_paired` switch, off by default). Then
+/// it is scaled as the real product is, with the shifts of a complex column's two parts made
+/// one before the guard weighs them, and runs in the Karatsuba form ([`Pairs`]): split into
+/// the three parts' panels, three INT8 GEMMs a modulus, and the rebuild of the same integers
+/// (the real form with the same shifts, under the `complex_karatsuba` switch, gives the same
+/// bits). It splits nothing early and keeps nothing of op(B) for the next panel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
@@ -71,7 +72,8 @@ pub(crate) fn launch<T: Element>(
 ) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
-    let paired = args.pairs() && k % 2 == 0 && n % 2 == 0;
+    let paired =
+        args.pairs() && k % 2 == 0 && n % 2 == 0 && crate::device::overrides::complex_paired_on();
     let karatsuba = paired && crate::device::overrides::complex_karatsuba_on();
     let plan = plan::<T>(sm, moduli, guarded, (m, k, n), (paired, karatsuba))?;
     let entry = |entry: &str| {
