@@ -676,9 +676,10 @@ struct SplitMagnitudes {
     }
 };
 
-// Byte kk (a multiple of 8) of row `row` of a panel layer (Kp wide, in tiles of TM rows), in
-// the tiled and swizzled layout (see PANELS): the 8 bytes from kk stay together within one
-// 16-byte chunk.
+// Byte kk (a multiple of 4) of row `row` of a panel layer (Kp wide, in tiles of TM rows), in
+// the tiled and swizzled layout (see PANELS): the bytes from kk to the next multiple of 8 (8
+// of them where kk is a multiple of 8, as the real split writes, 4 otherwise, as the
+// Karatsuba split writes) stay together within one 16-byte chunk.
 OZ_DEV signed char* panel_at(signed char* P, int row, int kk, int Kp, int TM) {
     const int tr = row / TM;
     return P + ((i64)tr * (Kp >> 7) + (kk >> 7)) * TM * 128 + (row - tr * TM) * 128 +
@@ -788,10 +789,11 @@ OZ_DEV void panels(int R, int K, const T* __restrict__ X, i64 sr, i64 sk,
 }
 
 // THE KARATSUBA FORM of a complex product (ozaki_ksplit_*, ozaki_pair_shifts, ozaki_krebuild*):
-// the stacked real problem X = A as M x 2K reals (each row's parts interleaved) times
-// Y = [[br, bi], [-bi, br]] (2K x 2N) is scaled as any real product, but with the shifts of
-// Y's rows 2j and 2j+1 (a complex column's two parts, whose elements are the same magnitudes)
-// made one, the smaller (ozaki_pair_shifts). The scaled parts Ar', Ai', Br', Bi' are then
+// the stacked real problem, X = A as M x 2K reals (each row's parts interleaved) times
+// op(B) = [[br, bi], [-bi, br]] (2K x 2N), is scaled as any real product, but with the shifts
+// of Y's rows 2j and 2j+1 (Y = op(B)^T, as everywhere in this file: the two columns of a
+// complex column of B, whose elements are the same magnitudes) made one, the smaller
+// (ozaki_pair_shifts). The scaled parts Ar', Ai', Br', Bi' are then
 // integers, and per modulus three INT8 products of M x K by K x N give
 //   T1 = Ar' Br',  T2 = Ai' Bi',  T3 = (Ar' + Ai') (Br' + Bi')
 // (the sums formed in residues, so every operand stays one byte), and

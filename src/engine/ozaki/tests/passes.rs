@@ -115,6 +115,59 @@ fn workspace_sections_are_disjoint_and_op_b_sits_still() {
     }
 }
 
+/// A complex product read as reals in the Karatsuba form: its three parts' panels (each
+/// `count` layers of the complex problem's padded rows by `k/2` padded to 128, written whole
+/// by `ozaki_ksplit_*`) and its three products' residues (`count` layers of `m × n/2` each,
+/// read by `ozaki_krebuild*`) fit their sections, which stay disjoint and aligned, and the
+/// guard's int32 sums of the stacked `m × n` product fit the residues' section too.
+#[test]
+fn the_karatsuba_forms_sections_hold_its_three_parts() {
+    for sm in [80, 90] {
+        for (m, k, n) in [
+            (4096, 8192, 8192),
+            (200, 302, 330),
+            (1000, 6000, 1000),
+            (1, 2, 2),
+        ] {
+            let pairs = Pairs::of(sm, (m, k, n));
+            let gemm = Gemm::of(sm, m, n);
+            assert_eq!(pairs.gemm, Gemm::of(sm, m, n / 2));
+            let (_, (cmp, cnp)) = pairs.gemm.panels(m, n / 2);
+            assert_eq!(pairs.padded, (cmp, cnp));
+            assert!(pairs.kp >= k / 2 && pairs.kp % 128 == 0 && pairs.kp - k / 2 < 128);
+            for guarded in [false, true] {
+                let (count, shifts, kgp) = (8, if guarded { 4 } else { 1 }, 1024);
+                let (total, at) =
+                    workspace(count, shifts, guarded, kgp, (m, k, n), gemm, Some(&pairs));
+                let mut order: Vec<(usize, usize)> = (0..SECTIONS).map(|s| (at[s], s)).collect();
+                order.sort();
+                let (part_a, part_b, part_r) = pairs.part_bytes(count, m, n);
+                for (i, &(offset, s)) in order.iter().enumerate() {
+                    let room = order.get(i + 1).map_or(total, |&(next, _)| next) - offset;
+                    assert_eq!(offset % ALIGN, 0, "section {s}");
+                    let need = match s {
+                        PA => 3 * count * cmp * pairs.kp,
+                        PB => 3 * count * cnp * pairs.kp,
+                        R => (3 * count * m * (n / 2)).max(4 * guarded as usize * m * n),
+                        _ => 0,
+                    };
+                    assert!(
+                        room >= need,
+                        "sm_{sm} {m}×{k}×{n} guarded {guarded}: section {s}, {room} < {need}"
+                    );
+                    // The products' strides between parts are what the sections hold a third of.
+                    match s {
+                        PA => assert!(3 * part_a as usize <= room),
+                        PB => assert!(3 * part_b as usize <= room),
+                        R => assert!(3 * part_r as usize <= room),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The host reads a gate as kernels/ozaki.cu's `gate_holds` does: nothing refused, every
 /// element surely within, the lead within its leads; and a GEMM without a gate never counts
 /// as run before the verdict.
