@@ -134,7 +134,7 @@ fn the_karatsuba_forms_sections_hold_its_three_parts() {
             assert_eq!(pairs.gemm, Gemm::of(sm, m, n / 2));
             let (_, (cmp, cnp)) = pairs.gemm.panels(m, n / 2);
             assert_eq!(pairs.padded, (cmp, cnp));
-            assert!(pairs.kp >= k / 2 && pairs.kp % 128 == 0 && pairs.kp - k / 2 < 128);
+            assert!(pairs.kp >= k / 2 && pairs.kp.is_multiple_of(128) && pairs.kp - k / 2 < 128);
             for guarded in [false, true] {
                 let (count, shifts, kgp) = (8, if guarded { 4 } else { 1 }, 1024);
                 let (total, at) =
