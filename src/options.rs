@@ -35,9 +35,10 @@ pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
 
 /// [`DEFAULT_MIN_GPU_FLOPS`] for `Complex<f32>` products, in real flops (`8·m·k·n`).
 ///
-/// A complex product on the GPU uploads its four parts and runs four real products, so it
-/// pays from larger sizes than a real one. Measured host to host on an H100 with 16 host cores
-/// (2026-12-06, `complex_sweep --dtype c32`): the GPU path took 0.181 ms at 96³ (7.1 Mflop)
+/// A complex product on the GPU moves more than a real one of its flops (`B` goes up
+/// expanded, `2k × 2n` reals), so it pays from larger sizes. Measured host to host on an H100
+/// with 16 host cores (2026-12-06, `complex_sweep --dtype c32`, when a complex product ran as
+/// four real products of its uploaded parts): the GPU path took 0.181 ms at 96³ (7.1 Mflop)
 /// against ndarray's 0.109, 0.212 ms at 128³ (16.8 Mflop) against 0.167, and 0.256 ms at 192³
 /// (56.6 Mflop) against 0.275; the threshold sits between, at 32 Mflop (about 160³).
 /// `Complex<f64>` products keep [`DEFAULT_MIN_GPU_FLOPS_F64`]: there the GPU won from 96³
