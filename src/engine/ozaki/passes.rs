@@ -229,10 +229,11 @@ pub(super) fn workspace(
     // (M × N) take the products' section too.
     let (pb, pa, r) = match pairs {
         None => (count * np * kp, count * mp * kp, count.max(4 * g) * m * n),
+        // Three parts each, at the strides the Karatsuba GEMMs take them.
         Some(p) => {
-            let ((kmp, knp), kkp) = (p.padded, p.kp);
-            let r = (3 * count * m * (n / 2)).max(4 * g * m * n);
-            (3 * count * knp * kkp, 3 * count * kmp * kkp, r)
+            let (pa, pb, r) = p.part_bytes(count, m, n);
+            let three = |bytes: u64| 3 * bytes as usize;
+            (three(pb), three(pa), three(r).max(4 * g * m * n))
         }
     };
     let sizes = [
