@@ -56,12 +56,13 @@
 //!     precision and kernel, or the CPU and why, a [`CpuReason`]).
 //! - Complex matrices: every form above, and [`general_mat_mul`] with complex `alpha` and
 //!   `beta`, takes `Complex<f32>` and `Complex<f64>` ([`GpuScalar`] names the four element
-//!   types). `dot` does not conjugate, and neither does `gpu_dot`. On the GPU a complex product
-//!   is four real products of its parts (`Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each in the real
-//!   type's precision and under its guard, so that every element keeps the complex form of
-//!   the real bound (`docs/precision.md`, "Complex matrices"); the threshold counts its real
-//!   flops, `8·m·k·n`, and it runs on one device. [`GpuMatrix`] and the `try_` general forms
-//!   are real-only.
+//!   types). `dot` does not conjugate, and neither does `gpu_dot`. On the GPU a complex
+//!   matrix product is one real product of its stacked parts (`A` read as `m × 2k` reals,
+//!   times `B` expanded to `2k × 2n`), in the real type's precision and under its guard, so
+//!   that every element keeps the complex form of the real bound (`docs/precision.md`,
+//!   "Complex matrices"); a batch is four real batches of the parts. The threshold counts
+//!   real flops, `8·m·k·n`, and the product runs on one device. [`GpuMatrix`] and the `try_`
+//!   general forms are real-only.
 //! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
 //!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
 //!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different

@@ -65,10 +65,11 @@ pub enum Route {
         /// `Native`.
         precision_unavailable: Option<Precision>,
         /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
-        /// type of its parts): it ran as four real products of its parts, and the fields
-        /// describe the one of them that ran in the weakest precision (the first that the
-        /// guard sent to native, else the first); or, where the crate's tests ask for it, as
-        /// one real product of the stacked parts, which the fields describe.
+        /// type of its parts): a matrix product ran as one real product of the stacked
+        /// parts, which the fields describe; a batch (or a product under the crate's
+        /// `complex_four_products` test switch) as four real products of its parts, and the
+        /// fields describe the one of them that ran in the weakest precision (the first that
+        /// the guard sent to native, else the first).
         complex: bool,
         /// How the host arrays crossed the link: through the crate's staging, or straight
         /// from and into page-locked memory ([`PinnedArray`](crate::PinnedArray)).

@@ -17,10 +17,11 @@ use crate::route::{Product, Route};
 /// kernels take), and `Complex<f32>` and `Complex<f64>` (num-complex 0.4's, the complex types
 /// ndarray's `dot` takes).
 ///
-/// A complex product runs on the GPU as four real products of its parts
-/// (`re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each one the real type's product with its
-/// precision, guard and fallback; its flops are counted as real flops (`8·m·k·n`) against the
-/// real type's threshold.
+/// A complex matrix product runs on the GPU as one real product of its stacked parts, a
+/// batch as four real batches of its parts (`re = Aᵣ·Bᵣ − Aᵢ·Bᵢ`, `im = Aᵣ·Bᵢ + Aᵢ·Bᵣ`), each
+/// the real type's product with its precision, guard and fallback; its flops are counted as
+/// real flops (`8·m·k·n`) against the complex threshold (docs/precision.md, "Complex
+/// matrices").
 ///
 /// Sealed: implemented for those four types only.
 pub trait GpuScalar:
