@@ -12,13 +12,15 @@
 //! cuBLAS's do. Each round
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
-//! `kernel` (`native`, `default`, `default-karatsuba`), `gflops`, `cublas_gflops`, the rounds
-//! and the errors. Kernel `default-karatsuba` is the default with the crate's paired forms on
-//! (its `complex_paired` switch): emulated in the Karatsuba form, three INT8 products a
-//! modulus. `--four` adds the paired forms' real form of the stacked parts (kernel
-//! `default-paired-real`, the `complex_karatsuba` switch off: the same bits, from the INT8
-//! work of four products), and four real products of the parts, two accumulating into the
-//! other two (kernels `native-four`, `default-four`), the form a complex product takes under the crate's
+//! `kernel` (`native`, `default`, `default-stacked`), `gflops`, `cublas_gflops`, the rounds
+//! and the errors. Kernel `default` emulates in the Karatsuba form, three INT8 products a
+//! modulus, where its guard takes the emulation; `default-stacked` is the default with the
+//! crate's paired forms off (its `complex_paired` switch): the real form of the stacked parts,
+//! each column's parts scaled on their own, four products' INT8 work. `--four` adds the paired
+//! forms' real form of the stacked parts (kernel `default-paired-real`, the
+//! `complex_karatsuba` switch off: the Karatsuba form's bits from the INT8 work of four
+//! products), and four real products of the parts, two accumulating into the other two
+//! (kernels `native-four`, `default-four`), the form a complex product takes under the crate's
 //! `complex_four_products` switch and the form its batches take.
 
 use gpu_dot::accuracy::complex::ComplexReference;
@@ -88,22 +90,20 @@ fn run<T: Element>(
         let cublas_err = cublas
             .as_ref()
             .map(|c| rel_err(c.view(), problem.a(), problem.b()));
-        // (kernel, precision, four products, the paired forms: off, or on with the Karatsuba
-        // form or without it).
+        // (kernel, precision, four products, the paired forms on, the Karatsuba form on).
         let forms = [
-            ("native", Precision::Native, false, None),
-            ("default", Precision::Auto, false, None),
-            ("default-karatsuba", Precision::Auto, false, Some(true)),
-            ("default-paired-real", Precision::Auto, false, Some(false)),
-            ("native-four", Precision::Native, true, None),
-            ("default-four", Precision::Auto, true, None),
+            ("native", Precision::Native, false, true, true),
+            ("default", Precision::Auto, false, true, true),
+            ("default-stacked", Precision::Auto, false, false, true),
+            ("default-paired-real", Precision::Auto, false, true, false),
+            ("native-four", Precision::Native, true, true, true),
+            ("default-four", Precision::Auto, true, true, true),
         ];
-        for (kernel, precision, four, paired) in forms
-            .into_iter()
-            .filter(|f| with_four || (!f.2 && f.3 != Some(false)))
+        for (kernel, precision, four, paired, karatsuba) in
+            forms.into_iter().filter(|f| with_four || (!f.2 && f.4))
         {
-            gpu_dot::__testing::complex_paired(paired.is_some());
-            gpu_dot::__testing::complex_karatsuba(paired.unwrap_or(true));
+            gpu_dot::__testing::complex_paired(paired);
+            gpu_dot::__testing::complex_karatsuba(karatsuba);
             let c = if four {
                 problem.run_four(precision)
             } else {
@@ -173,7 +173,7 @@ fn run<T: Element>(
             );
             records.push(record);
         }
-        gpu_dot::__testing::complex_paired(false);
+        gpu_dot::__testing::complex_paired(true);
         gpu_dot::__testing::complex_karatsuba(true);
     }
     records

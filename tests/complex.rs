@@ -619,12 +619,13 @@ fn the_karatsuba_form_gives_the_real_forms_bits() {
     // One test for both types: the switches are the process's.
     let _turn = own_turn();
     let _on = EmulateEverySize::on();
-    let _paired = Switch::on(gpu_dot::__testing::complex_paired);
+    // The paired forms are the default; the test says so rather than assume it.
+    gpu_dot::__testing::complex_paired(true);
     karatsuba_bits::<f32>();
     karatsuba_bits::<f64>();
 }
 
-/// With the paired forms on (the crate's `complex_paired` switch), emulated complex products
+/// With the paired forms on (the default; the crate's `complex_paired` switch), emulated complex products
 /// run in the Karatsuba form, three INT8 products a modulus; the real form of the stacked
 /// parts with the same paired shifts (the `complex_karatsuba` switch off) makes the same
 /// integers, so the two give the same bits, and for `c64` at a fixed count both are the CPU

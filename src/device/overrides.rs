@@ -114,16 +114,15 @@ pub(crate) fn complex_four_products_on() -> bool {
 /// Lets complex products read as reals run in their paired forms: the shifts of a complex
 /// column's two parts made one when the Ozaki scaling is taken, and the product in the
 /// Karatsuba form (three INT8 products of `m × k` by `k × n` a modulus, see
-/// [`complex_karatsuba`]). Off by default: complex products run in the real form of their
-/// stacked parts, each column's parts scaled on their own, as they have since the stacked
-/// form came in. `false` restores that.
+/// [`complex_karatsuba`]). On by default; `false` makes complex products run in the real form
+/// of their stacked parts, each column's parts scaled on their own, for measuring the two.
 pub fn complex_paired(on: bool) {
     PAIRED.set(on);
 }
 
-static PAIRED: Switch = Switch::off();
+static PAIRED: Switch = Switch::new();
 
-/// Whether [`complex_paired`] is on (off by default).
+/// Whether [`complex_paired`] is on (the default).
 pub(crate) fn complex_paired_on() -> bool {
     PAIRED.on()
 }
@@ -143,17 +142,12 @@ pub(crate) fn complex_karatsuba_on() -> bool {
     KARATSUBA.on()
 }
 
-/// A switch of the tests: on until one turns it off ([`Switch::new`]), or off until one turns
-/// it on ([`Switch::off`]).
+/// A switch of the tests, on until one turns it off.
 struct Switch(std::sync::atomic::AtomicBool);
 
 impl Switch {
     const fn new() -> Self {
         Switch(std::sync::atomic::AtomicBool::new(true))
-    }
-
-    const fn off() -> Self {
-        Switch(std::sync::atomic::AtomicBool::new(false))
     }
 
     fn set(&self, on: bool) {

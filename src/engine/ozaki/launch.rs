@@ -53,7 +53,7 @@ pub(crate) struct Emulated {
 /// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
 ///
 /// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is,
-/// unless the paired forms are on (the crate's `complex_paired` switch, off by default). Then
+/// unless the paired forms are on (the default; the crate's `complex_paired` switch turns them off). Then
 /// it is scaled as the real product is, with the shifts of a complex column's two parts made
 /// one before the guard weighs them, and runs in the Karatsuba form ([`Pairs`]): split into
 /// the three parts' panels, three INT8 GEMMs a modulus, and the rebuild of the same integers
