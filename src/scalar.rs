@@ -5,11 +5,15 @@
 use std::fmt;
 
 use ndarray::LinalgScalar;
-use ndarray::{Array2, Array3, ArrayBase, ArrayView2, ArrayView3, Data, DataMut, Ix2};
+use ndarray::{
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut,
+    Ix2,
+};
 use num_complex::Complex;
 
 use crate::element::Element;
 use crate::error::GpuDotError;
+use crate::matrix::{Operand, Output};
 use crate::options::DotOptions;
 use crate::route::{Product, Route};
 
@@ -112,5 +116,39 @@ pub(crate) mod dispatch {
 
         /// The batch `a · b` on the CPU, by ndarray.
         fn batch_cpu(a: &ArrayView3<'_, Self>, b: &Rhs<'_, Self>) -> Array3<Self>;
+
+        /// The type of the parts ([`GpuScalar::Real`]), which a device matrix of this type
+        /// holds.
+        type Reals: Element;
+
+        /// `a` as the reals a device matrix of it holds: itself, or a complex matrix as
+        /// `rows × 2·cols` reals, each row's parts interleaved (in place where `a` is in C
+        /// order).
+        fn device_reals(a: ArrayView2<'_, Self>) -> CowArray<'_, Self::Reals, Ix2>;
+
+        /// `a`'s elements as those reals, in place, where its layout allows it (always for a
+        /// real type, for a complex one where its columns are contiguous); else `a` back.
+        #[allow(clippy::type_complexity)]
+        fn device_reals_mut(
+            a: ArrayViewMut2<'_, Self>,
+        ) -> Result<ArrayViewMut2<'_, Self::Reals>, ArrayViewMut2<'_, Self>>;
+
+        /// A C-order array of those reals (`rows × 2·cols` for a complex matrix) as the
+        /// matrix they hold.
+        fn from_device_reals(reals: Array2<Self::Reals>) -> Array2<Self>;
+
+        /// `c = alpha·a·b + beta·c` over host or device operands (see `matrix::general`).
+        #[allow(clippy::too_many_arguments)]
+        fn general_operands(
+            alpha: Self,
+            a: &Operand<'_, Self>,
+            b: &Operand<'_, Self>,
+            beta: Self,
+            c: &mut Output<'_, Self>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Route, GpuDotError>
+        where
+            Self: GpuScalar;
     }
 }
