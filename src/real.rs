@@ -2,8 +2,7 @@
 //! the general product's (`matrix.rs`) and the batches' (`batch.rs`).
 
 use ndarray::{
-    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut,
-    Ix2,
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut, Ix2,
 };
 
 use crate::batch;

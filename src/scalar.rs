@@ -6,8 +6,7 @@ use std::fmt;
 
 use ndarray::LinalgScalar;
 use ndarray::{
-    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut,
-    Ix2,
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut, Ix2,
 };
 use num_complex::Complex;
 

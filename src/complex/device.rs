@@ -57,7 +57,10 @@ pub(crate) fn general<T: Element>(
         return Err(GpuDotError::CpuBackendWithDeviceOperands);
     }
     let homes = [a.0.home(), b.0.home(), c.0.home()];
-    let gpu = context::gpu_on(route::device_for(opts, homes.map(|h| h.map(|(home, _)| home)))?)?;
+    let gpu = context::gpu_on(route::device_for(
+        opts,
+        homes.map(|h| h.map(|(home, _)| home)),
+    )?)?;
     for (home, dim) in homes.into_iter().flatten() {
         gpu.check_home(home, dim)?;
     }
@@ -171,10 +174,7 @@ pub(crate) fn general<T: Element>(
 /// The complex matrix a device operand holds, as the complex kernels read it.
 fn device_mat<'a, T>(src: &Src<'a, Complex<T>, T>) -> ComplexMat<'a, T> {
     let Src::Device {
-        mat,
-        rows,
-        cols,
-        ..
+        mat, rows, cols, ..
     } = src
     else {
         unreachable!("only device operands are laid out on the device")

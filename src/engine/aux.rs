@@ -168,9 +168,20 @@ pub(crate) fn complex_layout<T: Element>(
     };
     let func = aux(gpu, which, T::DTYPE)?;
     let cfg = grid_stride(rows * cols);
-    let (r, c, sr, sc) = (rows as i64, cols as i64, x.strides.0 as i64, x.strides.1 as i64);
+    let (r, c, sr, sc) = (
+        rows as i64,
+        cols as i64,
+        x.strides.0 as i64,
+        x.strides.1 as i64,
+    );
     let mut builder = Launch::on(gpu, stream, &func);
-    builder.arg(&r).arg(&c).view(x.buf).arg(&sr).arg(&sc).view(y);
+    builder
+        .arg(&r)
+        .arg(&c)
+        .view(x.buf)
+        .arg(&sr)
+        .arg(&sc)
+        .view(y);
     // SAFETY: arguments match `{,d}elem_complex_{gather,expand}(long long rows, long long
     // cols, const T* X, long long sr, long long sc, T* Y)` in order and type; X holds every
     // element the strides reach (`covered`, asserted above, with no overflow in the index),
