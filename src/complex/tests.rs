@@ -227,10 +227,8 @@ fn a_views_reals_in_place_are_its_parts_where_its_rows_allow() {
         Complex::new(i as f64 + 0.5 * j as f64, -(j as f64) - 10.0 * i as f64)
     });
     // Every row of a C-order array, every other row, one row, one column, and none.
-    let cases: [(
-        &str,
-        fn(&mut Array2<Complex<f64>>) -> ArrayViewMut2<'_, Complex<f64>>,
-    ); 5] = [
+    type View = fn(&mut Array2<Complex<f64>>) -> ArrayViewMut2<'_, Complex<f64>>;
+    let cases: [(&str, View); 5] = [
         ("C order", |a| a.view_mut()),
         ("stepped rows", |a| a.slice_mut(ndarray::s![..;2, 1..4])),
         ("one row", |a| a.slice_mut(ndarray::s![3..4, ..])),
