@@ -61,8 +61,9 @@
 //!   times `B` expanded to `2k × 2n`), in the real type's precision and under its guard, so
 //!   that every element keeps the complex form of the real bound (`docs/precision.md`,
 //!   "Complex matrices"); a batch is four real batches of the parts. The threshold counts
-//!   real flops, `8·m·k·n`, and the product runs on one device. [`GpuMatrix`] and the `try_`
-//!   general forms are real-only.
+//!   real flops, `8·m·k·n`, and the product runs on one device. A [`GpuMatrix`] of complex
+//!   elements keeps each element's parts side by side in device memory, and the `try_`
+//!   general forms take complex operands and outputs, on the host or the device.
 //! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
 //!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
 //!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different
