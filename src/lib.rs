@@ -319,7 +319,7 @@ pub use device::context::DeviceInfo;
 pub use device::modules::ModuleLoad;
 pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
-pub use scalar::GpuScalar;
+pub use scalar::{GpuScalar, Operand, Output};
 
 pub use engine::ozaki::GuardReport;
 pub use engine::plan::Plan;
@@ -337,7 +337,7 @@ pub use layout::Layout;
 pub use matrix::general_mat_mul_with;
 pub use matrix::{
     general_mat_mul, try_general_mat_mul, try_general_mat_mul_with, AsOperand, AsOutput, GpuMatrix,
-    GpuView, Operand, Output,
+    GpuView,
 };
 /// num-complex, whose `Complex<f32>` and `Complex<f64>` are the complex element types (the
 /// version ndarray's `dot` takes).

@@ -35,7 +35,7 @@ use crate::options::DotOptions;
 use crate::pinned::PinnedArray;
 use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
 use crate::route::{self, Decision, Route};
-use crate::scalar::GpuScalar;
+use crate::scalar::{GpuScalar, Operand, Output};
 
 /// A matrix of `f32` (or of any [`GpuScalar`]: `GpuMatrix<f64>`, `GpuMatrix<Complex<f32>>`,
 /// `GpuMatrix<Complex<f64>>`) in device memory, row-major.
@@ -370,14 +370,6 @@ fn checked_len<A: GpuScalar>(rows: usize, cols: usize) -> Result<usize, GpuDotEr
             dims: (rows, 0, cols),
         })
 }
-
-/// An operand of the general product: a host array or view of any layout, or a device matrix
-/// or view. Made by [`AsOperand::as_operand`].
-pub struct Operand<'a, A: GpuScalar = f32>(pub(crate) Src<'a, A, A::Reals>);
-
-/// The output of the general product: a host array or mutable view, or a device matrix. Made
-/// by [`AsOutput::as_output`].
-pub struct Output<'a, A: GpuScalar = f32>(pub(crate) Dst<'a, A, A::Reals>);
 
 mod sealed {
     /// Keeps [`AsOperand`](super::AsOperand) and [`AsOutput`](super::AsOutput) to the types

@@ -8,11 +8,12 @@ use ndarray::{
 use crate::batch;
 use crate::element::Element;
 use crate::error::GpuDotError;
-use crate::matrix::{self, AsOperand, AsOutput, Operand, Output};
+use crate::matrix::{self, AsOperand, AsOutput};
 use crate::options::DotOptions;
 use crate::route::{self, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
+use crate::scalar::{Operand, Output};
 
 impl<T: Element> Dispatch for T {
     #[inline(always)]

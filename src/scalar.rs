@@ -12,8 +12,8 @@ use num_complex::Complex;
 
 use crate::element::Element;
 use crate::error::GpuDotError;
-use crate::matrix::{Operand, Output};
 use crate::options::DotOptions;
+use crate::pipeline::{Dst, Src};
 use crate::route::{Product, Route};
 
 /// An element type `gpu_dot` multiplies: `f32` and `f64` (the [`Element`] types, which the
@@ -46,6 +46,14 @@ impl<T: Element> GpuScalar for Complex<T> {
     type Real = T;
     const COMPLEX: bool = true;
 }
+
+/// An operand of the general product: a host array or view of any layout, or a device matrix
+/// or view. Made by [`AsOperand::as_operand`](crate::AsOperand::as_operand).
+pub struct Operand<'a, A: GpuScalar = f32>(pub(crate) Src<'a, A, A::Reals>);
+
+/// The output of the general product: a host array or mutable view, or a device matrix. Made
+/// by [`AsOutput::as_output`](crate::AsOutput::as_output).
+pub struct Output<'a, A: GpuScalar = f32>(pub(crate) Dst<'a, A, A::Reals>);
 
 /// The right operand of a batch: one matrix per item, or one for all. Public only because
 /// [`Dispatch`](dispatch::Dispatch) names it; its module is not.

@@ -20,10 +20,11 @@ use crate::device::context::{self, Gpu};
 use crate::element::Element;
 use crate::engine::aux::{self, ComplexLayout, ComplexMat};
 use crate::error::GpuDotError;
-use crate::matrix::{self, Operand, Output};
+use crate::matrix;
 use crate::options::{Backend, DotOptions};
 use crate::pipeline::{self, DevMat, Dst, Src};
 use crate::route::{self, Route};
+use crate::scalar::{Operand, Output};
 
 /// `c = alpha·a·b + beta·c` over host or device operands (`matrix::general` for the complex
 /// types). All on the host, it is the host arrays' general product, with their threshold and

@@ -32,11 +32,12 @@ use crate::device::api::Device;
 use crate::device::context;
 use crate::element::Element;
 use crate::error::GpuDotError;
-use crate::matrix::{try_general_mat_mul_with, GpuMatrix, Operand, Output};
+use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
 use crate::options::{Backend, DotOptions, Precision};
 use crate::route::{self, CpuReason, Decision, HostCopies, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
+use crate::scalar::{Operand, Output};
 
 mod device;
 
