@@ -245,7 +245,9 @@ impl<A: GpuScalar> GpuMatrix<A> {
 
     /// Downloads the matrix into `out` (any layout), which must have the same shape, else
     /// [`GpuDotError::OperandShapes`]. Allocates nothing once the crate's staging buffers are
-    /// warm: the form for a training loop that reads a small result every step.
+    /// warm (except for a complex `out` whose elements' parts are not side by side along its
+    /// rows, which a new array fills first): the form for a training loop that reads a small
+    /// result every step.
     pub fn copy_to<S: DataMut<Elem = A>>(
         &self,
         out: &mut ArrayBase<S, Ix2>,

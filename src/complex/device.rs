@@ -65,12 +65,13 @@ pub(crate) fn general<T: Element>(
     for (home, dim) in homes.into_iter().flatten() {
         gpu.check_home(home, dim)?;
     }
+    // The real product's dimensions, and the epilogue's, fit the kernels' arguments.
+    crate::engine::args::check_dims(m, 2 * k.max(1), 2 * n)?;
     if k == 0 {
         // alpha·A·B is zero: C = beta·C.
         scale(&gpu, beta, &mut c.0)?;
         return Ok(Route::Empty);
     }
-    crate::engine::args::check_dims(m, 2 * k, 2 * n)?;
     let direct = alpha.is_one() && beta.is_zero() && matches!(c.0, Dst::Device { .. });
     let a_host = match &a.0 {
         Src::Host(v) => Some(super::as_reals(v.view())),

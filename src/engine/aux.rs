@@ -216,7 +216,8 @@ pub(crate) fn complex_axpby<T: Element>(
     assert!(p.is_none_or(|p| p.len() >= 2 * m * n), "P too small");
     let func = aux(gpu, Aux::ComplexAxpby, T::DTYPE)?;
     let cfg = grid_stride(m * n);
-    let (mi, ni, ldc) = (m as i32, n as i32, ldc as i64);
+    let fit = |x: usize| i32::try_from(x).expect("dimensions checked against the kernels' int");
+    let (mi, ni, ldc) = (fit(m), fit(n), ldc as i64);
     let null = 0u64;
     let mut builder = Launch::on(gpu, stream, &func);
     builder.arg(&mi).arg(&ni).arg(&alpha.re).arg(&alpha.im);
