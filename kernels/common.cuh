@@ -127,7 +127,89 @@ __device__ __forceinline__ void relu_backward(i64 N, T* __restrict__ G, const T*
     GD_GRID_STRIDE(i, N) G[i] = H[i] > T(0) ? G[i] : T(0);
 }
 
+// Complex matrices on the device as the real matrices of a complex product's stacked form
+// (src/complex/device.rs). A complex element (r, c) of X (a `Complex<T>`: its real part, then
+// its imaginary part) sits at reals X[2 * (r * sr + c * sc)] and the one after: strides in
+// complex elements, any layout a device matrix or its transpose has.
+
+// Y (rows x 2*cols reals, row-major) = X, each row's parts interleaved: the left operand read
+// as reals where its own layout does not allow it (a transposed view).
+template <typename T>
+__device__ __forceinline__ void complex_gather(i64 rows, i64 cols, const T* __restrict__ X,
+                                               i64 sr, i64 sc, T* __restrict__ Y) {
+    GD_GRID_STRIDE(idx, rows * cols) {
+        const i64 r = idx / cols, c = idx - r * cols;
+        const T* x = X + 2 * (r * sr + c * sc);
+        Y[2 * idx] = x[0];
+        Y[2 * idx + 1] = x[1];
+    }
+}
+
+// Y (2K x 2N reals, row-major) = the expansion of X (K x N): each element x + iy becomes the
+// block [[x, y], [-y, x]] at rows 2q, 2q + 1 and columns 2j, 2j + 1, so that row 2q is row q
+// of X read as reals and row 2q + 1 is row q of iX.
+template <typename T>
+__device__ __forceinline__ void complex_expand(i64 K, i64 N, const T* __restrict__ X, i64 sr,
+                                               i64 sc, T* __restrict__ Y) {
+    GD_GRID_STRIDE(idx, K * N) {
+        const i64 q = idx / N, j = idx - q * N;
+        const T* x = X + 2 * (q * sr + j * sc);
+        const T re = x[0], im = x[1];
+        T* even = Y + 2 * q * 2 * N + 2 * j;
+        T* odd = even + 2 * N;
+        even[0] = re;
+        even[1] = im;
+        odd[0] = -im;
+        odd[1] = re;
+    }
+}
+
+// C = alpha * P + beta * C over M x N complex elements: P row-major (N complex a row, parts
+// interleaved), C with leading dimension ldc (complex elements). beta == 0 never reads C;
+// P == nullptr means alpha * P is zero (K == 0).
+template <typename T>
+__device__ __forceinline__ void complex_axpby(int M, int N, T ar, T ai, const T* __restrict__ P,
+                                              T br, T bi, T* __restrict__ C, i64 ldc) {
+    GD_GRID_STRIDE(idx, (i64)M * N) {
+        const i64 i = idx / N, j = idx - i * N;
+        T re = T(0), im = T(0);
+        if (P) {
+            const T pr = P[2 * idx], pi = P[2 * idx + 1];
+            re = ar * pr - ai * pi;
+            im = ar * pi + ai * pr;
+        }
+        T* c = C + 2 * (i * ldc + j);
+        if (br != T(0) || bi != T(0)) {
+            const T cr = c[0], ci = c[1];
+            re += br * cr - bi * ci;
+            im += br * ci + bi * cr;
+        }
+        c[0] = re;
+        c[1] = im;
+    }
+}
+
 }  // namespace gd
+
+// The complex entry points of a GEMM family for real type T, under the names the kernel
+// table gives them (src/engine/table.rs, `Aux`).
+#define GD_COMPLEX_ENTRIES(T, GATHER, EXPAND, AXPBY)                                             \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        GATHER(i64 rows, i64 cols, const T* __restrict__ X, i64 sr, i64 sc, T* __restrict__ Y) {\
+        GD_AFTER_PREVIOUS();                                                                    \
+        gd::complex_gather<T>(rows, cols, X, sr, sc, Y);                                        \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        EXPAND(i64 K, i64 N, const T* __restrict__ X, i64 sr, i64 sc, T* __restrict__ Y) {      \
+        GD_AFTER_PREVIOUS();                                                                    \
+        gd::complex_expand<T>(K, N, X, sr, sc, Y);                                              \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        AXPBY(int M, int N, T ar, T ai, const T* __restrict__ P, T br, T bi, T* __restrict__ C, \
+              i64 ldc) {                                                                        \
+        GD_AFTER_PREVIOUS();                                                                    \
+        gd::complex_axpby<T>(M, N, ar, ai, P, br, bi, C, ldc);                                  \
+    }
 
 // The element-wise entry points of a GEMM family for element type T, under the names the
 // kernel table gives them (src/engine/table.rs, `Aux`).

@@ -51,6 +51,7 @@
 //      is 0). block 256, smem 0, any grid (grid-stride).
 // delem_relu(long long N, double* X): X = fmax(X, 0) (NaN -> 0); delem_relu_backward(long long
 //      N, double* G, const double* H): G = H > 0 ? G : 0. block 256, smem 0, any grid.
+// delem_complex_{gather,expand,axpby}: elem_complex_*'s (sgemm_fast.cu) over doubles.
 // dgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0 (static smem only)
 //      TB=false (m1_nn, m1_tn): grid = ceil(N/16)    TB=true (m1_nt, m1_tt): grid = ceil(N/8)
 // dgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0 (static smem only)
@@ -771,4 +772,5 @@ DGM_SIMT_ENTRY(dgemm_simt_tn, true, false)
 DGM_SIMT_ENTRY(dgemm_simt_tt, true, true)
 
 GD_AUX_ENTRIES(double, dgemm_splitk_reduce, dgemm_axpby, delem_relu, delem_relu_backward)
+GD_COMPLEX_ENTRIES(double, delem_complex_gather, delem_complex_expand, delem_complex_axpby)
 GD_GEMV_ENTRIES(double, dgm, dgemv)

@@ -35,6 +35,11 @@
 //      block 256, smem 0, any grid (grid-stride).
 // elem_relu(long long N, float* X): X = max(X, 0); elem_relu_backward(long long N, float* G,
 //      const float* H): G = H > 0 ? G : 0. block 256, smem 0, any grid (grid-stride).
+// elem_complex_gather(long long rows, long long cols, const float* X, long long sr, long long sc,
+//      float* Y), elem_complex_expand(long long K, long long N, const float* X, long long sr,
+//      long long sc, float* Y), elem_complex_axpby(int M, int N, float ar, float ai,
+//      const float* P, float br, float bi, float* C, long long ldc): complex matrices as the
+//      reals of a complex product's stacked form (common.cuh). block 256, smem 0, any grid.
 // sgemv_m1_{nn,nt,tn,tt}   (M == 1)  block 256, smem 0
 //      TB=false ('n' second letter): grid = ceil(N/16)    TB=true: grid = ceil(N/8)
 // sgemv_n1_{nn,nt,tn,tt}   (N == 1)  block 256, smem 0
@@ -433,4 +438,5 @@ GD_LAYOUT_ENTRIES(SGF_GEMM_ENTRY, sgemm_fast_64x128, sgf::CfgBig)
 GD_LAYOUT_ENTRIES(SGF_GEMM_ENTRY, sgemm_fast_64x64, sgf::CfgSmall)
 
 GD_AUX_ENTRIES(float, sgemm_splitk_reduce, sgemm_axpby, elem_relu, elem_relu_backward)
+GD_COMPLEX_ENTRIES(float, elem_complex_gather, elem_complex_expand, elem_complex_axpby)
 GD_GEMV_ENTRIES(float, sgf, sgemv)

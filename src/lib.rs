@@ -61,8 +61,9 @@
 //!   times `B` expanded to `2k × 2n`), in the real type's precision and under its guard, so
 //!   that every element keeps the complex form of the real bound (`docs/precision.md`,
 //!   "Complex matrices"); a batch is four real batches of the parts. The threshold counts
-//!   real flops, `8·m·k·n`, and the product runs on one device. [`GpuMatrix`] and the `try_`
-//!   general forms are real-only.
+//!   real flops, `8·m·k·n`, and the product runs on one device. A [`GpuMatrix`] of complex
+//!   elements keeps each element's parts side by side in device memory, and the `try_`
+//!   general forms take complex operands and outputs, on the host or the device.
 //! - Batches: a 3-D array is a stack of matrices. `q.gpu_dot(&k)` multiplies a
 //!   `batch × m × k` stack by a `batch × k × n` stack item by item (as `torch.bmm`), or each
 //!   item by one 2-D `k × n` matrix; the `Array3` result is in C order. Stacks of different
@@ -318,7 +319,7 @@ pub use device::context::DeviceInfo;
 pub use device::modules::ModuleLoad;
 pub use device::overrides::ENV_PREBUILT;
 pub use element::{Dtype, Element};
-pub use scalar::GpuScalar;
+pub use scalar::{GpuScalar, Operand, Output};
 
 pub use engine::ozaki::GuardReport;
 pub use engine::plan::Plan;
@@ -336,7 +337,7 @@ pub use layout::Layout;
 pub use matrix::general_mat_mul_with;
 pub use matrix::{
     general_mat_mul, try_general_mat_mul, try_general_mat_mul_with, AsOperand, AsOutput, GpuMatrix,
-    GpuView, Operand, Output,
+    GpuView,
 };
 /// num-complex, whose `Complex<f32>` and `Complex<f64>` are the complex element types (the
 /// version ndarray's `dot` takes).

@@ -35,23 +35,29 @@ use crate::options::DotOptions;
 use crate::pinned::PinnedArray;
 use crate::pipeline::{self, DevMat, Dst, Gemm, Src};
 use crate::route::{self, Decision, Route};
-use crate::scalar::GpuScalar;
+use crate::scalar::{GpuScalar, Operand, Output};
 
-/// A matrix of `f32` (or `f64`: `GpuMatrix<f64>`) in device memory, row-major.
+/// A matrix of `f32` (or of any [`GpuScalar`]: `GpuMatrix<f64>`, `GpuMatrix<Complex<f32>>`,
+/// `GpuMatrix<Complex<f64>>`) in device memory, row-major.
 ///
 /// Made by [`GpuMatrix::from_array`] (upload), [`GpuMatrix::zeros`] or a product; read back
 /// with [`GpuMatrix::to_array`]. Every operation has completed on the device when it returns.
-pub struct GpuMatrix<A: Element = f32> {
+/// A complex matrix holds each element's parts side by side (num-complex's layout), and its
+/// products run as the host arrays' do (docs/precision.md, "Complex matrices"): its right
+/// operand is expanded on the device, a transposed left operand gathered there, and a
+/// complex `alpha` or `beta` applied there.
+pub struct GpuMatrix<A: GpuScalar = f32> {
     /// Freed on drop, unless the context it belongs to was reset since (then its memory is
-    /// gone with the context, and freeing its address could free another allocation).
-    buf: ManuallyDrop<CudaSlice<A>>,
+    /// gone with the context, and freeing its address could free another allocation). Its
+    /// elements' parts, for a complex matrix.
+    buf: ManuallyDrop<CudaSlice<A::Reals>>,
     rows: usize,
     cols: usize,
     /// The device and context it was made on.
     home: Home,
 }
 
-impl<A: Element> Drop for GpuMatrix<A> {
+impl<A: GpuScalar> Drop for GpuMatrix<A> {
     fn drop(&mut self) {
         let current = context::generation(self.home.ordinal);
         if *current == self.home.generation {
@@ -63,37 +69,61 @@ impl<A: Element> Drop for GpuMatrix<A> {
 }
 
 /// A borrowed view of a [`GpuMatrix`], possibly transposed ([`GpuMatrix::t`]).
-pub struct GpuView<'a, A: Element = f32> {
+pub struct GpuView<'a, A: GpuScalar = f32> {
     mat: &'a GpuMatrix<A>,
     trans: bool,
 }
 
-impl<A: Element> Clone for GpuView<'_, A> {
+impl<A: GpuScalar> Clone for GpuView<'_, A> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<A: Element> Copy for GpuView<'_, A> {}
+impl<A: GpuScalar> Copy for GpuView<'_, A> {}
 
-impl<A: Element> fmt::Debug for GpuMatrix<A> {
+/// The element type's name: `f32`, or `Complex<f32>`.
+struct TypeName<A>(std::marker::PhantomData<A>);
+
+impl<A: GpuScalar> fmt::Display for TypeName<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GpuMatrix<{}>({} × {})", A::DTYPE, self.rows, self.cols)
+        let real = <A::Real as Element>::DTYPE;
+        if A::COMPLEX {
+            write!(f, "Complex<{real}>")
+        } else {
+            write!(f, "{real}")
+        }
     }
 }
 
-impl<A: Element> fmt::Debug for GpuView<'_, A> {
+fn type_name<A: GpuScalar>() -> TypeName<A> {
+    TypeName(std::marker::PhantomData)
+}
+
+impl<A: GpuScalar> fmt::Debug for GpuMatrix<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = type_name::<A>();
+        write!(f, "GpuMatrix<{name}>({} × {})", self.rows, self.cols)
+    }
+}
+
+impl<A: GpuScalar> fmt::Debug for GpuView<'_, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (r, c) = self.dim();
         write!(
             f,
             "GpuView<{}>({r} × {c}{})",
-            A::DTYPE,
+            type_name::<A>(),
             if self.trans { ", transposed" } else { "" }
         )
     }
 }
 
-impl<A: Element> GpuMatrix<A> {
+/// The reals in each element: 1, or 2 for a complex type.
+fn parts<A: GpuScalar>() -> usize {
+    std::mem::size_of::<A>() / std::mem::size_of::<A::Reals>()
+}
+
+impl<A: GpuScalar> GpuMatrix<A> {
     /// Uploads `a` (any layout) to the default device ([`Device::default`]).
     pub fn from_array<S: Data<Elem = A>>(a: &ArrayBase<S, Ix2>) -> Result<Self, GpuDotError> {
         Self::from_array_on(a, Device::default())
@@ -106,11 +136,11 @@ impl<A: Element> GpuMatrix<A> {
     ) -> Result<Self, GpuDotError> {
         let gpu = context::gpu_on(device.into().ordinal())?;
         let (rows, cols) = a.dim();
-        let buf = pipeline::upload(&gpu, a.view())?;
+        let buf = pipeline::upload(&gpu, A::device_reals(a.view()).view())?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
 
-    fn new(gpu: &Gpu, buf: CudaSlice<A>, (rows, cols): (usize, usize)) -> GpuMatrix<A> {
+    fn new(gpu: &Gpu, buf: CudaSlice<A::Reals>, (rows, cols): (usize, usize)) -> GpuMatrix<A> {
         GpuMatrix {
             buf: ManuallyDrop::new(buf),
             rows,
@@ -153,7 +183,7 @@ impl<A: Element> GpuMatrix<A> {
         device: impl Into<Device>,
     ) -> Result<Self, GpuDotError> {
         let gpu = context::gpu_on(device.into().ordinal())?;
-        let buf = pipeline::zeros(&gpu, checked_len::<A>(rows, cols)?)?;
+        let buf = pipeline::zeros(&gpu, checked_len::<A>(rows, cols)? * parts::<A>())?;
         Ok(GpuMatrix::new(&gpu, buf, (rows, cols)))
     }
 
@@ -201,7 +231,8 @@ impl<A: Element> GpuMatrix<A> {
     /// Downloads the matrix into a new host array (C order).
     pub fn to_array(&self) -> Result<Array2<A>, GpuDotError> {
         let gpu = self.gpu()?;
-        pipeline::download_fresh(&gpu, &self.buf, (self.rows, self.cols))
+        let reals = (self.rows, self.cols * parts::<A>());
+        pipeline::download_fresh(&gpu, &self.buf, reals).map(A::from_device_reals)
     }
 
     /// Replaces the contents with `a`, which must have the same shape, else
@@ -209,43 +240,28 @@ impl<A: Element> GpuMatrix<A> {
     pub fn assign<S: Data<Elem = A>>(&mut self, a: &ArrayBase<S, Ix2>) -> Result<(), GpuDotError> {
         self.same_shape(a.dim())?;
         let gpu = self.gpu()?;
-        pipeline::upload_into(&gpu, a.view(), &mut self.buf)
+        pipeline::upload_into(&gpu, A::device_reals(a.view()).view(), &mut self.buf)
     }
 
     /// Downloads the matrix into `out` (any layout), which must have the same shape, else
     /// [`GpuDotError::OperandShapes`]. Allocates nothing once the crate's staging buffers are
-    /// warm: the form for a training loop that reads a small result every step.
+    /// warm (except for a complex `out` whose elements' parts are not side by side along its
+    /// rows, which a new array fills first): the form for a training loop that reads a small
+    /// result every step.
     pub fn copy_to<S: DataMut<Elem = A>>(
         &self,
         out: &mut ArrayBase<S, Ix2>,
     ) -> Result<(), GpuDotError> {
         self.same_shape(out.dim())?;
         let gpu = self.gpu()?;
-        pipeline::download_into(&gpu, &self.buf, &mut out.view_mut())
-    }
-
-    /// The ReLU, in place on the device: every entry below zero (and every NaN) becomes zero,
-    /// as `x.max(0.0)` does on the host.
-    pub fn relu(&mut self) -> Result<(), GpuDotError> {
-        let gpu = self.gpu()?;
-        let len = self.rows * self.cols;
-        aux::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
-    }
-
-    /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
-    /// loss with respect to a layer's output and `activation` that output (after its
-    /// [`relu`](GpuMatrix::relu)), zeroes every entry of `self` where `activation` is not
-    /// positive. The shapes must be equal, else [`GpuDotError::OperandShapes`].
-    pub fn relu_backward(&mut self, activation: &GpuMatrix<A>) -> Result<(), GpuDotError> {
-        self.same_shape(activation.dim())?;
-        let gpu = self.gpu()?;
-        gpu.check_home(activation.home, activation.dim())?;
-        let len = self.rows * self.cols;
-        let op = Elementwise::ReluBackward {
-            g: &mut self.buf,
-            h: &activation.buf,
-        };
-        aux::elementwise(&gpu, op, len)
+        match A::device_reals_mut(out.view_mut()) {
+            Ok(mut reals) => pipeline::download_into(&gpu, &self.buf, &mut reals),
+            // A complex array whose parts are not side by side along its rows.
+            Err(mut out) => {
+                out.assign(&self.to_array()?);
+                Ok(())
+            }
+        }
     }
 
     fn same_shape(&self, other: (usize, usize)) -> Result<(), GpuDotError> {
@@ -291,7 +307,33 @@ impl<A: Element> GpuMatrix<A> {
     }
 }
 
-impl<'a, A: Element> GpuView<'a, A> {
+impl<A: Element> GpuMatrix<A> {
+    /// The ReLU, in place on the device: every entry below zero (and every NaN) becomes zero,
+    /// as `x.max(0.0)` does on the host.
+    pub fn relu(&mut self) -> Result<(), GpuDotError> {
+        let gpu = self.gpu()?;
+        let len = self.rows * self.cols;
+        aux::elementwise(&gpu, Elementwise::Relu(&mut self.buf), len)
+    }
+
+    /// The gradient through a ReLU, in place on the device: with `self` the gradient of the
+    /// loss with respect to a layer's output and `activation` that output (after its
+    /// [`relu`](GpuMatrix::relu)), zeroes every entry of `self` where `activation` is not
+    /// positive. The shapes must be equal, else [`GpuDotError::OperandShapes`].
+    pub fn relu_backward(&mut self, activation: &GpuMatrix<A>) -> Result<(), GpuDotError> {
+        self.same_shape(activation.dim())?;
+        let gpu = self.gpu()?;
+        gpu.check_home(activation.home, activation.dim())?;
+        let len = self.rows * self.cols;
+        let op = Elementwise::ReluBackward {
+            g: &mut self.buf,
+            h: &activation.buf,
+        };
+        aux::elementwise(&gpu, op, len)
+    }
+}
+
+impl<'a, A: GpuScalar> GpuView<'a, A> {
     /// `(rows, cols)` of the view.
     pub fn dim(&self) -> (usize, usize) {
         let (r, c) = self.mat.dim();
@@ -323,47 +365,39 @@ impl<'a, A: Element> GpuView<'a, A> {
     }
 }
 
-fn checked_len<A: Element>(rows: usize, cols: usize) -> Result<usize, GpuDotError> {
+fn checked_len<A: GpuScalar>(rows: usize, cols: usize) -> Result<usize, GpuDotError> {
     rows.checked_mul(cols)
-        .filter(|&l| l <= isize::MAX as usize / A::DTYPE.size())
+        .filter(|&l| l <= isize::MAX as usize / std::mem::size_of::<A>())
         .ok_or(GpuDotError::TooLarge {
             dims: (rows, 0, cols),
         })
 }
-
-/// An operand of the general product: a host array or view of any layout, or a device matrix
-/// or view. Made by [`AsOperand::as_operand`].
-pub struct Operand<'a, A: Element = f32>(pub(crate) Src<'a, A>);
-
-/// The output of the general product: a host array or mutable view, or a device matrix. Made
-/// by [`AsOutput::as_output`].
-pub struct Output<'a, A: Element = f32>(pub(crate) Dst<'a, A>);
 
 mod sealed {
     /// Keeps [`AsOperand`](super::AsOperand) and [`AsOutput`](super::AsOutput) to the types
     /// this crate implements them for, so that they can grow without breaking anyone.
     pub trait Sealed {}
     impl<S: ndarray::RawData, D> Sealed for ndarray::ArrayBase<S, D> {}
-    impl<A: crate::Element> Sealed for super::GpuMatrix<A> {}
-    impl<A: crate::Element> Sealed for super::GpuView<'_, A> {}
+    impl<A: crate::GpuScalar> Sealed for super::GpuMatrix<A> {}
+    impl<A: crate::GpuScalar> Sealed for super::GpuView<'_, A> {}
     impl<A, D: ndarray::Dimension> Sealed for crate::PinnedArray<A, D> {}
 }
 
-/// What the general product reads: every 2-D ndarray array or view of an [`Element`] type,
+/// What the general product reads: every 2-D ndarray array or view of a [`GpuScalar`] type,
 /// [`PinnedArray`], [`GpuMatrix`] and [`GpuView`]. Sealed: implemented for those types only.
-pub trait AsOperand<A: Element>: sealed::Sealed {
+pub trait AsOperand<A: GpuScalar>: sealed::Sealed {
     /// The operand, borrowed.
     fn as_operand(&self) -> Operand<'_, A>;
 }
 
-/// What the general product writes: every mutable 2-D ndarray array or view of an
-/// [`Element`] type, [`PinnedArray`], and [`GpuMatrix`]. Sealed: implemented for those types only.
-pub trait AsOutput<A: Element>: sealed::Sealed {
+/// What the general product writes: every mutable 2-D ndarray array or view of a
+/// [`GpuScalar`] type, [`PinnedArray`], and [`GpuMatrix`]. Sealed: implemented for those types only.
+pub trait AsOutput<A: GpuScalar>: sealed::Sealed {
     /// The output, borrowed mutably.
     fn as_output(&mut self) -> Output<'_, A>;
 }
 
-impl<A: Element, S: Data<Elem = A>> AsOperand<A> for ArrayBase<S, Ix2> {
+impl<A: GpuScalar, S: Data<Elem = A>> AsOperand<A> for ArrayBase<S, Ix2> {
     fn as_operand(&self) -> Operand<'_, A> {
         Operand(Src::Host(self.view()))
     }
@@ -381,7 +415,7 @@ impl<A: Element> AsOutput<A> for PinnedArray<A, Ix2> {
     }
 }
 
-impl<A: Element> AsOperand<A> for GpuView<'_, A> {
+impl<A: GpuScalar> AsOperand<A> for GpuView<'_, A> {
     fn as_operand(&self) -> Operand<'_, A> {
         let (rows, cols) = self.dim();
         Operand(Src::Device {
@@ -397,7 +431,7 @@ impl<A: Element> AsOperand<A> for GpuView<'_, A> {
     }
 }
 
-impl<A: Element> AsOperand<A> for GpuMatrix<A> {
+impl<A: GpuScalar> AsOperand<A> for GpuMatrix<A> {
     fn as_operand(&self) -> Operand<'_, A> {
         let (rows, cols) = self.dim();
         Operand(Src::Device {
@@ -413,13 +447,13 @@ impl<A: Element> AsOperand<A> for GpuMatrix<A> {
     }
 }
 
-impl<A: Element, S: DataMut<Elem = A>> AsOutput<A> for ArrayBase<S, Ix2> {
+impl<A: GpuScalar, S: DataMut<Elem = A>> AsOutput<A> for ArrayBase<S, Ix2> {
     fn as_output(&mut self) -> Output<'_, A> {
         Output(Dst::Host(self.view_mut()))
     }
 }
 
-impl<A: Element> AsOutput<A> for GpuMatrix<A> {
+impl<A: GpuScalar> AsOutput<A> for GpuMatrix<A> {
     fn as_output(&mut self) -> Output<'_, A> {
         Output(Dst::Device {
             buf: &mut self.buf,
@@ -489,7 +523,7 @@ pub fn general_mat_mul<A, S1, S2, S3>(
 /// failure is answered on the CPU, except a device fault after the GPU wrote part of a host C
 /// with `beta != 0`: that is returned, and C then holds new values in some rows and old ones
 /// in the rest.
-pub fn try_general_mat_mul<A: Element>(
+pub fn try_general_mat_mul<A: GpuScalar>(
     alpha: A,
     a: &impl AsOperand<A>,
     b: &impl AsOperand<A>,
@@ -502,7 +536,7 @@ pub fn try_general_mat_mul<A: Element>(
 /// The former name of [`try_general_mat_mul_with`], from before the `try_` forms were the
 /// ones that return a `Result`.
 #[deprecated(note = "renamed `try_general_mat_mul_with`: it returns a `Result`")]
-pub fn general_mat_mul_with<A: Element>(
+pub fn general_mat_mul_with<A: GpuScalar>(
     alpha: A,
     a: &impl AsOperand<A>,
     b: &impl AsOperand<A>,
@@ -514,7 +548,7 @@ pub fn general_mat_mul_with<A: Element>(
 }
 
 /// [`try_general_mat_mul`] with explicit options.
-pub fn try_general_mat_mul_with<A: Element>(
+pub fn try_general_mat_mul_with<A: GpuScalar>(
     alpha: A,
     a: &impl AsOperand<A>,
     b: &impl AsOperand<A>,
@@ -533,9 +567,23 @@ pub fn try_general_mat_mul_with<A: Element>(
     )
 }
 
+/// The general product of the element type: a real one through the router
+/// ([`general_real`]), a complex one through the complex route (`complex/device.rs`).
+pub(crate) fn general<A: GpuScalar>(
+    alpha: A,
+    a: &Operand<A>,
+    b: &Operand<A>,
+    beta: A,
+    c: &mut Output<A>,
+    opts: &DotOptions,
+    fall_back: bool,
+) -> Result<Route, GpuDotError> {
+    A::general_operands(alpha, a, b, beta, c, opts, fall_back)
+}
+
 /// The general product through the router; the CPU product, when routed there, is ndarray's
 /// `general_mat_mul` into the host output.
-pub(crate) fn general<A: Element>(
+pub(crate) fn general_real<A: Element>(
     alpha: A,
     a: &Operand<A>,
     b: &Operand<A>,

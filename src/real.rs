@@ -1,7 +1,9 @@
 //! The real element types' route for each form of a product: the router's (`route.rs`),
 //! the general product's (`matrix.rs`) and the batches' (`batch.rs`).
 
-use ndarray::{Array2, Array3, ArrayBase, ArrayView2, ArrayView3, Data, DataMut, Ix2};
+use ndarray::{
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut, Ix2,
+};
 
 use crate::batch;
 use crate::element::Element;
@@ -11,6 +13,7 @@ use crate::options::DotOptions;
 use crate::route::{self, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
+use crate::scalar::{Operand, Output};
 
 impl<T: Element> Dispatch for T {
     #[inline(always)]
@@ -57,5 +60,33 @@ impl<T: Element> Dispatch for T {
 
     fn batch_cpu(a: &ArrayView3<'_, T>, b: &Rhs<'_, T>) -> Array3<T> {
         batch::cpu(a, b)
+    }
+
+    type Reals = T;
+
+    fn device_reals(a: ArrayView2<'_, T>) -> CowArray<'_, T, Ix2> {
+        CowArray::from(a)
+    }
+
+    fn device_reals_mut(
+        a: ArrayViewMut2<'_, T>,
+    ) -> Result<ArrayViewMut2<'_, T>, ArrayViewMut2<'_, T>> {
+        Ok(a)
+    }
+
+    fn from_device_reals(reals: Array2<T>) -> Array2<T> {
+        reals
+    }
+
+    fn general_operands(
+        alpha: T,
+        a: &Operand<'_, T>,
+        b: &Operand<'_, T>,
+        beta: T,
+        c: &mut Output<'_, T>,
+        opts: &DotOptions,
+        fall_back: bool,
+    ) -> Result<Route, GpuDotError> {
+        matrix::general_real(alpha, a, b, beta, c, opts, fall_back)
     }
 }

@@ -5,12 +5,15 @@
 use std::fmt;
 
 use ndarray::LinalgScalar;
-use ndarray::{Array2, Array3, ArrayBase, ArrayView2, ArrayView3, Data, DataMut, Ix2};
+use ndarray::{
+    Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut, Ix2,
+};
 use num_complex::Complex;
 
 use crate::element::Element;
 use crate::error::GpuDotError;
 use crate::options::DotOptions;
+use crate::pipeline::{Dst, Src};
 use crate::route::{Product, Route};
 
 /// An element type `gpu_dot` multiplies: `f32` and `f64` (the [`Element`] types, which the
@@ -43,6 +46,14 @@ impl<T: Element> GpuScalar for Complex<T> {
     type Real = T;
     const COMPLEX: bool = true;
 }
+
+/// An operand of the general product: a host array or view of any layout, or a device matrix
+/// or view. Made by [`AsOperand::as_operand`](crate::AsOperand::as_operand).
+pub struct Operand<'a, A: GpuScalar = f32>(pub(crate) Src<'a, A, A::Reals>);
+
+/// The output of the general product: a host array or mutable view, or a device matrix. Made
+/// by [`AsOutput::as_output`](crate::AsOutput::as_output).
+pub struct Output<'a, A: GpuScalar = f32>(pub(crate) Dst<'a, A, A::Reals>);
 
 /// The right operand of a batch: one matrix per item, or one for all. Public only because
 /// [`Dispatch`](dispatch::Dispatch) names it; its module is not.
@@ -112,5 +123,39 @@ pub(crate) mod dispatch {
 
         /// The batch `a · b` on the CPU, by ndarray.
         fn batch_cpu(a: &ArrayView3<'_, Self>, b: &Rhs<'_, Self>) -> Array3<Self>;
+
+        /// The type of the parts ([`GpuScalar::Real`]), which a device matrix of this type
+        /// holds.
+        type Reals: Element;
+
+        /// `a` as the reals a device matrix of it holds: itself, or a complex matrix as
+        /// `rows × 2·cols` reals, each row's parts interleaved (in place where `a` is in C
+        /// order).
+        fn device_reals(a: ArrayView2<'_, Self>) -> CowArray<'_, Self::Reals, Ix2>;
+
+        /// `a`'s elements as those reals, in place, where its layout allows it (always for a
+        /// real type, for a complex one where its columns are contiguous); else `a` back.
+        #[allow(clippy::type_complexity)]
+        fn device_reals_mut(
+            a: ArrayViewMut2<'_, Self>,
+        ) -> Result<ArrayViewMut2<'_, Self::Reals>, ArrayViewMut2<'_, Self>>;
+
+        /// A C-order array of those reals (`rows × 2·cols` for a complex matrix) as the
+        /// matrix they hold.
+        fn from_device_reals(reals: Array2<Self::Reals>) -> Array2<Self>;
+
+        /// `c = alpha·a·b + beta·c` over host or device operands (see `matrix::general`).
+        #[allow(clippy::too_many_arguments)]
+        fn general_operands(
+            alpha: Self,
+            a: &Operand<'_, Self>,
+            b: &Operand<'_, Self>,
+            beta: Self,
+            c: &mut Output<'_, Self>,
+            opts: &DotOptions,
+            fall_back: bool,
+        ) -> Result<Route, GpuDotError>
+        where
+            Self: GpuScalar;
     }
 }

@@ -10,7 +10,6 @@ mod common;
 use common::panic_message;
 use gpu_dot::accuracy::complex::{componentwise as complex_componentwise, ComplexReference};
 use gpu_dot::num_complex::Complex;
-use gpu_dot::profile::random_matrix_of;
 use gpu_dot::{
     device_status, Backend, DeviceStatus, DotOptions, Dtype, Element, GpuDot, GpuDotError,
     Precision, Route,
@@ -18,33 +17,11 @@ use gpu_dot::{
 use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Runs a generic test body for `f32` parts (`c32`) and `f64` parts (`c64`).
-macro_rules! both_parts {
-    ($(#[$attr:meta])* $name:ident) => {
-        mod $name {
-            #[test]
-            $(#[$attr])*
-            fn c32() {
-                super::$name::<f32>()
-            }
-
-            #[test]
-            $(#[$attr])*
-            fn c64() {
-                super::$name::<f64>()
-            }
-        }
-    };
-}
+use common::both_parts;
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
-    let seed = common::fresh_seed();
-    let re = random_matrix_of::<T>(rows, cols, seed);
-    let im = random_matrix_of::<T>(rows, cols, !seed);
-    ndarray::Zip::from(&re)
-        .and(&im)
-        .map_collect(|&re, &im| Complex::new(re, im))
+    common::random_complex(rows, cols)
 }
 
 fn cpu() -> DotOptions {

@@ -37,6 +37,9 @@ use crate::options::{Backend, DotOptions, Precision};
 use crate::route::{self, CpuReason, Decision, HostCopies, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
+use crate::scalar::{Operand, Output};
+
+mod device;
 
 impl<T: Element> Dispatch for Complex<T> {
     #[inline(always)]
@@ -83,6 +86,34 @@ impl<T: Element> Dispatch for Complex<T> {
 
     fn batch_cpu(a: &ArrayView3<'_, Complex<T>>, b: &Rhs<'_, Complex<T>>) -> Array3<Complex<T>> {
         batch::cpu(a, b)
+    }
+
+    type Reals = T;
+
+    fn device_reals(a: ArrayView2<'_, Complex<T>>) -> CowArray<'_, T, Ix2> {
+        as_reals(a)
+    }
+
+    fn device_reals_mut(
+        a: ArrayViewMut2<'_, Complex<T>>,
+    ) -> Result<ArrayViewMut2<'_, T>, ArrayViewMut2<'_, Complex<T>>> {
+        device::reals_of_view(a)
+    }
+
+    fn from_device_reals(reals: Array2<T>) -> Array2<Complex<T>> {
+        device::from_reals(reals)
+    }
+
+    fn general_operands(
+        alpha: Complex<T>,
+        a: &Operand<'_, Complex<T>>,
+        b: &Operand<'_, Complex<T>>,
+        beta: Complex<T>,
+        c: &mut Output<'_, Complex<T>>,
+        opts: &DotOptions,
+        fall_back: bool,
+    ) -> Result<Route, GpuDotError> {
+        device::general(alpha, a, b, beta, c, opts, fall_back)
     }
 }
 

@@ -220,3 +220,58 @@ fn large_operands_are_expanded_and_copied_over_several_threads_as_one() {
     }
     assert!(expanded(Array2::<Complex<f64>>::zeros((0, 3)).view()).is_empty());
 }
+
+#[test]
+fn a_views_reals_in_place_are_its_parts_where_its_rows_allow() {
+    let a = Array2::from_shape_fn((6, 5), |(i, j)| {
+        Complex::new(i as f64 + 0.5 * j as f64, -(j as f64) - 10.0 * i as f64)
+    });
+    // Every row of a C-order array, every other row, one row, one column, and none.
+    type View = fn(&mut Array2<Complex<f64>>) -> ArrayViewMut2<'_, Complex<f64>>;
+    let cases: [(&str, View); 5] = [
+        ("C order", |a| a.view_mut()),
+        ("stepped rows", |a| a.slice_mut(ndarray::s![..;2, 1..4])),
+        ("one row", |a| a.slice_mut(ndarray::s![3..4, ..])),
+        ("one column of rows", |a| a.slice_mut(ndarray::s![.., 2..3])),
+        ("no columns", |a| a.slice_mut(ndarray::s![.., 0..0])),
+    ];
+    for (what, view) in cases {
+        let mut b = a.clone();
+        let want = view(&mut a.clone()).to_owned();
+        let mut reals = device::reals_of_view(view(&mut b)).unwrap_or_else(|_| panic!("{what}"));
+        assert_eq!(reals.dim(), (want.nrows(), 2 * want.ncols()), "{what}");
+        for ((i, j), z) in want.indexed_iter() {
+            assert_eq!(
+                (reals[[i, 2 * j]], reals[[i, 2 * j + 1]]),
+                (z.re, z.im),
+                "{what}"
+            );
+        }
+        // Written through the reals, the parts land in the view's elements and nowhere else.
+        reals.map_inplace(|x| *x = -*x - 1.0);
+        let written = view(&mut b).to_owned();
+        for (w, z) in written.iter().zip(&want) {
+            assert_eq!(*w, Complex::new(-z.re - 1.0, -z.im - 1.0), "{what}");
+        }
+        let touched = b.iter().zip(&a).filter(|(x, y)| x != y).count();
+        assert_eq!(touched, want.len(), "{what}: wrote outside the view");
+    }
+    // Columns not side by side, or rows that run backwards: handed back untouched.
+    let mut f = Array2::from_elem((6, 5).f(), Complex::new(0.0, 0.0));
+    f.assign(&a);
+    assert!(device::reals_of_view(f.view_mut()).is_err());
+    let mut b = a.clone();
+    assert!(device::reals_of_view(b.slice_mut(ndarray::s![.., ..;2])).is_err());
+    assert!(device::reals_of_view(b.slice_mut(ndarray::s![..;-1, ..])).is_err());
+    assert_eq!(b, a);
+}
+
+#[test]
+fn reals_read_back_as_the_matrix_they_hold() {
+    let a = Array2::from_shape_fn((4, 3), |(i, j)| Complex::new(i as f32, j as f32 - 0.5));
+    let reals = as_reals(a.view()).into_owned();
+    assert_eq!(reals.dim(), (4, 6));
+    assert_eq!(device::from_reals(reals), a);
+    let empty = Array2::<f64>::zeros((3, 0));
+    assert_eq!(device::from_reals(empty).dim(), (3, 0));
+}

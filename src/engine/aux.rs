@@ -103,6 +103,139 @@ pub(crate) fn elementwise<T: Element>(
         .map_err(GpuDotError::at("waiting for an element-wise kernel"))
 }
 
+/// A complex matrix on the device as the complex kernels read it: `rows × cols` elements of
+/// `Complex<T>`, element `(r, c)` at the reals `2·(r·sr + c·sc)` and the one after.
+#[derive(Clone, Copy)]
+pub(crate) struct ComplexMat<'a, T> {
+    pub(crate) buf: &'a CudaSlice<T>,
+    pub(crate) dim: (usize, usize),
+    /// Row and column strides, in complex elements.
+    pub(crate) strides: (usize, usize),
+}
+
+impl<T> ComplexMat<'_, T> {
+    /// Whether the buffer holds every element (a matrix of no elements reads nothing).
+    fn covered(&self) -> bool {
+        let ((rows, cols), (sr, sc)) = (self.dim, self.strides);
+        if rows == 0 || cols == 0 {
+            return true;
+        }
+        let last = (rows - 1)
+            .checked_mul(sr)
+            .and_then(|r| (cols - 1).checked_mul(sc).and_then(|c| r.checked_add(c)));
+        last.and_then(|l| l.checked_mul(2)?.checked_add(1))
+            .is_some_and(|l| l < self.buf.len())
+    }
+}
+
+/// How [`complex_layout`] writes a complex matrix as reals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ComplexLayout {
+    /// `rows × 2·cols` reals, row-major, each row's parts interleaved.
+    Gathered,
+    /// `2·rows × 2·cols` reals, row-major: each element `x + iy` the block `[[x, y], [−y, x]]`.
+    Expanded,
+}
+
+impl ComplexLayout {
+    /// The reals the layout takes for a `rows × cols` complex matrix.
+    pub(crate) fn len(self, (rows, cols): (usize, usize)) -> usize {
+        match self {
+            ComplexLayout::Gathered => 2 * rows * cols,
+            ComplexLayout::Expanded => 4 * rows * cols,
+        }
+    }
+}
+
+/// Enqueues the copy of `x` into `y` in `layout` (`y` from its start). A matrix of no elements
+/// enqueues nothing.
+pub(crate) fn complex_layout<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    x: ComplexMat<'_, T>,
+    layout: ComplexLayout,
+    y: &mut CudaSlice<T>,
+) -> Result<(), GpuDotError> {
+    let (rows, cols) = x.dim;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    assert!(x.covered(), "complex operand too small");
+    assert!(y.len() >= layout.len(x.dim), "complex output too small");
+    let which = match layout {
+        ComplexLayout::Gathered => Aux::ComplexGather,
+        ComplexLayout::Expanded => Aux::ComplexExpand,
+    };
+    let func = aux(gpu, which, T::DTYPE)?;
+    let cfg = grid_stride(rows * cols);
+    let (r, c, sr, sc) = (
+        rows as i64,
+        cols as i64,
+        x.strides.0 as i64,
+        x.strides.1 as i64,
+    );
+    let mut builder = Launch::on(gpu, stream, &func);
+    builder
+        .arg(&r)
+        .arg(&c)
+        .view(x.buf)
+        .arg(&sr)
+        .arg(&sc)
+        .view(y);
+    // SAFETY: arguments match `{,d}elem_complex_{gather,expand}(long long rows, long long
+    // cols, const T* X, long long sr, long long sc, T* Y)` in order and type; X holds every
+    // element the strides reach (`covered`, asserted above, with no overflow in the index),
+    // Y the layout's reals (asserted above); X and Y are different buffers (Y borrowed
+    // mutably); the kernel loops over all rows·cols elements whatever the grid.
+    unsafe { builder.launch(cfg) }
+        .map(drop)
+        .map_err(GpuDotError::at("launching a complex layout kernel"))
+}
+
+/// Enqueues `C = alpha·P + beta·C` over `m × n` complex elements: `P` gathered (`m × 2n`
+/// reals, `None` for zero), `C` with leading dimension `ldc` in complex elements. `beta == 0`
+/// never reads `C`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn complex_axpby<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    (m, n): (usize, usize),
+    alpha: num_complex::Complex<T>,
+    p: Option<&CudaSlice<T>>,
+    beta: num_complex::Complex<T>,
+    c: &mut CudaSlice<T>,
+    ldc: usize,
+) -> Result<(), GpuDotError> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    assert!(
+        n <= ldc && 2 * ((m - 1) * ldc + n) <= c.len(),
+        "complex output too small"
+    );
+    assert!(p.is_none_or(|p| p.len() >= 2 * m * n), "P too small");
+    let func = aux(gpu, Aux::ComplexAxpby, T::DTYPE)?;
+    let cfg = grid_stride(m * n);
+    let fit = |x: usize| i32::try_from(x).expect("dimensions checked against the kernels' int");
+    let (mi, ni, ldc) = (fit(m), fit(n), ldc as i64);
+    let null = 0u64;
+    let mut builder = Launch::on(gpu, stream, &func);
+    builder.arg(&mi).arg(&ni).arg(&alpha.re).arg(&alpha.im);
+    match p {
+        Some(p) => builder.view(p),
+        None => builder.arg(&null),
+    };
+    builder.arg(&beta.re).arg(&beta.im).view(c).arg(&ldc);
+    // SAFETY: arguments match `{,d}elem_complex_axpby(int M, int N, T ar, T ai, const T* P,
+    // T br, T bi, T* C, long long ldc)` in order and type (a null P is a 64-bit zero); P
+    // holds 2·m·n reals and C covers m rows of n complex elements at ldc (asserted above);
+    // P and C are different buffers (C borrowed mutably); the kernel loops over all m·n
+    // elements whatever the grid.
+    unsafe { builder.launch(cfg) }
+        .map(drop)
+        .map_err(GpuDotError::at("launching the complex epilogue"))
+}
+
 fn aux(gpu: &Gpu, aux: Aux, dtype: crate::element::Dtype) -> Result<CudaFunction, GpuDotError> {
     gpu.function(Family::fast(dtype), aux.entry(dtype))
 }

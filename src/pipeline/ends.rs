@@ -28,11 +28,13 @@ pub(crate) struct DevMat<'a, T> {
     pub(crate) ld: usize,
 }
 
-/// An operand of the general product.
-pub(crate) enum Src<'a, T> {
+/// An operand of the general product: elements of `T` on the host, and on the device in a
+/// buffer of `D` (the same type, except for a complex matrix, whose buffer holds its parts:
+/// then `rows`, `cols` and the leading dimension count complex elements).
+pub(crate) enum Src<'a, T, D = T> {
     Host(ArrayView2<'a, T>),
     Device {
-        mat: DevMat<'a, T>,
+        mat: DevMat<'a, D>,
         rows: usize,
         cols: usize,
         /// Where the matrix lives.
@@ -40,7 +42,7 @@ pub(crate) enum Src<'a, T> {
     },
 }
 
-impl<T: Element> Src<'_, T> {
+impl<T, D> Src<'_, T, D> {
     pub(crate) fn dim(&self) -> (usize, usize) {
         match self {
             Src::Host(v) => v.dim(),
@@ -55,7 +57,9 @@ impl<T: Element> Src<'_, T> {
             Src::Device { home, .. } => Some((*home, self.dim())),
         }
     }
+}
 
+impl<T: Element> Src<'_, T> {
     /// How the operand is read, for the route report.
     pub(super) fn layout(&self) -> Layout {
         match self {
@@ -65,8 +69,8 @@ impl<T: Element> Src<'_, T> {
     }
 }
 
-/// The output of the general product.
-pub(crate) enum Dst<'a, T> {
+/// The output of the general product (`T` and `D` as [`Src`]'s).
+pub(crate) enum Dst<'a, T, D = T> {
     Host(ArrayViewMut2<'a, T>),
     /// New C-order (standard layout) host memory, not yet initialised: the product writes
     /// every element (its pages are touched in parallel before the results land). Only with
@@ -74,7 +78,7 @@ pub(crate) enum Dst<'a, T> {
     Fresh(ArrayViewMut2<'a, MaybeUninit<T>>),
     /// Row-major with leading dimension `ld`.
     Device {
-        buf: &'a mut CudaSlice<T>,
+        buf: &'a mut CudaSlice<D>,
         rows: usize,
         cols: usize,
         ld: usize,
@@ -83,7 +87,7 @@ pub(crate) enum Dst<'a, T> {
     },
 }
 
-impl<T> Dst<'_, T> {
+impl<T, D> Dst<'_, T, D> {
     pub(crate) fn dim(&self) -> (usize, usize) {
         match self {
             Dst::Host(v) => v.dim(),

@@ -59,6 +59,42 @@ macro_rules! both_types {
 #[allow(unused_imports)]
 pub(crate) use both_types;
 
+/// Runs a generic test body for the complex types: `f32` parts (`c32`) and `f64` parts
+/// (`c64`), as [`both_types!`] does for the real ones.
+#[allow(unused_macros)]
+macro_rules! both_parts {
+    ($(#[$attr:meta])* $name:ident) => {
+        mod $name {
+            #[test]
+            $(#[$attr])*
+            fn c32() {
+                super::$name::<f32>()
+            }
+
+            #[test]
+            $(#[$attr])*
+            fn c64() {
+                super::$name::<f64>()
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use both_parts;
+
+/// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
+pub fn random_complex<T: Element>(
+    rows: usize,
+    cols: usize,
+) -> ndarray::Array2<gpu_dot::num_complex::Complex<T>> {
+    let seed = fresh_seed();
+    let re = gpu_dot::profile::random_matrix_of::<T>(rows, cols, seed);
+    let im = gpu_dot::profile::random_matrix_of::<T>(rows, cols, !seed);
+    ndarray::Zip::from(&re)
+        .and(&im)
+        .map_collect(|&re, &im| gpu_dot::num_complex::Complex::new(re, im))
+}
+
 /// The full name of a test made by [`both_types!`] for `T` (`NAME::f32`), for running it
 /// again in a child process with `--exact`.
 pub fn test_name<T: TestElem>(name: &str) -> String {

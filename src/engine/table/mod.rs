@@ -667,10 +667,24 @@ pub(crate) enum Aux {
     Axpby,
     Relu,
     ReluBackward,
+    /// A complex matrix read with any strides, as C-order reals (`complex/device.rs`).
+    ComplexGather,
+    /// A complex matrix as the `2k × 2n` reals of the stacked form's right operand.
+    ComplexExpand,
+    /// `C = alpha·P + beta·C` over complex elements.
+    ComplexAxpby,
 }
 
 impl Aux {
-    const ALL: [Aux; 4] = [Aux::SplitKReduce, Aux::Axpby, Aux::Relu, Aux::ReluBackward];
+    const ALL: [Aux; 7] = [
+        Aux::SplitKReduce,
+        Aux::Axpby,
+        Aux::Relu,
+        Aux::ReluBackward,
+        Aux::ComplexGather,
+        Aux::ComplexExpand,
+        Aux::ComplexAxpby,
+    ];
 
     pub(crate) fn entry(self, dtype: Dtype) -> &'static str {
         match (self, dtype) {
@@ -682,6 +696,12 @@ impl Aux {
             (Aux::Relu, Dtype::F64) => "delem_relu",
             (Aux::ReluBackward, Dtype::F32) => "elem_relu_backward",
             (Aux::ReluBackward, Dtype::F64) => "delem_relu_backward",
+            (Aux::ComplexGather, Dtype::F32) => "elem_complex_gather",
+            (Aux::ComplexGather, Dtype::F64) => "delem_complex_gather",
+            (Aux::ComplexExpand, Dtype::F32) => "elem_complex_expand",
+            (Aux::ComplexExpand, Dtype::F64) => "delem_complex_expand",
+            (Aux::ComplexAxpby, Dtype::F32) => "elem_complex_axpby",
+            (Aux::ComplexAxpby, Dtype::F64) => "delem_complex_axpby",
         }
     }
 }
