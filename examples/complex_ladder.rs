@@ -65,10 +65,17 @@ fn rel_err<T: Element>(
     (num / den).sqrt()
 }
 
+/// The median: the middle value, or the mean of the middle two of an even count (the upper
+/// one alone would be the better of two rounds).
 fn median(x: &[f64]) -> f64 {
     let mut v = x.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let h = v.len() / 2;
+    if v.len() % 2 == 0 {
+        (v[h - 1] + v[h]) / 2.0
+    } else {
+        v[h]
+    }
 }
 
 fn reps_for(ms: f64) -> usize {

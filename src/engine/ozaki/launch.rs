@@ -53,12 +53,13 @@ pub(crate) struct Emulated {
 /// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
 ///
 /// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is,
-/// unless the paired forms are on (the default; the crate's `complex_paired` switch turns them off). Then
-/// it is scaled as the real product is, with the shifts of a complex column's two parts made
-/// one before the guard weighs them, and runs in the Karatsuba form ([`Pairs`]): split into
-/// the three parts' panels, three INT8 GEMMs a modulus, and the rebuild of the same integers
-/// (the real form with the same shifts, under the `complex_karatsuba` switch, gives the same
-/// bits). It splits nothing early and keeps nothing of op(B) for the next panel.
+/// unless the paired forms are on (the default; the crate's `complex_paired` switch turns
+/// them off). Then it is scaled as the real product is, with the shifts of a complex column's
+/// two parts made one before the guard weighs them, and runs in the Karatsuba form
+/// ([`Pairs`]): split into the three parts' panels, three INT8 GEMMs a modulus, and the
+/// rebuild of the same integers (the real form with the same shifts, under the
+/// `complex_karatsuba` switch, gives the same bits). It splits nothing early and keeps nothing
+/// of op(B) for the next panel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
