@@ -71,7 +71,7 @@ fn median(x: &[f64]) -> f64 {
     let mut v = x.to_vec();
     v.sort_by(f64::total_cmp);
     let h = v.len() / 2;
-    if v.len() % 2 == 0 {
+    if v.len().is_multiple_of(2) {
         (v[h - 1] + v[h]) / 2.0
     } else {
         v[h]

@@ -10,14 +10,11 @@ mod common;
 use common::panic_message;
 use gpu_dot::accuracy::complex::{componentwise as complex_componentwise, ComplexReference};
 use gpu_dot::num_complex::Complex;
-use gpu_dot::{
-    device_status, Backend, DeviceStatus, DotOptions, Dtype, Element, GpuDot, GpuDotError, Plan,
-    Precision, Route,
-};
+use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, GpuDotError, Plan, Precision, Route};
 use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use common::both_parts;
+use common::{both_parts, expect_device};
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
@@ -33,12 +30,6 @@ fn gpu(precision: Precision) -> DotOptions {
         .backend(Backend::Gpu)
         .precision(precision)
         .poison_output(true)
-}
-
-fn expect_device() {
-    if let DeviceStatus::Unavailable(reason) = device_status() {
-        panic!("this test needs a CUDA GPU: {reason}");
-    }
 }
 
 /// The tests that weigh emulation at every size (a switch of the whole process) hold this

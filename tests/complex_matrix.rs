@@ -15,7 +15,7 @@ use gpu_dot::{
 };
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
 
-use common::both_parts;
+use common::{both_parts, expect_device};
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
@@ -27,12 +27,6 @@ fn gpu(precision: Precision) -> DotOptions {
         .backend(Backend::Gpu)
         .precision(precision)
         .poison_output(true)
-}
-
-fn expect_device() {
-    if let DeviceStatus::Unavailable(reason) = device_status() {
-        panic!("this test needs a CUDA GPU: {reason}");
-    }
 }
 
 fn unit<T: Element>() -> f64 {

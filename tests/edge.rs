@@ -11,11 +11,8 @@
 
 mod common;
 
-use common::{both_types, check, random, reference, uniform, TestElem};
-use gpu_dot::{
-    device_status, layout_of, Backend, CpuReason, DeviceStatus, DotOptions, GpuDot, GpuDotError,
-    Kernel, Route,
-};
+use common::{both_types, check, expect_device, random, reference, uniform, TestElem};
+use gpu_dot::{layout_of, Backend, CpuReason, DotOptions, GpuDot, GpuDotError, Kernel, Route};
 use ndarray::{s, Array2, ArrayView2};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -39,12 +36,6 @@ fn cpu() -> DotOptions {
 /// `Backend::Auto` with no threshold: the GPU when there is one, else the CPU.
 fn auto() -> DotOptions {
     DotOptions::builtin().min_gpu_flops(0)
-}
-
-fn expect_device() {
-    if let DeviceStatus::Unavailable(reason) = device_status() {
-        panic!("this test needs a CUDA GPU: {reason}");
-    }
 }
 
 /// A random number generator from a fresh seed (printed by nothing: replay through

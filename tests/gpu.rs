@@ -10,6 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::expect_device;
 use common::{
     assert_close, both_types, check, random, reference, scaled_tolerance, TestElem, KERNELS,
 };
@@ -50,12 +51,6 @@ fn check_kernel<T: TestElem>(
     }
     check(&p.c, &a, &b, r, &format!("{what} {kernel}"));
     p.route
-}
-
-fn expect_device() {
-    if let DeviceStatus::Unavailable(reason) = device_status() {
-        panic!("these tests need a CUDA GPU: {reason}");
-    }
 }
 
 #[test]

@@ -3,7 +3,15 @@
 //! [`both_types!`], which runs one generic test body for `f32` and for `f64`.
 #![allow(dead_code)]
 
-use gpu_dot::{Backend, DotOptions, Element, Kernel};
+use gpu_dot::{device_status, Backend, DeviceStatus, DotOptions, Element, Kernel};
+
+/// Panics, naming the reason, where no CUDA GPU can run the test: a test that needs one never
+/// passes by returning early.
+pub fn expect_device() {
+    if let DeviceStatus::Unavailable(reason) = device_status() {
+        panic!("this test needs a CUDA GPU: {reason}");
+    }
+}
 
 /// The CPU backend and nothing else (the CPU route is ndarray's own `dot`).
 pub fn cpu_options() -> DotOptions {
