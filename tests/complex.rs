@@ -8,13 +8,13 @@
 mod common;
 
 use common::panic_message;
-use gpu_dot::accuracy::complex::{componentwise as complex_componentwise, ComplexReference};
+use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
 use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, GpuDotError, Plan, Precision, Route};
 use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use common::{both_parts, expect_device};
+use common::{assert_complex_product, both_parts, complex_ratio, expect_device};
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
@@ -49,33 +49,6 @@ fn own_turn() -> RwLockWriteGuard<'static, ()> {
 
 /// The worst complex componentwise ratio of `c` against `a · b`, asserting the Inf and NaN
 /// pattern is the reference's.
-fn ratio<T: Element>(
-    c: ArrayView2<Complex<T>>,
-    a: ArrayView2<Complex<T>>,
-    b: ArrayView2<Complex<T>>,
-    what: &str,
-) -> f64 {
-    let reference = ComplexReference::new(a, b);
-    let measure = complex_componentwise(c, &reference);
-    assert_eq!(measure.pattern_mismatches, 0, "{what}: {measure:?}");
-    measure.worst
-}
-
-/// Asserts that `c` is `a · b` within the native bound for inner dimension `k`,
-/// `(k + 2)·u·Σ|a||b|` for every element: a wrong sign, a swapped part or a missed product
-/// is off by far more.
-fn assert_product<T: Element>(
-    c: ArrayView2<Complex<T>>,
-    a: ArrayView2<Complex<T>>,
-    b: ArrayView2<Complex<T>>,
-    what: &str,
-) {
-    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "{what}: shape");
-    let worst = ratio(c, a, b, what);
-    let bound = a.ncols() as f64 + 2.0;
-    assert!(worst <= bound, "{what}: ratio {worst:.3} above {bound}");
-}
-
 fn is_complex_gpu(route: &Route) -> bool {
     matches!(route, Route::Gpu { complex: true, .. })
 }
@@ -226,23 +199,23 @@ fn every_layout<T: Element>(shapes: &[(usize, usize, usize)]) {
             let what = |form: &str| format!("{} {m}×{k}×{n} {precision} {form}", T::DTYPE);
             let p = a.try_gpu_dot_with(&b, &opts).unwrap();
             assert!(is_complex_gpu(&p.route), "{}: {}", what("C·C"), p.route);
-            assert_product(p.c.view(), a.view(), b.view(), &what("C·C"));
+            assert_complex_product(p.c.view(), a.view(), b.view(), &what("C·C"));
             let p = af.try_gpu_dot_with(&bf, &opts).unwrap();
             assert!(
                 p.c.t().is_standard_layout() || m == 1 || n == 1,
                 "{}: F order",
                 what("F·F")
             );
-            assert_product(p.c.view(), af.view(), bf.view(), &what("F·F"));
+            assert_complex_product(p.c.view(), af.view(), bf.view(), &what("F·F"));
             let p = a.try_gpu_dot_with(&bf, &opts).unwrap();
-            assert_product(p.c.view(), a.view(), bf.view(), &what("C·F"));
+            assert_complex_product(p.c.view(), a.view(), bf.view(), &what("C·F"));
             let p = stepped_a.try_gpu_dot_with(&stepped_b, &opts).unwrap();
-            assert_product(p.c.view(), stepped_a, stepped_b, &what("stepped, negative"));
+            assert_complex_product(p.c.view(), stepped_a, stepped_b, &what("stepped, negative"));
             let shared = b.to_shared();
             let p = CowArray::from(a.view())
                 .try_gpu_dot_with(&shared, &opts)
                 .unwrap();
-            assert_product(p.c.view(), a.view(), b.view(), &what("cow·arc"));
+            assert_complex_product(p.c.view(), a.view(), b.view(), &what("cow·arc"));
         }
     }
 }
@@ -263,14 +236,14 @@ fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
     let y = random::<T>(1, m);
     let p = a.try_gpu_dot_with(&x.column(0), &opts).unwrap();
     assert!(is_complex_gpu(&p.route), "{}", p.route);
-    assert_product(
+    assert_complex_product(
         p.c.insert_axis(ndarray::Axis(1)).view(),
         a.view(),
         x.view(),
         "matrix·vector",
     );
     let p = y.row(0).try_gpu_dot_with(&a, &opts).unwrap();
-    assert_product(
+    assert_complex_product(
         p.c.insert_axis(ndarray::Axis(0)).view(),
         y.view(),
         a.view(),
@@ -281,7 +254,7 @@ fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
     let long = random::<T>(1, 1 << 12);
     let p = long.row(0).try_gpu_dot_with(&long.row(0), &opts).unwrap();
     let c = Array2::from_elem((1, 1), p.c);
-    assert_product(c.view(), long.view(), long.t(), "vector·vector");
+    assert_complex_product(c.view(), long.view(), long.t(), "vector·vector");
 
     let (batch, bm, bk, bn) = (5, 96, 160, 80);
     let (flat_a, flat_b) = (random::<T>(batch * bm, bk), random::<T>(batch * bk, bn));
@@ -294,14 +267,14 @@ fn vectors_batches_and_the_general_product_on_the_gpu<T: Element>() {
             stack.index_axis(ndarray::Axis(0), z),
             rhs.index_axis(ndarray::Axis(0), z),
         );
-        assert_product(p.c.index_axis(ndarray::Axis(0), z), az, bz, "batch item");
+        assert_complex_product(p.c.index_axis(ndarray::Axis(0), z), az, bz, "batch item");
     }
     let p = stack
         .try_gpu_dot_with(&b.slice(s![..bk, ..bn]), &opts)
         .unwrap();
     for z in 0..batch {
         let az = stack.index_axis(ndarray::Axis(0), z);
-        assert_product(
+        assert_complex_product(
             p.c.index_axis(ndarray::Axis(0), z),
             az,
             b.slice(s![..bk, ..bn]),
@@ -363,7 +336,7 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
     eprintln!("{}: matrix·vector", T::DTYPE);
     let p = a.try_gpu_dot_with(&x.column(0), &opts).unwrap();
     let c = p.c.insert_axis(ndarray::Axis(1));
-    assert_product(
+    assert_complex_product(
         c.view(),
         a.view(),
         x.view(),
@@ -372,7 +345,7 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
     eprintln!("{}: vector·matrix", T::DTYPE);
     let p = y.row(0).try_gpu_dot_with(&a, &opts).unwrap();
     let c = p.c.insert_axis(ndarray::Axis(0));
-    assert_product(
+    assert_complex_product(
         c.view(),
         y.view(),
         a.view(),
@@ -382,7 +355,7 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
     let long = random::<T>(1, 1 << 12);
     let p = long.row(0).try_gpu_dot_with(&long.row(0), &opts).unwrap();
     let c = Array2::from_elem((1, 1), p.c);
-    assert_product(c.view(), long.view(), long.t(), "vector·vector");
+    assert_complex_product(c.view(), long.view(), long.t(), "vector·vector");
     eprintln!("{}: batch", T::DTYPE);
     let flat = random::<T>(3 * 64, 96);
     let stack = Array3::from_shape_fn((3, 64, 96), |(z, i, q)| flat[[z * 64 + i, q]]);
@@ -391,7 +364,7 @@ fn vectors_and_batches_when_every_size_emulates<T: Element>() {
     for z in 0..3 {
         let az = stack.index_axis(ndarray::Axis(0), z);
         let what = format!("batch item {z} ({})", p.route);
-        assert_product(p.c.index_axis(ndarray::Axis(0), z), az, rhs.view(), &what);
+        assert_complex_product(p.c.index_axis(ndarray::Axis(0), z), az, rhs.view(), &what);
     }
     eprintln!("{}: done", T::DTYPE);
 }
@@ -482,7 +455,7 @@ fn default_emulates<T: Element>() {
     expect_device();
     let (a, b) = (random::<T>(256, 2048), random::<T>(2048, 192));
     let p = a.try_gpu_dot_with(&b, &gpu(Precision::Auto)).unwrap();
-    let worst = ratio(p.c.view(), a.view(), b.view(), "default");
+    let worst = complex_ratio(p.c.view(), a.view(), b.view(), "default");
     println!("{} default: {} ratio {worst:.3}", T::DTYPE, p.route);
     assert!(
         gpu_dot::accuracy::emulated(&p.route),
@@ -535,14 +508,14 @@ fn every_ix2_form_matches_ndarray_within_rounding<T: Element>() {
     let _turn = shared_turn();
     let (a, b) = (random::<T>(513, 300), random::<T>(300, 257));
     let c = a.gpu_dot(&b);
-    assert_product(c.view(), a.view(), b.view(), "gpu_dot");
+    assert_complex_product(c.view(), a.view(), b.view(), "gpu_dot");
     let d = a.dot(&b);
-    assert_product(d.view(), a.view(), b.view(), "dot");
+    assert_complex_product(d.view(), a.view(), b.view(), "dot");
     let p = a.try_gpu_dot(&b).unwrap();
     assert_eq!(p.dim(), d.dim());
     let bt = b.t().to_owned();
     let c = a.gpu_dot(&bt.t());
-    assert_product(c.view(), a.view(), b.view(), "gpu_dot on a transposed view");
+    assert_complex_product(c.view(), a.view(), b.view(), "gpu_dot on a transposed view");
 }
 
 /// Complex products count real flops (`8·m·k·n`) against their own threshold: `Complex<f32>`
@@ -699,7 +672,7 @@ fn karatsuba_bits<T: Element>() {
                 }
             }
             if precision == Precision::Auto && case != 3 {
-                let worst = ratio(kara.c.view(), a_view, b_view, &what);
+                let worst = complex_ratio(kara.c.view(), a_view, b_view, &what);
                 assert!(
                     worst <= 11.0,
                     "{what}: guarded default above its bound: {worst}"

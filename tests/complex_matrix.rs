@@ -7,7 +7,7 @@
 
 mod common;
 
-use gpu_dot::accuracy::complex::{componentwise, ComplexReference};
+use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
 use gpu_dot::{
     device_status, try_general_mat_mul_with, Backend, DeviceStatus, DotOptions, Dtype, Element,
@@ -15,7 +15,7 @@ use gpu_dot::{
 };
 use ndarray::{s, Array2, ArrayView2, ShapeBuilder};
 
-use common::{both_parts, expect_device};
+use common::{assert_complex_product, both_parts, expect_device};
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 fn random<T: Element>(rows: usize, cols: usize) -> Array2<Complex<T>> {
@@ -48,26 +48,6 @@ fn same_bits<T: Element>(x: ArrayView2<Complex<T>>, y: ArrayView2<Complex<T>>) -
             p.re.into_f64().to_bits() == q.re.into_f64().to_bits()
                 && p.im.into_f64().to_bits() == q.im.into_f64().to_bits()
         })
-}
-
-/// Asserts that `c` is `a · b` within the native bound `(k + 2)·u·Σ|a||b|` for every
-/// element, with the reference's Inf and NaN pattern: a wrong sign, a swapped part, a
-/// transposed operand or a missed product is off by far more.
-fn assert_product<T: Element>(
-    c: ArrayView2<Complex<T>>,
-    a: ArrayView2<Complex<T>>,
-    b: ArrayView2<Complex<T>>,
-    what: &str,
-) {
-    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "{what}: shape");
-    let measure = componentwise(c, &ComplexReference::new(a, b));
-    assert_eq!(measure.pattern_mismatches, 0, "{what}: {measure:?}");
-    let bound = a.ncols() as f64 + 2.0;
-    assert!(
-        measure.worst <= bound,
-        "{what}: ratio {} above {bound}",
-        measure.worst
-    );
 }
 
 /// Asserts that `c` is `alpha·a·b + beta·c0` within the native bound of the product scaled by
@@ -217,7 +197,7 @@ fn products_of_device_matrices_views_and_host_arrays<T: Element>() {
             let opts = gpu(precision);
             let what = |form: &str| format!("{} {m}×{k}×{n} {precision:?}: {form}", T::DTYPE);
             let check = |c: GpuMatrix<Complex<T>>, form: &str| {
-                assert_product(
+                assert_complex_product(
                     c.to_array().unwrap().view(),
                     a.view(),
                     b.view(),
@@ -257,7 +237,7 @@ fn products_of_device_matrices_views_and_host_arrays<T: Element>() {
         let ab = ga.try_dot(&gb).unwrap();
         let abbt = ab.try_dot(&gb.t()).unwrap().to_array().unwrap();
         let ab_host = ab.to_array().unwrap();
-        assert_product(abbt.view(), ab_host.view(), b.t(), "a chain on the device");
+        assert_complex_product(abbt.view(), ab_host.view(), b.t(), "a chain on the device");
         let wrong = GpuMatrix::from_array(&random::<T>(k + 1, n)).unwrap();
         assert!(matches!(
             ga.try_dot(&wrong),

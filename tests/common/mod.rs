@@ -3,6 +3,8 @@
 //! [`both_types!`], which runs one generic test body for `f32` and for `f64`.
 #![allow(dead_code)]
 
+use gpu_dot::accuracy::complex::{componentwise, ComplexReference};
+use gpu_dot::num_complex::Complex;
 use gpu_dot::{device_status, Backend, DeviceStatus, DotOptions, Element, Kernel};
 
 /// Panics, naming the reason, where no CUDA GPU can run the test: a test that needs one never
@@ -89,6 +91,34 @@ macro_rules! both_parts {
 }
 #[allow(unused_imports)]
 pub(crate) use both_parts;
+
+/// The worst componentwise ratio of complex `c` to `a · b` (in units of `u·Σ|a||b|`, complex
+/// moduli), asserting the reference's Inf and NaN pattern.
+pub fn complex_ratio<T: Element>(
+    c: ArrayView2<Complex<T>>,
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+    what: &str,
+) -> f64 {
+    let measure = componentwise(c, &ComplexReference::new(a, b));
+    assert_eq!(measure.pattern_mismatches, 0, "{what}: {measure:?}");
+    measure.worst
+}
+
+/// Asserts that complex `c` is `a · b` within the native bound for inner dimension `k`,
+/// `(k + 2)·u·Σ|a||b|` for every element, with the reference's Inf and NaN pattern: a wrong
+/// sign, a swapped part, a transposed operand or a missed product is off by far more.
+pub fn assert_complex_product<T: Element>(
+    c: ArrayView2<Complex<T>>,
+    a: ArrayView2<Complex<T>>,
+    b: ArrayView2<Complex<T>>,
+    what: &str,
+) {
+    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "{what}: shape");
+    let worst = complex_ratio(c, a, b, what);
+    let bound = a.ncols() as f64 + 2.0;
+    assert!(worst <= bound, "{what}: ratio {worst:.3} above {bound}");
+}
 
 /// A `rows × cols` complex matrix with parts uniform in [-1, 1), from a fresh seed.
 pub fn random_complex<T: Element>(
