@@ -16,7 +16,7 @@ use ndarray::{Array2, ArrayViewMut2, Zip};
 use num_complex::Complex;
 use num_traits::{One, Zero};
 
-use crate::device::context::{self, Gpu};
+use crate::device::context::{self, Gpu, Home};
 use crate::element::Element;
 use crate::engine::aux::{self, ComplexLayout, ComplexMat};
 use crate::error::GpuDotError;
@@ -99,16 +99,7 @@ pub(crate) fn general<T: Element>(
     let home = gpu.home();
     let a_r = match (&a.0, &a_host, &a_dev) {
         (_, Some(host), _) => Src::Host(host.view()),
-        (_, _, Some(buf)) => Src::Device {
-            mat: DevMat {
-                buf,
-                trans: false,
-                ld: 2 * k,
-            },
-            rows: m,
-            cols: 2 * k,
-            home,
-        },
+        (_, _, Some(buf)) => dense(buf, m, 2 * k, home),
         (Src::Device { mat, home, .. }, ..) => Src::Device {
             mat: DevMat {
                 buf: mat.buf,
@@ -123,35 +114,10 @@ pub(crate) fn general<T: Element>(
     };
     let b_r = match (&b_host, &b_dev) {
         (Some(host), _) => Src::Host(host.view()),
-        (None, Some(buf)) => Src::Device {
-            mat: DevMat {
-                buf,
-                trans: false,
-                ld: 2 * n,
-            },
-            rows: 2 * k,
-            cols: 2 * n,
-            home,
-        },
+        (None, Some(buf)) => dense(buf, 2 * k, 2 * n, home),
         (None, None) => unreachable!("B is expanded above"),
     };
-    let c_r = match (&mut p, &mut c.0) {
-        (Some(p), _) => Dst::Device {
-            buf: p,
-            rows: m,
-            cols: 2 * n,
-            ld: 2 * n,
-            home,
-        },
-        (None, Dst::Device { buf, ld, home, .. }) => Dst::Device {
-            buf,
-            rows: m,
-            cols: 2 * n,
-            ld: 2 * *ld,
-            home: *home,
-        },
-        (None, _) => unreachable!("only a device C is written in place"),
-    };
+    let c_r = c_reals(p.as_mut(), &mut c.0, (m, n), home);
     // On this device, whatever the options' backend, and marked as a complex product's (the
     // paired forms of the emulation).
     let opts = opts
@@ -171,6 +137,47 @@ pub(crate) fn general<T: Element>(
         finish(&gpu, alpha, p, beta, &mut c.0)?;
     }
     Ok(route)
+}
+
+/// A C-order `rows × cols` real matrix in `buf`, on the device at `home`.
+fn dense<T>(buf: &CudaSlice<T>, rows: usize, cols: usize, home: Home) -> Src<'_, T> {
+    Src::Device {
+        mat: DevMat {
+            buf,
+            trans: false,
+            ld: cols,
+        },
+        rows,
+        cols,
+        home,
+    }
+}
+
+/// The `m × 2n` reals the real product writes: the product's own memory `p` (on the device at
+/// `home`), else the device `C` in place.
+fn c_reals<'s, T>(
+    p: Option<&'s mut CudaSlice<T>>,
+    c: &'s mut Dst<'_, Complex<T>, T>,
+    (m, n): (usize, usize),
+    home: Home,
+) -> Dst<'s, T> {
+    match (p, c) {
+        (Some(p), _) => Dst::Device {
+            buf: p,
+            rows: m,
+            cols: 2 * n,
+            ld: 2 * n,
+            home,
+        },
+        (None, Dst::Device { buf, ld, home, .. }) => Dst::Device {
+            buf,
+            rows: m,
+            cols: 2 * n,
+            ld: 2 * *ld,
+            home: *home,
+        },
+        (None, _) => unreachable!("only a device C is written in place"),
+    }
 }
 
 /// The complex matrix a device operand holds, as the complex kernels read it.
