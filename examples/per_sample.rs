@@ -11,6 +11,14 @@
 //! - the backward `g · W` (vector · matrix),
 //! - `W ← W − lr·G` (`scaled_add`), on the host.
 //!
+//! By default both the `dot` and the `gpu_dot` forms write `G` into a C-order array kept
+//! across samples (ndarray's `general_mat_mul` and gpu_dot's), so that the update walks `W`
+//! and `G` along their rows. With `--drop-in`, `G` is the product's own result
+//! (`g_col.dot(&x_row)`, `gpu_dot` in its place): both operands have unit stride along their
+//! first axis, so `dot` gives it in F order (and `gpu_dot` gives `dot`'s order), and
+//! `scaled_add` of an F-order array into the C-order `W` walks one of them across its rows,
+//! about ten times the C-order update's time, in both forms alike.
+//!
 //! The pinned form keeps `W` and `G` in page-locked arrays: `W` goes up straight from its
 //! memory in the forward and backward products, and `G` comes down straight into its own
 //! (`general_mat_mul` into it), with the same step on the host.
@@ -28,6 +36,7 @@
 //! ```text
 //! cargo run --release --example per_sample                      # 64 samples, 3 epochs, 5 rounds
 //! cargo run --release --example per_sample -- --samples 128 --epochs 3 --rounds 7 --json out.json
+//! cargo run --release --example per_sample -- --drop-in --rounds 3   # the gradient as dot gives it
 //! ```
 
 use std::hint::black_box;
@@ -114,7 +123,13 @@ impl Phases {
 }
 
 /// The training loop, with `dot` or with `gpu_dot`; returns a checksum of the weights.
-fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
+/// `drop_in`: the gradient is the product's own result, in the memory order `dot` gives it
+/// (F order); else it is written into a C-order array kept across samples, by ndarray's
+/// `general_mat_mul` or by gpu_dot's.
+fn train(samples: usize, epochs: usize, use_gpu_dot: bool, drop_in: bool, hold: bool) -> f64 {
+    if !drop_in {
+        return train_c_order(samples, epochs, use_gpu_dot);
+    }
     let (mut w, xs, ts) = data(samples);
     let mut back_sum = 0.0f64;
     let mut phases = Phases::default();
@@ -154,6 +169,48 @@ fn train(samples: usize, epochs: usize, use_gpu_dot: bool, hold: bool) -> f64 {
         }
     }
     black_box(held);
+    let form = if use_gpu_dot { "gpu_dot" } else { "dot" };
+    phases.print(form, samples * epochs);
+    back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
+}
+
+/// The loop with the gradient written into a C-order array kept across samples, so that the
+/// host's update walks both arrays along their rows; the same checksum.
+fn train_c_order(samples: usize, epochs: usize, use_gpu_dot: bool) -> f64 {
+    let (mut w, xs, ts) = data(samples);
+    let mut grad = Array2::<f32>::zeros((WIDTH, WIDTH));
+    let mut back_sum = 0.0f64;
+    let mut phases = Phases::default();
+    for _ in 0..epochs {
+        for (x, t) in xs.outer_iter().zip(ts.outer_iter()) {
+            let h: Array1<f32> = phases.time(0, || {
+                if use_gpu_dot {
+                    w.gpu_dot(&x)
+                } else {
+                    w.dot(&x)
+                }
+            });
+            let g = h - t;
+            let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
+            phases.time(1, || {
+                if use_gpu_dot {
+                    gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad.view_mut())
+                } else {
+                    ndarray::linalg::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad)
+                }
+            });
+            let back: Array1<f32> = phases.time(2, || {
+                if use_gpu_dot {
+                    g.gpu_dot(&w)
+                } else {
+                    g.dot(&w)
+                }
+            });
+            back_sum += f64::from(back[0]);
+            phases.time(3, || w.scaled_add(-LR, &grad));
+            black_box(&w);
+        }
+    }
     let form = if use_gpu_dot { "gpu_dot" } else { "dot" };
     phases.print(form, samples * epochs);
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
@@ -216,11 +273,12 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--run") {
         let form = args.get(i + 1).map_or("dot", String::as_str);
         let hold = args.iter().any(|a| a == "--hold");
+        let drop_in = args.iter().any(|a| a == "--drop-in");
         let (f0, u0, s0) = usage();
         let start = Instant::now();
         let check = match form {
             "pinned" => train_pinned(samples, epochs),
-            other => train(samples, epochs, other == "gpu_dot", hold),
+            other => train(samples, epochs, other == "gpu_dot", drop_in, hold),
         };
         let wall = start.elapsed().as_secs_f64();
         let (f1, u1, s1) = usage();
@@ -244,12 +302,22 @@ fn main() {
          each run its own process"
     );
     let hold = args.iter().any(|a| a == "--hold");
+    let drop_in = args.iter().any(|a| a == "--drop-in");
+    println!(
+        "the gradient: {}",
+        if drop_in {
+            "the product's own result, F order as dot gives it (--drop-in)"
+        } else {
+            "written into a C-order array by general_mat_mul (ndarray's or gpu_dot's)"
+        }
+    );
     let exe = std::env::current_exe().expect("this program's path");
     let child = |which: &str| -> (Run, f64) {
         let out = Command::new(&exe)
             .args(["--run", which, "--samples", &samples.to_string()])
             .args(["--epochs", &epochs.to_string()])
             .args(hold.then_some("--hold"))
+            .args(drop_in.then_some("--drop-in"))
             .output()
             .expect("running a child");
         assert!(
@@ -339,6 +407,7 @@ fn main() {
             "rounds": rounds,
             "width": WIDTH,
             "hold": hold,
+            "gradient": if drop_in { "drop-in" } else { "c-order" },
             "ndarray_s": walls[0],
             "gpu_dot_s": walls[1],
             "pinned_s": walls.get(2),

@@ -66,11 +66,16 @@ pub enum Route {
         precision_unavailable: Option<Precision>,
         /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
         /// type of its parts): a matrix product ran as one real product of the stacked
-        /// parts, which the fields describe; a batch (or a product under the crate's
-        /// `complex_four_products` test switch) as four real products of its parts, and the
-        /// fields describe the one of them that ran in the weakest precision (the first that
-        /// the guard sent to native, else the first).
+        /// parts, which the fields describe (emulated, in the Karatsuba form: see
+        /// `karatsuba`); a batch (or a product under the crate's `complex_four_products` test
+        /// switch) as four real products of its parts, and the fields describe the one of
+        /// them that ran in the weakest precision (the first that the guard sent to native,
+        /// else the first).
         complex: bool,
+        /// Whether an emulated complex product ran in the Karatsuba form: three INT8
+        /// products a modulus, of the parts' residues and of their sums, where the real
+        /// product of the stacked parts would take four.
+        karatsuba: bool,
         /// How the host arrays crossed the link: through the crate's staging, or straight
         /// from and into page-locked memory ([`PinnedArray`](crate::PinnedArray)).
         host: HostCopies,
@@ -136,12 +141,15 @@ impl fmt::Display for Route {
                 precision_unavailable,
                 guard,
                 complex,
+                karatsuba,
                 host,
             } => {
-                let dtype = match (complex, dtype) {
-                    (false, _) => dtype.name(),
-                    (true, Dtype::F32) => "c32 (f32 products of its parts)",
-                    (true, _) => "c64 (f64 products of its parts)",
+                let dtype = match (complex, karatsuba, dtype) {
+                    (false, _, _) => dtype.name(),
+                    (true, true, Dtype::F32) => "c32 (Karatsuba form: 3 INT8 products a modulus)",
+                    (true, true, _) => "c64 (Karatsuba form: 3 INT8 products a modulus)",
+                    (true, false, Dtype::F32) => "c32 (f32 products of its parts)",
+                    (true, false, _) => "c64 (f64 products of its parts)",
                 };
                 match &devices[..] {
                     [_, _, ..] => {
@@ -724,6 +732,7 @@ pub(crate) fn gpu_route<T: Element>(
         precision_unavailable: (done.ran.is_some() && !asked.served_by(precision)).then_some(asked),
         guard: done.ran.and_then(|r| r.guard),
         complex: false,
+        karatsuba: false,
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),

@@ -646,6 +646,26 @@ fn karatsuba_bits<T: Element>() {
             if precision != Precision::Auto && !gemv {
                 assert!(emulated, "{what}: not emulated: {}", kara.route);
             }
+            // The report names the form that ran: Karatsuba where emulated with the switch
+            // on, never with it off or natively.
+            let form = |r: &Route| {
+                matches!(
+                    r,
+                    Route::Gpu {
+                        karatsuba: true,
+                        ..
+                    }
+                )
+            };
+            assert_eq!(form(&kara.route), emulated, "{what}: {}", kara.route);
+            assert!(!form(&real.route), "{what}: {}", real.route);
+            if emulated {
+                assert!(
+                    kara.route.to_string().contains("Karatsuba"),
+                    "{what}: {}",
+                    kara.route
+                );
+            }
             if !emulated {
                 continue;
             }

@@ -126,13 +126,11 @@ pub(crate) fn general<T: Element>(
         .backend(Backend::Gpu)
         .complex_pairs();
     let (one, zero) = (T::one(), T::zero());
-    let mut route = {
+    let route = {
         let (a_r, b_r, mut c_r) = (Operand(a_r), Operand(b_r), Output(c_r));
         matrix::general_real(one, &a_r, &b_r, zero, &mut c_r, &opts, false)?
     };
-    if let Route::Gpu { complex, .. } = &mut route {
-        *complex = true;
-    }
+    let route = super::stacked_route(route);
     if let Some(p) = &p {
         finish(&gpu, alpha, p, beta, &mut c.0)?;
     }

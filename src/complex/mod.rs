@@ -401,7 +401,7 @@ pub(crate) fn stacked<T: Element>(
         .device(device)
         .backend(Backend::Gpu)
         .complex_pairs();
-    let mut route = try_general_mat_mul_with(
+    let route = try_general_mat_mul_with(
         T::one(),
         &a_reals,
         &b_reals,
@@ -409,10 +409,25 @@ pub(crate) fn stacked<T: Element>(
         &mut reals_mut(&mut c),
         &opts,
     )?;
-    if let Route::Gpu { complex, .. } = &mut route {
+    Ok((c, stacked_route(route)))
+}
+
+/// The route of a complex product from that of the real product of its stacked parts,
+/// marked complex, and where it was emulated, in the form it ran in (the Karatsuba form, by
+/// default: the launcher reads the same switches).
+pub(crate) fn stacked_route(mut route: Route) -> Route {
+    if let Route::Gpu {
+        complex,
+        karatsuba,
+        precision,
+        ..
+    } = &mut route
+    {
         *complex = true;
+        *karatsuba =
+            matches!(precision, Precision::Ozaki { .. }) && crate::engine::ozaki::karatsuba_form();
     }
-    Ok((c, route))
+    route
 }
 
 /// `a` as an `m × 2k` real matrix, each row's parts interleaved: in place where `a` is in C

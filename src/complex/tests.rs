@@ -106,6 +106,37 @@ fn the_joint_route_is_the_weakest_of_the_four_and_says_complex() {
 }
 
 #[test]
+fn the_stacked_route_names_the_karatsuba_form_where_emulated() {
+    let passed = GuardReport {
+        failed: 0,
+        tiles: 4,
+        skipped: false,
+    };
+    let emulated = stacked_route(gpu_route(Some(passed), Precision::Ozaki { moduli: 9 }));
+    assert!(matches!(
+        emulated,
+        Route::Gpu {
+            complex: true,
+            karatsuba: true,
+            ..
+        }
+    ));
+    let text = emulated.to_string();
+    assert!(text.contains("c32 (Karatsuba form"), "{text}");
+    let native = stacked_route(gpu_route(None, Precision::Native));
+    assert!(matches!(
+        native,
+        Route::Gpu {
+            complex: true,
+            karatsuba: false,
+            ..
+        }
+    ));
+    let text = native.to_string();
+    assert!(text.contains("c32 (f32 products of its parts)"), "{text}");
+}
+
+#[test]
 fn below_the_threshold_and_on_the_cpu_backend_it_is_ndarrays_product() {
     let a = Array2::from_shape_fn((6, 9), |(i, q)| {
         Complex::new(i as f32 * 0.5, q as f32 - 3.0)

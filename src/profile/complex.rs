@@ -197,7 +197,7 @@ impl<T: Element> ComplexProblem<T> {
             .device(self.device)
             .complex_pairs();
         let s = self.stacked.as_mut().expect("made above");
-        let mut route = crate::matrix::try_general_mat_mul_with(
+        let route = crate::matrix::try_general_mat_mul_with(
             T::one(),
             &s.a,
             &s.b,
@@ -205,10 +205,7 @@ impl<T: Element> ComplexProblem<T> {
             &mut s.c,
             &opts,
         )?;
-        if let Route::Gpu { complex, .. } = &mut route {
-            *complex = true;
-        }
-        self.last = Some(route);
+        self.last = Some(crate::complex::stacked_route(route));
         Ok(())
     }
 }

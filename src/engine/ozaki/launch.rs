@@ -75,7 +75,7 @@ pub(crate) fn launch<T: Element>(
     let sm = gpu.kernel_sm();
     let paired =
         args.pairs() && k % 2 == 0 && n % 2 == 0 && crate::device::overrides::complex_paired_on();
-    let karatsuba = paired && crate::device::overrides::complex_karatsuba_on();
+    let karatsuba = paired && super::karatsuba_form();
     let plan = plan::<T>(sm, moduli, guarded, (m, k, n), (paired, karatsuba))?;
     let entry = |entry: &str| {
         gpu.function(Family::Ozaki, entry).map_err(|e| match e {

@@ -36,3 +36,11 @@ pub use model::reference;
 pub use passes::GuardReport;
 pub(crate) use passes::{OzError, Recalled, SharedB};
 pub use scaling::auto_moduli;
+
+/// Whether a complex product read as reals, emulated, runs in the Karatsuba form (the
+/// default: the crate's `complex_paired` and `complex_karatsuba` switches are on); the
+/// launcher and the route report read it alike.
+pub(crate) fn karatsuba_form() -> bool {
+    crate::device::overrides::complex_paired_on()
+        && crate::device::overrides::complex_karatsuba_on()
+}
