@@ -4,7 +4,8 @@
 //! Dot2 reference on sampled rows.
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
-//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four]
+//!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] \
+//!         [--kernels K,K,..]
 //!
 //! A complex product of the crate's is one real product of its stacked parts (`A` as
 //! `m × 2k` reals, `B` expanded to `2k × 2n`); its time is the wall time of that product,
@@ -21,7 +22,8 @@
 //! `complex_karatsuba` switch off: the Karatsuba form's bits from the INT8 work of four
 //! products), and four real products of the parts, two accumulating into the other two
 //! (kernels `native-four`, `default-four`), the form a complex product takes under the crate's
-//! `complex_four_products` switch and the form its batches take.
+//! `complex_four_products` switch and the form its batches take. `--kernels` runs only the
+//! kernels named (any of the six).
 
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
@@ -87,6 +89,7 @@ fn run<T: Element>(
     sizes: &[usize],
     rounds: usize,
     with_four: bool,
+    kernels: Option<&[String]>,
 ) -> Vec<Record> {
     let mut records = Vec::new();
     for &size in sizes {
@@ -107,7 +110,10 @@ fn run<T: Element>(
             ("default-four", Precision::Auto, true, true, true),
         ];
         for (kernel, precision, four, paired, karatsuba) in
-            forms.into_iter().filter(|f| with_four || (!f.2 && f.4))
+            forms.into_iter().filter(|f| match kernels {
+                Some(ks) => ks.iter().any(|k| k == f.0),
+                None => with_four || (!f.2 && f.4),
+            })
         {
             gpu_dot::__testing::complex_paired(paired);
             gpu_dot::__testing::complex_karatsuba(karatsuba);
@@ -218,6 +224,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut sizes, mut dtypes, mut rounds, mut json, mut with_four) =
         (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None, false);
+    let mut kernels: Option<Vec<String>> = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--sizes" => {
@@ -239,8 +246,17 @@ fn main() {
             "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds R"),
             "--json" => json = Some(args.next().expect("--json PATH")),
             "--four" => with_four = true,
+            "--kernels" => {
+                kernels = Some(
+                    args.next()
+                        .expect("--kernels K,K,..")
+                        .split(',')
+                        .map(String::from)
+                        .collect(),
+                )
+            }
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..]"
             ),
         }
     }
@@ -258,8 +274,8 @@ fn main() {
     let mut records = Vec::new();
     for dtype in dtypes {
         records.extend(match dtype {
-            "c32" => run::<f32>("c32", &sizes, rounds, with_four),
-            _ => run::<f64>("c64", &sizes, rounds, with_four),
+            "c32" => run::<f32>("c32", &sizes, rounds, with_four, kernels.as_deref()),
+            _ => run::<f64>("c64", &sizes, rounds, with_four, kernels.as_deref()),
         });
     }
     if let Some(path) = json {

@@ -15,16 +15,16 @@ use crate::options::{Backend, DotOptions, Precision};
 use crate::profile::{random_matrix_of, Timing};
 use crate::route::Route;
 
-/// Random row-major complex operands of an `m × k × n` product, resident on the device as
-/// their four parts, with the two parts of the product.
+/// Random row-major complex operands of an `m × k × n` product, resident on the device in
+/// the forms the products measured read: the stacked form's operands, and the four parts'
+/// ones, each made on its first use (so that a run of one form holds only its own operands
+/// besides the workspace: at 16384³ `c64`, the stacked form's are 16 GiB, the parts' 12).
 pub struct ComplexProblem<T: Element> {
     dims: (usize, usize, usize),
     host_a: Array2<Complex<T>>,
     host_b: Array2<Complex<T>>,
-    /// `Aᵣ`, `Aᵢ`, `Bᵣ`, `Bᵢ`.
-    parts: [GpuMatrix<T>; 4],
-    re: GpuMatrix<T>,
-    im: GpuMatrix<T>,
+    /// The four parts' operands and product, made on their first use.
+    four: Option<Four<T>>,
     device: usize,
     /// The route of the last product of the crate's.
     last: Option<Route>,
@@ -32,6 +32,13 @@ pub struct ComplexProblem<T: Element> {
     stacked: Option<Stacked<T>>,
     #[cfg(feature = "cublas")]
     blas: Option<cublas::Interleaved<T>>,
+}
+
+/// The four real products' device operands, `Aᵣ`, `Aᵢ`, `Bᵣ`, `Bᵢ`, and the product's parts.
+struct Four<T: Element> {
+    parts: [GpuMatrix<T>; 4],
+    re: GpuMatrix<T>,
+    im: GpuMatrix<T>,
 }
 
 /// The stacked form's device operands: `A` as `m × 2k` reals, `B` expanded to `2k × 2n`, and
@@ -58,7 +65,7 @@ impl<T: Element> ComplexProblem<T> {
         Self::from_arrays(parts(m, k, seed), parts(k, n, seed ^ 0x5EED))
     }
 
-    /// Uploads the given operands' parts to the default device.
+    /// The given operands, for the default device (uploaded in each form on its first use).
     ///
     /// # Panics
     /// If the inner dimensions differ.
@@ -68,19 +75,12 @@ impl<T: Element> ComplexProblem<T> {
     ) -> Result<Self, GpuDotError> {
         let ((m, k), (k2, n)) = (host_a.dim(), host_b.dim());
         assert_eq!(k, k2, "inner dimensions differ");
-        let device = Device::default();
-        let up = |v: ndarray::ArrayView2<'_, T>| GpuMatrix::from_array_on(&v, device);
-        let Complex { re: ar, im: ai } = host_a.view().split_complex();
-        let Complex { re: br, im: bi } = host_b.view().split_complex();
-        let parts = [up(ar)?, up(ai)?, up(br)?, up(bi)?];
         Ok(ComplexProblem {
             dims: (m, k, n),
-            parts,
-            re: GpuMatrix::zeros_on((m, n), device)?,
-            im: GpuMatrix::zeros_on((m, n), device)?,
+            four: None,
             host_a,
             host_b,
-            device: device.ordinal(),
+            device: Device::default().ordinal(),
             last: None,
             stacked: None,
             #[cfg(feature = "cublas")]
@@ -106,11 +106,24 @@ impl<T: Element> ComplexProblem<T> {
     /// The four real products of the parts in `precision`, into the product's parts on the
     /// device (each has completed on the device when it returns).
     fn launch_four(&mut self, precision: Precision) -> Result<(), GpuDotError> {
+        if self.four.is_none() {
+            let device = Device::new(self.device);
+            let (m, _, n) = self.dims;
+            let up = |v: ndarray::ArrayView2<'_, T>| GpuMatrix::from_array_on(&v, device);
+            let Complex { re: ar, im: ai } = self.host_a.view().split_complex();
+            let Complex { re: br, im: bi } = self.host_b.view().split_complex();
+            self.four = Some(Four {
+                parts: [up(ar)?, up(ai)?, up(br)?, up(bi)?],
+                re: GpuMatrix::zeros_on((m, n), device)?,
+                im: GpuMatrix::zeros_on((m, n), device)?,
+            });
+        }
         let opts = DotOptions::builtin()
             .backend(Backend::Gpu)
             .precision(precision)
             .device(self.device);
-        let route = crate::complex::products(&self.parts, &mut self.re, &mut self.im, &opts)?;
+        let f = self.four.as_mut().expect("made above");
+        let route = crate::complex::products(&f.parts, &mut f.re, &mut f.im, &opts)?;
         self.last = Some(route);
         Ok(())
     }
@@ -121,7 +134,8 @@ impl<T: Element> ComplexProblem<T> {
         self.launch_four(precision)?;
         let (m, _, n) = self.dims;
         let mut c = Array2::<Complex<T>>::zeros((m, n));
-        crate::complex::download(&self.re, &self.im, c.view_mut())?;
+        let f = self.four.as_ref().expect("made by the launch");
+        crate::complex::download(&f.re, &f.im, c.view_mut())?;
         Ok(c)
     }
 
