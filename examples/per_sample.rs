@@ -125,12 +125,11 @@ impl Phases {
 /// The training loop, with `dot` or with `gpu_dot`; returns a checksum of the weights.
 /// `drop_in`: the gradient is the product's own result, in the memory order `dot` gives it
 /// (F order); else it is written into a C-order array kept across samples, by ndarray's
-/// `general_mat_mul` or by gpu_dot's.
+/// `general_mat_mul` or by gpu_dot's, so that the host's update walks both arrays along their
+/// rows.
 fn train(samples: usize, epochs: usize, use_gpu_dot: bool, drop_in: bool, hold: bool) -> f64 {
-    if !drop_in {
-        return train_c_order(samples, epochs, use_gpu_dot);
-    }
     let (mut w, xs, ts) = data(samples);
+    let mut kept = Array2::<f32>::zeros(if drop_in { (0, 0) } else { (WIDTH, WIDTH) });
     let mut back_sum = 0.0f64;
     let mut phases = Phases::default();
     // The previous sample's gradient, held until the next one is computed (`--hold`).
@@ -146,11 +145,17 @@ fn train(samples: usize, epochs: usize, use_gpu_dot: bool, drop_in: bool, hold: 
             });
             let g = h - t;
             let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
-            let grad: Array2<f32> = phases.time(1, || {
-                if use_gpu_dot {
-                    g_col.gpu_dot(&x_row)
-                } else {
-                    g_col.dot(&x_row)
+            // The product's own result (drop-in), or `None` with the gradient in `kept`.
+            let own: Option<Array2<f32>> = phases.time(1, || match (drop_in, use_gpu_dot) {
+                (true, true) => Some(g_col.gpu_dot(&x_row)),
+                (true, false) => Some(g_col.dot(&x_row)),
+                (false, true) => {
+                    gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut kept.view_mut());
+                    None
+                }
+                (false, false) => {
+                    ndarray::linalg::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut kept);
+                    None
                 }
             });
             let back: Array1<f32> = phases.time(2, || {
@@ -161,56 +166,14 @@ fn train(samples: usize, epochs: usize, use_gpu_dot: bool, drop_in: bool, hold: 
                 }
             });
             back_sum += f64::from(back[0]);
-            phases.time(3, || w.scaled_add(-LR, &grad));
+            phases.time(3, || w.scaled_add(-LR, own.as_ref().unwrap_or(&kept)));
             black_box(&w);
             if hold {
-                held = Some(grad);
+                held = own;
             }
         }
     }
     black_box(held);
-    let form = if use_gpu_dot { "gpu_dot" } else { "dot" };
-    phases.print(form, samples * epochs);
-    back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
-}
-
-/// The loop with the gradient written into a C-order array kept across samples, so that the
-/// host's update walks both arrays along their rows; the same checksum.
-fn train_c_order(samples: usize, epochs: usize, use_gpu_dot: bool) -> f64 {
-    let (mut w, xs, ts) = data(samples);
-    let mut grad = Array2::<f32>::zeros((WIDTH, WIDTH));
-    let mut back_sum = 0.0f64;
-    let mut phases = Phases::default();
-    for _ in 0..epochs {
-        for (x, t) in xs.outer_iter().zip(ts.outer_iter()) {
-            let h: Array1<f32> = phases.time(0, || {
-                if use_gpu_dot {
-                    w.gpu_dot(&x)
-                } else {
-                    w.dot(&x)
-                }
-            });
-            let g = h - t;
-            let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.insert_axis(Axis(0)));
-            phases.time(1, || {
-                if use_gpu_dot {
-                    gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad.view_mut())
-                } else {
-                    ndarray::linalg::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad)
-                }
-            });
-            let back: Array1<f32> = phases.time(2, || {
-                if use_gpu_dot {
-                    g.gpu_dot(&w)
-                } else {
-                    g.dot(&w)
-                }
-            });
-            back_sum += f64::from(back[0]);
-            phases.time(3, || w.scaled_add(-LR, &grad));
-            black_box(&w);
-        }
-    }
     let form = if use_gpu_dot { "gpu_dot" } else { "dot" };
     phases.print(form, samples * epochs);
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
