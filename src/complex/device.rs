@@ -77,10 +77,6 @@ pub(crate) fn general<T: Element>(
         Src::Host(v) => Some(super::as_reals(v.view())),
         Src::Device { .. } => None,
     };
-    let b_host = match &b.0 {
-        Src::Host(v) => Some(super::expanded(v.view())),
-        Src::Device { .. } => None,
-    };
     let a_dev = match &a.0 {
         Src::Device { mat, .. } if mat.trans => {
             Some(laid_out(&gpu, device_mat(&a.0), ComplexLayout::Gathered)?)
@@ -88,8 +84,8 @@ pub(crate) fn general<T: Element>(
         _ => None,
     };
     let b_dev = match &b.0 {
-        Src::Device { .. } => Some(laid_out(&gpu, device_mat(&b.0), ComplexLayout::Expanded)?),
-        Src::Host(_) => None,
+        Src::Device { .. } => laid_out(&gpu, device_mat(&b.0), ComplexLayout::Expanded)?,
+        Src::Host(v) => expanded_on_device(&gpu, v.view())?,
     };
     let mut p = if direct {
         None
@@ -112,11 +108,7 @@ pub(crate) fn general<T: Element>(
         },
         (Src::Host(_), None, _) => unreachable!("a host A is read as reals above"),
     };
-    let b_r = match (&b_host, &b_dev) {
-        (Some(host), _) => Src::Host(host.view()),
-        (None, Some(buf)) => dense(buf, 2 * k, 2 * n, home),
-        (None, None) => unreachable!("B is expanded above"),
-    };
+    let b_r = dense(&b_dev, 2 * k, 2 * n, home);
     let c_r = c_reals(p.as_mut(), &mut c.0, (m, n), home);
     // On this device, whatever the options' backend, and marked as a complex product's (the
     // paired forms of the emulation).
@@ -137,8 +129,26 @@ pub(crate) fn general<T: Element>(
     Ok(route)
 }
 
+/// A host `b` (`k × n`, any layout) expanded to `2k × 2n` reals on the device: its elements
+/// go up once, side by side (`k × 2n` reals, read in place where `b` is in C order), and the
+/// expand kernel lays them out there (as [`expanded`](super::expanded) does on the host, at
+/// twice the bytes), once the device has written them.
+pub(super) fn expanded_on_device<T: Element>(
+    gpu: &Gpu,
+    b: ndarray::ArrayView2<'_, Complex<T>>,
+) -> Result<CudaSlice<T>, GpuDotError> {
+    let (k, n) = b.dim();
+    let up = pipeline::upload(gpu, super::as_reals(b).view())?;
+    let x = ComplexMat {
+        buf: &up,
+        dim: (k, n),
+        strides: (n, 1),
+    };
+    laid_out(gpu, x, ComplexLayout::Expanded)
+}
+
 /// A C-order `rows × cols` real matrix in `buf`, on the device at `home`.
-fn dense<T>(buf: &CudaSlice<T>, rows: usize, cols: usize, home: Home) -> Src<'_, T> {
+pub(super) fn dense<T>(buf: &CudaSlice<T>, rows: usize, cols: usize, home: Home) -> Src<'_, T> {
     Src::Device {
         mat: DevMat {
             buf,

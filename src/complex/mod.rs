@@ -34,6 +34,7 @@ use crate::element::Element;
 use crate::error::GpuDotError;
 use crate::matrix::{try_general_mat_mul_with, GpuMatrix};
 use crate::options::{Backend, DotOptions, Precision};
+use crate::pipeline::{Dst, Src};
 use crate::route::{self, CpuReason, Decision, HostCopies, Product, Route};
 use crate::scalar::dispatch::Dispatch;
 use crate::scalar::Rhs;
@@ -392,8 +393,14 @@ pub(crate) fn stacked<T: Element>(
     b: ArrayView2<'_, Complex<T>>,
     opts: &DotOptions,
 ) -> Result<(Array2<Complex<T>>, Route), GpuDotError> {
-    let (a_reals, b_reals) = (as_reals(a), expanded(b));
-    let mut c = zeros::<T>((a.nrows(), b.ncols()))?;
+    // `B` goes up once, side by side, and is expanded on the device; `A` and `C` cross the
+    // link in row panels, as a real product's host operands do.
+    let gpu = context::gpu_on(device)?;
+    let (k, n) = b.dim();
+    crate::engine::args::check_dims(a.nrows(), 2 * k, 2 * n)?;
+    let b_expanded = self::device::expanded_on_device(&gpu, b)?;
+    let a_reals = as_reals(a);
+    let mut c = zeros::<T>((a.nrows(), n))?;
     // On `device`, whatever the options' backend: the complex route chose the GPU, and a
     // failure there is answered by ndarray's complex product, not the real one's fallback.
     let opts = opts
@@ -401,14 +408,12 @@ pub(crate) fn stacked<T: Element>(
         .device(device)
         .backend(Backend::Gpu)
         .complex_pairs();
-    let route = try_general_mat_mul_with(
-        T::one(),
-        &a_reals,
-        &b_reals,
-        T::zero(),
-        &mut reals_mut(&mut c),
-        &opts,
-    )?;
+    let route = {
+        let a_r = Operand(Src::Host(a_reals.view()));
+        let b_r = Operand(self::device::dense(&b_expanded, 2 * k, 2 * n, gpu.home()));
+        let mut c_r = Output(Dst::Host(reals_mut(&mut c)));
+        crate::matrix::general_real(T::one(), &a_r, &b_r, T::zero(), &mut c_r, &opts, false)?
+    };
     Ok((c, stacked_route(route)))
 }
 
