@@ -62,7 +62,9 @@ pub enum Route {
         precision: Precision,
         /// The precision the options asked for, when it could not run (a device without
         /// TF32 tensor cores, or a kernel without tensor-core forms): then `precision` is
-        /// `Native`.
+        /// `Native`. [`Precision::Auto`] where the default chose to emulate the product and
+        /// the emulation could not run here (most often: no room on the device for its
+        /// workspace), so it ran natively.
         precision_unavailable: Option<Precision>,
         /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
         /// type of its parts): a matrix product ran as one real product of the stacked
@@ -185,6 +187,12 @@ impl fmt::Display for Route {
                         "native ({asked} needs compute capability 8.0, a register-blocked \
                          kernel, a matrix-matrix product with k ≤ 65 536, enough moduli for \
                          k and room for its workspace), "
+                    )?,
+                    Some(Precision::Auto) => write!(
+                        f,
+                        "native (the default chose emulation, which could not run here: it \
+                         needs a register-blocked kernel, k ≤ 65 536, enough moduli for k and \
+                         room for its workspace), "
                     )?,
                     Some(asked) => write!(
                         f,
@@ -729,7 +737,12 @@ pub(crate) fn gpu_route<T: Element>(
         batch,
         devices,
         precision,
-        precision_unavailable: (done.ran.is_some() && !asked.served_by(precision)).then_some(asked),
+        precision_unavailable: match done.ran {
+            Some(_) if !asked.served_by(precision) => Some(asked),
+            // The default chose to emulate, and the emulation could not run here.
+            Some(r) if r.unavailable => Some(Precision::Auto),
+            _ => None,
+        },
         guard: done.ran.and_then(|r| r.guard),
         complex: false,
         karatsuba: false,
@@ -740,5 +753,56 @@ pub(crate) fn gpu_route<T: Element>(
         b_layout: done.b_layout,
         panels: done.panels,
         host: done.host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tuner::Ran;
+
+    /// The route of a product whose launch ran `ran`, with the options asking for `asked`.
+    fn route_of(asked: Precision, ran: Ran) -> Route {
+        let mut done = pipeline::Done::nothing();
+        done.ran = Some(ran);
+        gpu_route::<f64>(&DotOptions::builtin().precision(asked), done, 1, vec![0])
+    }
+
+    #[test]
+    fn the_report_says_when_the_defaults_emulation_could_not_run() {
+        let ran = |unavailable| Ran {
+            kernel: Kernel::Auto,
+            plan: None,
+            precision: Precision::Native,
+            guard: None,
+            unavailable,
+        };
+        let route = route_of(Precision::Auto, ran(true));
+        assert!(matches!(
+            route,
+            Route::Gpu {
+                precision: Precision::Native,
+                precision_unavailable: Some(Precision::Auto),
+                ..
+            }
+        ));
+        let text = route.to_string();
+        assert!(text.contains("room for its workspace"), "{text}");
+        // The default that chose the native product has nothing to report.
+        let route = route_of(Precision::Auto, ran(false));
+        assert!(matches!(
+            route,
+            Route::Gpu {
+                precision_unavailable: None,
+                ..
+            }
+        ));
+        // A count asked for and not run is named as before.
+        let asked = Precision::Ozaki { moduli: 14 };
+        let route = route_of(asked, ran(true));
+        assert!(matches!(
+            route,
+            Route::Gpu { precision_unavailable: Some(p), .. } if p == asked
+        ));
     }
 }

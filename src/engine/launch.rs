@@ -60,6 +60,9 @@ pub(crate) fn launch_simple<T: Element>(
 pub(crate) struct Launched {
     pub(crate) precision: Precision,
     pub(crate) guard: Option<GuardReport>,
+    /// The default chose to emulate and the emulation could not run here (the device, k, the
+    /// counts of moduli, room for its workspace or NVRTC): the native product ran instead.
+    pub(crate) unavailable: bool,
 }
 
 /// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
@@ -82,7 +85,7 @@ pub(crate) fn launch_plan<T: Element>(
     split_ws: &mut Option<DevBuf>,
     mut shared: Option<&mut SharedB>,
 ) -> Result<Launched, GpuDotError> {
-    let mut guard = None;
+    let (mut guard, mut unavailable) = (None, false);
     if let Plan::Tile { .. } = plan {
         let (m, k, n) = args.dims();
         // A row panel of a product whose panels share op(B) emulates where the whole product
@@ -133,8 +136,9 @@ pub(crate) fn launch_plan<T: Element>(
                 gpu, stream, moduli, guarded, args, c, split_ws, shared,
             ) {
                 // Not here (device, k, workspace or NVRTC): the native kernels below run it,
-                // and the route report names the precision that could not run.
-                Err(OzError::Unavailable) => {}
+                // and the route report names the precision that could not run (the default's
+                // included).
+                Err(OzError::Unavailable) => unavailable = guarded,
                 // The guard refused it: natively, and the report says what the guard found.
                 Err(OzError::Guarded(report)) => {
                     if remembers {
@@ -154,6 +158,7 @@ pub(crate) fn launch_plan<T: Element>(
                     return Ok(Launched {
                         precision: ran.precision,
                         guard: ran.guard,
+                        unavailable: false,
                     });
                 }
             }
@@ -163,8 +168,11 @@ pub(crate) fn launch_plan<T: Element>(
     if let Some(s) = shared {
         s.forget();
     }
-    launch_native(gpu, stream, plan, args, c, split_ws)
-        .map(|precision| Launched { precision, guard })
+    launch_native(gpu, stream, plan, args, c, split_ws).map(|precision| Launched {
+        precision,
+        guard,
+        unavailable,
+    })
 }
 
 /// Where the default precision emulates, on devices with INT8 tensor cores (compute

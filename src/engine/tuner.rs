@@ -67,6 +67,8 @@ pub(crate) struct Ran {
     pub(crate) precision: Precision,
     /// What the guard found, where the product was guarded.
     pub(crate) guard: Option<GuardReport>,
+    /// The default's emulation could not run here ([`launch::Launched::unavailable`]).
+    pub(crate) unavailable: bool,
 }
 
 /// How one product runs: its panel count and each panel's kernel plan (`None`: the
@@ -487,6 +489,7 @@ pub(crate) fn launch<T: Element>(
             launch::Launched {
                 precision: Precision::Native,
                 guard: None,
+                unavailable: false,
             }
         }
     };
@@ -495,6 +498,7 @@ pub(crate) fn launch<T: Element>(
         plan,
         precision: launched.precision,
         guard: launched.guard,
+        unavailable: launched.unavailable,
     })
 }
 
@@ -581,6 +585,7 @@ pub(crate) fn launch_isolated<T: Element>(
                         plan: Some(plan),
                         precision: launched.precision,
                         guard: launched.guard,
+                        unavailable: launched.unavailable,
                     });
                 }
             }

@@ -91,6 +91,7 @@ pub(crate) fn batch_done<T: Element>(
             plan,
             precision,
             guard: None,
+            unavailable: false,
         }),
         panels: parts,
         a_layout: classify(&a.view).0,
