@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
 //!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] \
-//!         [--kernels K,K,..]
+//!         [--kernels K,K,..] [--plain-launches]
 //!
 //! A complex product of the crate's is one real product of its stacked parts (`A` as
 //! `m × 2k` reals, `B` expanded to `2k × 2n`); its time is the wall time of that product,
@@ -23,7 +23,8 @@
 //! products), and four real products of the parts, two accumulating into the other two
 //! (kernels `native-four`, `default-four`), the form a complex product takes under the crate's
 //! `complex_four_products` switch and the form its batches take. `--kernels` runs only the
-//! kernels named (any of the six).
+//! kernels named (any of the six). `--plain-launches` launches each kernel only after the one
+//! before on its stream has finished (to time the programmatic launches of sm_90).
 
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
@@ -246,6 +247,7 @@ fn main() {
             "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds R"),
             "--json" => json = Some(args.next().expect("--json PATH")),
             "--four" => with_four = true,
+            "--plain-launches" => gpu_dot::__testing::programmatic_launches(false),
             "--kernels" => {
                 kernels = Some(
                     args.next()
@@ -256,7 +258,7 @@ fn main() {
                 )
             }
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..] [--plain-launches]"
             ),
         }
     }

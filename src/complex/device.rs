@@ -87,10 +87,11 @@ pub(crate) fn general<T: Element>(
         Src::Device { .. } => laid_out(&gpu, device_mat(&b.0), ComplexLayout::Expanded)?,
         Src::Host(v) => expanded_on_device(&gpu, v.view())?,
     };
+    // The real product writes every element of its own memory (its `beta` is zero).
     let mut p = if direct {
         None
     } else {
-        Some(pipeline::zeros::<T>(&gpu, 2 * m * n)?)
+        Some(uninit::<T>(&gpu, 2 * m * n)?)
     };
     let home = gpu.home();
     let a_r = match (&a.0, &a_host, &a_dev) {
@@ -145,6 +146,17 @@ pub(super) fn expanded_on_device<T: Element>(
         strides: (n, 1),
     };
     laid_out(gpu, x, ComplexLayout::Expanded)
+}
+
+/// `len` reals of new device memory, uninitialised, once the allocation is done: for a
+/// buffer that a kernel writes whole before anything reads it.
+fn uninit<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, GpuDotError> {
+    let stream = gpu.stream()?;
+    let buf = crate::engine::args::alloc::<T>(&stream, len.max(1))?;
+    stream
+        .synchronize()
+        .map_err(GpuDotError::at("waiting for a device allocation"))?;
+    Ok(buf)
 }
 
 /// A C-order `rows × cols` real matrix in `buf`, on the device at `home`.
@@ -209,8 +221,10 @@ fn laid_out<T: Element>(
     x: ComplexMat<'_, T>,
     layout: ComplexLayout,
 ) -> Result<CudaSlice<T>, GpuDotError> {
-    let mut y = pipeline::zeros::<T>(gpu, layout.len(x.dim))?;
     let stream = gpu.stream()?;
+    // Every element is the layout kernel's (it writes all `layout.len` reals), so the memory
+    // is not cleared first.
+    let mut y = crate::engine::args::alloc::<T>(&stream, layout.len(x.dim).max(1))?;
     aux::complex_layout(gpu, &stream, x, layout, &mut y)?;
     stream
         .synchronize()
