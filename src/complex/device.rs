@@ -111,23 +111,32 @@ pub(crate) fn general<T: Element>(
     };
     let b_r = dense(&b_dev, 2 * k, 2 * n, home);
     let c_r = c_reals(p.as_mut(), &mut c.0, (m, n), home);
-    // On this device, whatever the options' backend, and marked as a complex product's (the
-    // paired forms of the emulation).
-    let opts = opts
-        .clone()
-        .device(gpu.info.ordinal)
-        .backend(Backend::Gpu)
-        .complex_pairs();
-    let (one, zero) = (T::one(), T::zero());
-    let route = {
-        let (a_r, b_r, mut c_r) = (Operand(a_r), Operand(b_r), Output(c_r));
-        matrix::general_real(one, &a_r, &b_r, zero, &mut c_r, &opts, false)?
-    };
-    let route = super::stacked_route(route);
+    let route = stacked_product(gpu.info.ordinal, a_r, b_r, c_r, opts)?;
     if let Some(p) = &p {
         finish(&gpu, alpha, p, beta, &mut c.0)?;
     }
     Ok(route)
+}
+
+/// The real product `c = a·b` of a complex product's stacked parts on `device`, whatever the
+/// options' backend (the complex route chose the device, and answers a failure there itself),
+/// marked as a complex product's (the paired forms of the emulation); its route, marked
+/// complex.
+pub(super) fn stacked_product<T: Element>(
+    device: usize,
+    a: Src<'_, T>,
+    b: Src<'_, T>,
+    c: Dst<'_, T>,
+    opts: &DotOptions,
+) -> Result<Route, GpuDotError> {
+    let opts = opts
+        .clone()
+        .device(device)
+        .backend(Backend::Gpu)
+        .complex_pairs();
+    let (a, b, mut c) = (Operand(a), Operand(b), Output(c));
+    let route = matrix::general_real(T::one(), &a, &b, T::zero(), &mut c, &opts, false)?;
+    Ok(super::stacked_route(route))
 }
 
 /// A host `b` (`k × n`, any layout) expanded to `2k × 2n` reals on the device: its elements

@@ -401,20 +401,16 @@ pub(crate) fn stacked<T: Element>(
     let b_expanded = self::device::expanded_on_device(&gpu, b)?;
     let a_reals = as_reals(a);
     let mut c = zeros::<T>((a.nrows(), n))?;
-    // On `device`, whatever the options' backend: the complex route chose the GPU, and a
-    // failure there is answered by ndarray's complex product, not the real one's fallback.
-    let opts = opts
-        .clone()
-        .device(device)
-        .backend(Backend::Gpu)
-        .complex_pairs();
-    let route = {
-        let a_r = Operand(Src::Host(a_reals.view()));
-        let b_r = Operand(self::device::dense(&b_expanded, 2 * k, 2 * n, gpu.home()));
-        let mut c_r = Output(Dst::Host(reals_mut(&mut c)));
-        crate::matrix::general_real(T::one(), &a_r, &b_r, T::zero(), &mut c_r, &opts, false)?
-    };
-    Ok((c, stacked_route(route)))
+    // A failure on the device is answered by ndarray's complex product, not the real one's
+    // fallback.
+    let route = self::device::stacked_product(
+        device,
+        Src::Host(a_reals.view()),
+        self::device::dense(&b_expanded, 2 * k, 2 * n, gpu.home()),
+        Dst::Host(reals_mut(&mut c)),
+        opts,
+    )?;
+    Ok((c, route))
 }
 
 /// The route of a complex product from that of the real product of its stacked parts,
