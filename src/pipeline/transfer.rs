@@ -82,13 +82,16 @@ pub(crate) fn upload<T: Element>(
     gpu: &Gpu,
     v: ArrayView2<'_, T>,
 ) -> Result<CudaSlice<T>, GpuDotError> {
-    let mut ws = workspace::take(gpu)?;
-    // Allocated on the stream that copies into it, so no other ordering is needed.
-    let buf = args::alloc::<T>(&ws.lanes.compute, v.len().max(1))?;
-    let ptr = buf.device_ptr(&ws.lanes.compute).0;
-    transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
-    workspace::give_back(gpu, ws);
-    Ok(buf)
+    workspace::with_room(gpu, || {
+        let mut ws = workspace::take(gpu)?;
+        // Allocated on the stream that copies into it, so no other ordering is needed. Where
+        // the device is full, the workspace is freed with the error (it holds no work).
+        let buf = args::alloc::<T>(&ws.lanes.compute, v.len().max(1))?;
+        let ptr = buf.device_ptr(&ws.lanes.compute).0;
+        transfer::<T>(gpu, &mut ws, Some((HostMat::of_view(&v), ptr)), None)?;
+        workspace::give_back(gpu, ws);
+        Ok(buf)
+    })
 }
 
 /// Uploads `v` (any layout), row-major, to the device address `dst` through the staging of
@@ -155,9 +158,11 @@ pub(crate) fn download_into<T: Element>(
 pub(crate) fn zeros<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
     let bytes = len.max(1) * T::DTYPE.size();
-    let buf = stream
-        .alloc_zeros::<T>(len.max(1))
-        .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))?;
+    let buf = workspace::with_room(gpu, || {
+        stream
+            .alloc_zeros::<T>(len.max(1))
+            .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))
+    })?;
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for a device allocation"))?;
@@ -170,9 +175,11 @@ pub(crate) fn duplicate<T: Element>(
     src: &CudaSlice<T>,
 ) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
-    let buf = stream
-        .clone_dtod(src)
-        .map_err(|e| GpuDotError::driver("copying device memory", src.num_bytes(), e))?;
+    let buf = workspace::with_room(gpu, || {
+        stream
+            .clone_dtod(src)
+            .map_err(|e| GpuDotError::driver("copying device memory", src.num_bytes(), e))
+    })?;
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for a device copy"))?;
