@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
 //!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] \
-//!         [--kernels K,K,..] [--plain-launches]
+//!         [--kernels K,K,..] [--plain-launches] [--emulate-every-size]
 //!
 //! A complex product of the crate's is one real product of its stacked parts (`A` as
 //! `m × 2k` reals, `B` expanded to `2k × 2n`); its time is the wall time of that product,
@@ -14,8 +14,10 @@
 //! times the crate's product and cuBLAS's in turn (the order swapped every round) and the
 //! median of the rounds' ratios is the figure; JSON records carry `dtype` (`c32`, `c64`),
 //! `kernel` (`native`, `default`, `default-stacked`), `gflops`, `cublas_gflops`, the rounds
-//! and the errors. Kernel `default` emulates in the Karatsuba form, three INT8 products a
-//! modulus, where its guard takes the emulation; `default-stacked` is the default with the
+//! and the errors. Kernel `default` emulates where its guard takes the emulation: in the
+//! Karatsuba form, three INT8 products a modulus, from 3584³ up, and in the real form of the
+//! stacked parts below (`--emulate-every-size`: in the Karatsuba form at every size, with the
+//! emulation weighed at every size); `default-stacked` is the default with the
 //! crate's paired forms off (its `complex_paired` switch): the real form of the stacked parts,
 //! each column's parts scaled on their own, four products' INT8 work. `--four` adds the paired
 //! forms' real form of the stacked parts (kernel `default-paired-real`, the
@@ -248,6 +250,7 @@ fn main() {
             "--json" => json = Some(args.next().expect("--json PATH")),
             "--four" => with_four = true,
             "--plain-launches" => gpu_dot::__testing::programmatic_launches(false),
+            "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
             "--kernels" => {
                 kernels = Some(
                     args.next()
@@ -258,7 +261,7 @@ fn main() {
                 )
             }
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..] [--plain-launches]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..] [--plain-launches] [--emulate-every-size]"
             ),
         }
     }

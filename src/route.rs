@@ -745,7 +745,7 @@ pub(crate) fn gpu_route<T: Element>(
         },
         guard: done.ran.and_then(|r| r.guard),
         complex: false,
-        karatsuba: false,
+        karatsuba: done.ran.is_some_and(|r| r.karatsuba),
         dtype: T::DTYPE,
         kernel: done.ran.map_or(opts.kernel, |r| r.kernel),
         plan: done.ran.and_then(|r| r.plan),
@@ -776,6 +776,7 @@ mod tests {
             precision: Precision::Native,
             guard: None,
             unavailable,
+            karatsuba: false,
         };
         let route = route_of(Precision::Auto, ran(true));
         assert!(matches!(

@@ -414,19 +414,11 @@ pub(crate) fn stacked<T: Element>(
 }
 
 /// The route of a complex product from that of the real product of its stacked parts,
-/// marked complex, and where it was emulated, in the form it ran in (the Karatsuba form, by
-/// default: the launcher reads the same switches).
+/// marked complex (where it was emulated, the real route names the form it ran in: the
+/// Karatsuba form or the real form of the stacked parts, as the launcher chose it).
 pub(crate) fn stacked_route(mut route: Route) -> Route {
-    if let Route::Gpu {
-        complex,
-        karatsuba,
-        precision,
-        ..
-    } = &mut route
-    {
+    if let Route::Gpu { complex, .. } = &mut route {
         *complex = true;
-        *karatsuba =
-            matches!(precision, Precision::Ozaki { .. }) && crate::engine::ozaki::karatsuba_form();
     }
     route
 }

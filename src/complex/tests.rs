@@ -106,23 +106,54 @@ fn the_joint_route_is_the_weakest_of_the_four_and_says_complex() {
 }
 
 #[test]
-fn the_stacked_route_names_the_karatsuba_form_where_emulated() {
+fn the_stacked_route_names_the_form_the_launcher_ran() {
     let passed = GuardReport {
         failed: 0,
         tiles: 4,
         skipped: false,
     };
-    let emulated = stacked_route(gpu_route(Some(passed), Precision::Ozaki { moduli: 9 }));
+    // The real route of the stacked parts, as the launcher reported it.
+    let emulated = |karatsuba| {
+        let mut done = crate::pipeline::Done::nothing();
+        done.ran = Some(crate::engine::tuner::Ran {
+            kernel: crate::options::Kernel::Auto,
+            plan: None,
+            precision: Precision::Ozaki { moduli: 9 },
+            guard: Some(passed),
+            unavailable: false,
+            karatsuba,
+        });
+        stacked_route(crate::route::gpu_route::<f32>(
+            &DotOptions::builtin(),
+            done,
+            1,
+            vec![0],
+        ))
+    };
+    let karatsuba = emulated(true);
     assert!(matches!(
-        emulated,
+        karatsuba,
         Route::Gpu {
             complex: true,
             karatsuba: true,
             ..
         }
     ));
-    let text = emulated.to_string();
+    let text = karatsuba.to_string();
     assert!(text.contains("c32 (Karatsuba form"), "{text}");
+    // Below the Karatsuba form's size, the real form of the stacked parts.
+    let real = emulated(false);
+    assert!(matches!(
+        real,
+        Route::Gpu {
+            complex: true,
+            karatsuba: false,
+            precision: Precision::Ozaki { moduli: 9 },
+            ..
+        }
+    ));
+    let text = real.to_string();
+    assert!(text.contains("c32 (f32 products of its parts)"), "{text}");
     let native = stacked_route(gpu_route(None, Precision::Native));
     assert!(matches!(
         native,
@@ -132,8 +163,6 @@ fn the_stacked_route_names_the_karatsuba_form_where_emulated() {
             ..
         }
     ));
-    let text = native.to_string();
-    assert!(text.contains("c32 (f32 products of its parts)"), "{text}");
 }
 
 #[test]

@@ -83,8 +83,9 @@ pub(crate) fn pretended_sm() -> Option<u32> {
 }
 
 /// Makes the default precision weigh emulation on every product the Ozaki kernels can run,
-/// whatever its size (the accuracy suite's small products); `false` restores the measured
-/// sizes from which it pays.
+/// whatever its size (the accuracy suite's small products), and emulated complex products run
+/// in the Karatsuba form whatever theirs; `false` restores the measured sizes from which each
+/// pays.
 pub fn emulate_every_size(on: bool) {
     EMULATE_EVERY_SIZE.store(on, std::sync::atomic::Ordering::SeqCst);
 }

@@ -63,6 +63,8 @@ pub(crate) struct Launched {
     /// The default chose to emulate and the emulation could not run here (the device, k, the
     /// counts of moduli, room for its workspace or NVRTC): the native product ran instead.
     pub(crate) unavailable: bool,
+    /// A complex product read as reals that was emulated in the Karatsuba form.
+    pub(crate) karatsuba: bool,
 }
 
 /// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
@@ -159,6 +161,7 @@ pub(crate) fn launch_plan<T: Element>(
                         precision: ran.precision,
                         guard: ran.guard,
                         unavailable: false,
+                        karatsuba: ran.karatsuba,
                     });
                 }
             }
@@ -172,6 +175,7 @@ pub(crate) fn launch_plan<T: Element>(
         precision,
         guard,
         unavailable,
+        karatsuba: false,
     })
 }
 

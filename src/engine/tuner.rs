@@ -69,6 +69,8 @@ pub(crate) struct Ran {
     pub(crate) guard: Option<GuardReport>,
     /// The default's emulation could not run here ([`launch::Launched::unavailable`]).
     pub(crate) unavailable: bool,
+    /// Emulated in the Karatsuba form ([`launch::Launched::karatsuba`]).
+    pub(crate) karatsuba: bool,
 }
 
 /// How one product runs: its panel count and each panel's kernel plan (`None`: the
@@ -490,6 +492,7 @@ pub(crate) fn launch<T: Element>(
                 precision: Precision::Native,
                 guard: None,
                 unavailable: false,
+                karatsuba: false,
             }
         }
     };
@@ -499,6 +502,7 @@ pub(crate) fn launch<T: Element>(
         precision: launched.precision,
         guard: launched.guard,
         unavailable: launched.unavailable,
+        karatsuba: launched.karatsuba,
     })
 }
 
@@ -586,6 +590,7 @@ pub(crate) fn launch_isolated<T: Element>(
                         precision: launched.precision,
                         guard: launched.guard,
                         unavailable: launched.unavailable,
+                        karatsuba: launched.karatsuba,
                     });
                 }
             }

@@ -92,6 +92,7 @@ pub(crate) fn batch_done<T: Element>(
             precision,
             guard: None,
             unavailable: false,
+            karatsuba: false,
         }),
         panels: parts,
         a_layout: classify(&a.view).0,

@@ -31,6 +31,8 @@ pub(crate) struct Emulated {
     pub(crate) precision: Precision,
     /// The guard's verdict, when the product was guarded.
     pub(crate) guard: Option<GuardReport>,
+    /// A complex product read as reals that ran in the Karatsuba form.
+    pub(crate) karatsuba: bool,
 }
 
 /// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace in `ws` (grown as
@@ -73,9 +75,12 @@ pub(crate) fn launch<T: Element>(
 ) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
     let sm = gpu.kernel_sm();
-    let paired =
-        args.pairs() && k % 2 == 0 && n % 2 == 0 && crate::device::overrides::complex_paired_on();
-    let karatsuba = paired && super::karatsuba_form();
+    // A complex product's form, from the whole product's rows where this is a row panel.
+    let whole = shared.as_deref().map_or(m, |s| s.rows.max(m));
+    let (paired, karatsuba) = match args.pairs() && k % 2 == 0 && n % 2 == 0 {
+        true => super::complex_form((whole, k, n)),
+        false => (false, false),
+    };
     let plan = plan::<T>(sm, moduli, guarded, (m, k, n), (paired, karatsuba))?;
     let entry = |entry: &str| {
         gpu.function(Family::Ozaki, entry).map_err(|e| match e {
@@ -166,6 +171,7 @@ pub(crate) fn launch<T: Element>(
             moduli: count as u8,
         },
         guard: weighed.report,
+        karatsuba: plan.pairs.is_some(),
     })
 }
 

@@ -37,10 +37,26 @@ pub use passes::GuardReport;
 pub(crate) use passes::{OzError, Recalled, SharedB};
 pub use scaling::auto_moduli;
 
-/// Whether a complex product read as reals, emulated, runs in the Karatsuba form (the
-/// default: the crate's `complex_paired` and `complex_karatsuba` switches are on); the
-/// launcher and the route report read it alike.
-pub(crate) fn karatsuba_form() -> bool {
-    crate::device::overrides::complex_paired_on()
-        && crate::device::overrides::complex_karatsuba_on()
+/// The complex products, by their `m·k·n` complex multiply-adds, that emulate in the Karatsuba
+/// form by default; smaller ones emulate in the real form of their stacked parts. On an H100
+/// the Karatsuba form lost to it by 18% at 2048³ and 4% at 3072³ (c32), and won by 5–6% at
+/// 4096³ and 15–19% at 8192³–16384³ (BENCHMARKS.md, "Complex matrices").
+const KARATSUBA_FROM: f64 = 3584.0 * 3584.0 * 3584.0;
+
+/// The form an emulated complex product read as reals runs in, `(paired, karatsuba)`, from
+/// the whole product's `m × k × n` reals (`k` and `n` even; row panels take their product's
+/// form): by default the Karatsuba form (the paired shifts, three INT8 products a modulus)
+/// from [`KARATSUBA_FROM`] up, or at every size where the tests emulate every size, and below
+/// it the real form of the stacked parts, each column's parts scaled on their own. The
+/// crate's `complex_paired` switch off gives that real form at every size, and its
+/// `complex_karatsuba` switch off the real form with the paired shifts.
+pub(crate) fn complex_form((m, k, n): (usize, usize, usize)) -> (bool, bool) {
+    use crate::device::overrides as o;
+    let paired = o::complex_paired_on();
+    let karatsuba = paired && o::complex_karatsuba_on();
+    let volume = m as f64 * (k / 2) as f64 * (n / 2) as f64;
+    if karatsuba && volume < KARATSUBA_FROM && !o::emulating_every_size() {
+        return (false, false);
+    }
+    (paired, karatsuba)
 }

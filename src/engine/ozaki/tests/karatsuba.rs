@@ -179,3 +179,20 @@ fn three_int8_products_a_modulus_give_the_stacked_products_integers() {
     }
     assert_eq!(cases, 3 * 2 + 5 * 4 + 4 * 3 + 3 * 5 + 2 * 2);
 }
+
+#[test]
+fn complex_products_take_the_karatsuba_form_from_its_size_up() {
+    // The default switches (no unit test turns them off); `m × k × n` complex elements read as
+    // `m × 2k × 2n` reals.
+    let form = |m: usize, k: usize, n: usize| crate::engine::ozaki::complex_form((m, 2 * k, 2 * n));
+    // Below it, the real form of the stacked parts, each column's parts scaled on their own.
+    assert_eq!(form(2048, 2048, 2048), (false, false));
+    assert_eq!(form(3072, 3072, 3072), (false, false));
+    // From it up, the paired shifts and three INT8 products a modulus.
+    assert_eq!(form(3584, 3584, 3584), (true, true));
+    assert_eq!(form(4096, 4096, 4096), (true, true));
+    assert_eq!(form(16384, 16384, 16384), (true, true));
+    // By volume, not by side.
+    assert_eq!(form(16384, 1024, 1024), (false, false));
+    assert_eq!(form(1024, 8192, 8192), (true, true));
+}
