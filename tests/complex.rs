@@ -10,7 +10,10 @@ mod common;
 use common::panic_message;
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
-use gpu_dot::{Backend, DotOptions, Dtype, Element, GpuDot, GpuDotError, Plan, Precision, Route};
+use gpu_dot::{
+    try_general_mat_mul_with, Backend, DotOptions, Dtype, Element, GpuDot, GpuDotError, GpuMatrix,
+    Plan, Precision, Route,
+};
 use ndarray::{s, ArcArray2, Array1, Array2, Array3, ArrayView2, CowArray};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -495,6 +498,60 @@ fn default_emulates<T: Element>() {
         native.iter().any(|z| z.re.is_nan() || z.im.is_nan()),
         "no NaN reached the product"
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_default_takes_the_karatsuba_form_from_its_size_up() {
+    expect_device();
+    // The switches at their defaults: a test that emulates every size holds its own turn.
+    let _turn = shared_turn();
+    // (complex m·k·n, the form): below 3584³ the real form of the stacked parts, from it up
+    // the Karatsuba form; each emulated under the guard, within its bound on sampled rows.
+    // Device matrices: host arrays of these sizes cross in row panels, where the default
+    // runs natively.
+    for (m, k, n, karatsuba) in [(2048, 2048, 2048, false), (3584, 3584, 3584, true)] {
+        let (a, b) = (random::<f32>(m, k), random::<f32>(k, n));
+        let (ga, gb) = (
+            GpuMatrix::from_array(&a).unwrap(),
+            GpuMatrix::from_array(&b).unwrap(),
+        );
+        let mut gc = GpuMatrix::<Complex<f32>>::zeros((m, n)).unwrap();
+        let one = Complex::new(1.0, 0.0);
+        let zero = Complex::new(0.0, 0.0);
+        let route =
+            try_general_mat_mul_with(one, &ga, &gb, zero, &mut gc, &gpu(Precision::Auto)).unwrap();
+        let c = gc.to_array().unwrap();
+        let what = format!("c32 {m}×{k}×{n}: {route}");
+        assert!(
+            matches!(
+                route,
+                Route::Gpu {
+                    precision: Precision::Ozaki { .. },
+                    ..
+                }
+            ),
+            "{what}: not emulated"
+        );
+        let form = matches!(
+            route,
+            Route::Gpu {
+                karatsuba: true,
+                ..
+            }
+        );
+        assert_eq!(form, karatsuba, "{what}");
+        let text = route.to_string();
+        let named = if karatsuba {
+            "Karatsuba form"
+        } else {
+            "f32 products of its parts"
+        };
+        assert!(text.contains(named), "{what}");
+        let rows = s![..m;m / 4, ..];
+        let worst = complex_ratio(c.slice(rows), a.slice(rows), b.view(), &what);
+        assert!(worst <= 11.0, "{what}: above the guarded bound: {worst}");
+    }
 }
 
 both_parts!(
