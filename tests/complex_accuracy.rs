@@ -5,7 +5,8 @@
 //! scales paired along k in both parts, Inf and NaN in one part only, subnormal results),
 //! `Complex<f64>` and `Complex<f32>`, at k from 256 to 16384. Each case runs the native
 //! precision, the default (its guard weighing emulation at every size) and unguarded Ozaki,
-//! and prints their worst ratios as a table. The default must stay within
+//! in both forms the default emulates in (the Karatsuba form and the real form of the stacked
+//! parts), and prints their worst ratios as a table. The default must stay within
 //! `max(2 × native's, 8)` and give native's Inf and NaN pattern; unguarded Ozaki is reported,
 //! not judged. Needs a CUDA GPU.
 
@@ -76,14 +77,24 @@ fn the_complex_default_is_within_native_bound_on_every_family() {
         gpu_dot::DeviceStatus::Unavailable(why) => panic!("no GPU: {why}"),
     };
     gpu_dot::__testing::emulate_every_size(true);
-    for dtype in [Dtype::F64, Dtype::F32] {
+    // Both forms the default emulates in: the Karatsuba form (from its size up, and at every
+    // size while every size emulates) and the real form of the stacked parts (below it).
+    for (dtype, paired) in [
+        (Dtype::F64, true),
+        (Dtype::F32, true),
+        (Dtype::F64, false),
+        (Dtype::F32, false),
+    ] {
+        gpu_dot::__testing::complex_paired(paired);
         let (cases, emulated) = if dtype == Dtype::F64 {
             suite::<f64>(dtype)
         } else {
             suite::<f32>(dtype)
         };
+        gpu_dot::__testing::complex_paired(true);
+        let form = if paired { "Karatsuba" } else { "real" };
         println!(
-            "c{}: {emulated} of {cases} cases emulated",
+            "c{}, the {form} form: {emulated} of {cases} cases emulated",
             &dtype.name()[1..]
         );
         if sm >= 80 {

@@ -161,7 +161,9 @@ pub(super) fn expanded_on_device<T: Element>(
 /// buffer that a kernel writes whole before anything reads it.
 fn uninit<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
-    let buf = pipeline::with_room(gpu, || crate::engine::args::alloc::<T>(&stream, len.max(1)))?;
+    let buf = crate::engine::args::with_room(gpu, || {
+        crate::engine::args::alloc::<T>(&stream, len.max(1))
+    })?;
     stream
         .synchronize()
         .map_err(GpuDotError::at("waiting for a device allocation"))?;
@@ -234,7 +236,8 @@ fn laid_out<T: Element>(
     // Every element is the layout kernel's (it writes all `layout.len` reals), so the memory
     // is not cleared first.
     let len = layout.len(x.dim).max(1);
-    let mut y = pipeline::with_room(gpu, || crate::engine::args::alloc::<T>(&stream, len))?;
+    let mut y =
+        crate::engine::args::with_room(gpu, || crate::engine::args::alloc::<T>(&stream, len))?;
     aux::complex_layout(gpu, &stream, x, layout, &mut y)?;
     stream
         .synchronize()

@@ -263,6 +263,27 @@ impl Gpu {
     pub(crate) fn faulted(&self) -> bool {
         DEVICES[self.info.ordinal].faulted.load(Ordering::Acquire)
     }
+
+    /// Whether idle workspaces are kept for reuse on this device.
+    pub(crate) fn keeps_idle(&self) -> bool {
+        !self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// Frees the idle workspaces kept for reuse on this device (outside the pool's lock, as
+    /// freeing waits for their streams); whether there were any.
+    pub(crate) fn free_idle(&self) -> bool {
+        let drained: Vec<_> = self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        !drained.is_empty()
+    }
 }
 
 /// The generation of the context in use on device `ordinal`, read-locked: device memory of

@@ -115,8 +115,10 @@ pub(crate) fn complex_four_products_on() -> bool {
 /// Lets complex products read as reals run in their paired forms: the shifts of a complex
 /// column's two parts made one when the Ozaki scaling is taken, and the product in the
 /// Karatsuba form (three INT8 products of `m × k` by `k × n` a modulus, see
-/// [`complex_karatsuba`]). On by default; `false` makes complex products run in the real form
-/// of their stacked parts, each column's parts scaled on their own, for measuring the two.
+/// [`complex_karatsuba`]). On by default, where the forms run from the Karatsuba form's size
+/// up (3584³ complex multiply-adds; at every size under [`emulate_every_size`]); `false` makes
+/// complex products run in the real form of their stacked parts at every size, each column's
+/// parts scaled on their own, for measuring the two.
 pub fn complex_paired(on: bool) {
     PAIRED.set(on);
 }
@@ -130,8 +132,9 @@ pub(crate) fn complex_paired_on() -> bool {
 
 /// Where the paired forms are on ([`complex_paired`]), makes emulated complex products run in
 /// the real form of their stacked parts with the paired shifts (the INT8 products of `m × 2k`
-/// by `2k × 2n` integers) instead of the Karatsuba form, for measuring and comparing the two;
-/// `true` restores the Karatsuba form. Both give the same integers, and so the same bits.
+/// by `2k × 2n` integers) instead of the Karatsuba form, at every size, for measuring and
+/// comparing the two; `true` restores the Karatsuba form from its size up. Both give the same
+/// integers, and so the same bits.
 pub fn complex_karatsuba(on: bool) {
     KARATSUBA.set(on);
 }

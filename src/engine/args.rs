@@ -87,6 +87,21 @@ pub(crate) fn alloc<T: Element>(
         .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))
 }
 
+/// `f`, and once more after the device's idle workspaces are freed where `f` found the
+/// device's memory full while some were kept (when it began, or when it failed: `f` may have
+/// taken one and freed it with its error). The memory idle workspaces keep is the crate's to
+/// give back before an allocation fails.
+pub(crate) fn with_room<R>(
+    gpu: &crate::device::context::Gpu,
+    mut f: impl FnMut() -> Result<R, GpuDotError>,
+) -> Result<R, GpuDotError> {
+    let kept = gpu.keeps_idle();
+    match f() {
+        Err(GpuDotError::OutOfMemory { .. }) if gpu.free_idle() || kept => f(),
+        done => done,
+    }
+}
+
 /// A device buffer of at least `bytes` bytes kept in `slot` across calls: grown (never
 /// shrunk) when too small, so steady-state calls allocate nothing. `high_water` is the
 /// device's record of the largest such buffer.

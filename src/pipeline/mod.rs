@@ -52,5 +52,5 @@ pub(crate) use transfer::{
     download_fresh, download_into, duplicate, upload, upload_into, upload_to, zeros,
 };
 pub(crate) use workspace::Workspace;
-pub(crate) use workspace::{give_back, take, with_room};
+pub(crate) use workspace::{give_back, take};
 pub use workspace::{retained_host_memory, retained_memory, trim};

@@ -82,7 +82,7 @@ pub(crate) fn upload<T: Element>(
     gpu: &Gpu,
     v: ArrayView2<'_, T>,
 ) -> Result<CudaSlice<T>, GpuDotError> {
-    workspace::with_room(gpu, || {
+    args::with_room(gpu, || {
         let mut ws = workspace::take(gpu)?;
         // Allocated on the stream that copies into it, so no other ordering is needed. Where
         // the device is full, the workspace is freed with the error (it holds no work).
@@ -158,7 +158,7 @@ pub(crate) fn download_into<T: Element>(
 pub(crate) fn zeros<T: Element>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
     let bytes = len.max(1) * T::DTYPE.size();
-    let buf = workspace::with_room(gpu, || {
+    let buf = args::with_room(gpu, || {
         stream
             .alloc_zeros::<T>(len.max(1))
             .map_err(|e| GpuDotError::driver("allocating device memory", bytes, e))
@@ -175,7 +175,7 @@ pub(crate) fn duplicate<T: Element>(
     src: &CudaSlice<T>,
 ) -> Result<CudaSlice<T>, GpuDotError> {
     let stream = gpu.stream()?;
-    let buf = workspace::with_room(gpu, || {
+    let buf = args::with_room(gpu, || {
         stream
             .clone_dtod(src)
             .map_err(|e| GpuDotError::driver("copying device memory", src.num_bytes(), e))

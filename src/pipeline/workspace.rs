@@ -18,8 +18,11 @@ const MAX_IDLE_WORKSPACES: usize = 64;
 /// Page-locked bytes idle workspaces may hold together.
 const MAX_IDLE_PINNED_BYTES: usize = 1 << 30;
 /// Fraction (1/N) of device memory idle workspaces may hold together, but for one larger
-/// workspace kept while the device has as much free ([`give_back`]).
+/// workspace ([`give_back`]).
 const IDLE_DEVICE_FRACTION: usize = 4;
+/// Fraction (1/N) of device memory that must stay free for an idle workspace over
+/// [`IDLE_DEVICE_FRACTION`] to be kept.
+const LARGE_IDLE_FREE_FRACTION: usize = 8;
 
 /// The three streams of a multi-panel product (copies up, kernels, copies down), and the
 /// events that order them and tell the host when copies have landed.
@@ -304,10 +307,10 @@ pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
 ///
 /// Idle workspaces keep at most a quarter of the device's memory together, but for one that
 /// is larger on its own (the emulation of a complex 16384³ product needs 27–42 GiB): it is kept
-/// while the others fit the quarter and the device still has a quarter of its memory free.
+/// while the others fit the quarter and an eighth of the device's memory is still free.
 /// Freeing it would have the next such product map all of it again, tens of milliseconds. The
 /// crate's own allocations that find the device full free the idle workspaces and try again
-/// ([`with_room`]); [`trim`] frees them for anyone else.
+/// ([`with_room`](crate::engine::args::with_room)); [`trim`] frees them for anyone else.
 pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
     if gpu.faulted() {
         return drop(ws);
@@ -318,9 +321,15 @@ pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
     let device = sizes.clone().sum::<usize>() + ws.device_bytes();
     let largest = sizes.max().unwrap_or(0).max(ws.device_bytes());
     let quarter = gpu.info.total_memory / IDLE_DEVICE_FRACTION;
+    let margin = gpu.info.total_memory / LARGE_IDLE_FREE_FRACTION;
+    // Free memory is asked of the driver (a query of microseconds) only for a pool over the
+    // quarter, under the pool's lock so that two workspaces given back at once are weighed in
+    // turn.
     if pool.len() < MAX_IDLE_WORKSPACES
         && pinned + ws.pinned_bytes() <= MAX_IDLE_PINNED_BYTES
-        && room_for(device, largest, quarter, || free_device_memory(gpu))
+        && room_for(device, largest, (quarter, margin), || {
+            free_device_memory(gpu)
+        })
     {
         pool.push(Box::new(ws));
     } else {
@@ -331,38 +340,21 @@ pub(crate) fn give_back(gpu: &Gpu, ws: Workspace) {
 
 /// Whether idle workspaces may hold `all` bytes of device memory together, the largest of
 /// them `largest`, `budget` being the share of device memory they may hold: within it, or,
-/// for one workspace over it, while the others are within it and the device has `budget`
+/// for one workspace over it, while the others are within it and the device has `margin`
 /// bytes free (`free`, asked only then).
 fn room_for(
     all: usize,
     largest: usize,
-    budget: usize,
+    (budget, margin): (usize, usize),
     free: impl FnOnce() -> Option<usize>,
 ) -> bool {
-    all <= budget || (all - largest <= budget && free().is_some_and(|free| free >= budget))
+    all <= budget || (all - largest <= budget && free().is_some_and(|free| free >= margin))
 }
 
 /// The device's free memory, as the driver counts it (memory the stream-ordered pool holds
 /// counts as used); `None` where the driver does not say.
 fn free_device_memory(gpu: &Gpu) -> Option<usize> {
     gpu.ctx.mem_get_info().ok().map(|(free, _)| free)
-}
-
-/// `f`, and once more after the device's idle workspaces are freed where `f` found the device's
-/// memory full while some were kept (when it began): the memory they keep is the crate's to
-/// give back before an allocation fails.
-pub(crate) fn with_room<R>(
-    gpu: &Gpu,
-    mut f: impl FnMut() -> Result<R, GpuDotError>,
-) -> Result<R, GpuDotError> {
-    let kept = idle_count(gpu) > 0;
-    match f() {
-        Err(GpuDotError::OutOfMemory { .. }) if kept => {
-            trim_device(gpu);
-            f()
-        }
-        done => done,
-    }
 }
 
 /// Idle workspaces in the device's pool.
@@ -372,8 +364,7 @@ pub(crate) fn idle_count(gpu: &Gpu) -> usize {
 
 /// Frees the device's idle workspaces.
 pub(crate) fn trim_device(gpu: &Gpu) {
-    let drained: Vec<_> = idle(gpu).drain(..).collect();
-    drop(drained);
+    gpu.free_idle();
 }
 
 /// Frees the device and page-locked memory that idle workspaces keep for reuse, on every
@@ -434,22 +425,22 @@ mod tests {
     const GIB: usize = 1 << 30;
 
     #[test]
-    fn idle_workspaces_keep_a_quarter_and_one_larger_while_a_quarter_is_free() {
-        let quarter = 20 * GIB;
+    fn idle_workspaces_keep_a_quarter_and_one_larger_while_an_eighth_is_free() {
+        let limits = (20 * GIB, 10 * GIB);
         let never = || -> Option<usize> { panic!("free memory asked within the budget") };
         // Within the quarter, free memory is not asked.
-        assert!(room_for(7 * GIB, 7 * GIB, quarter, never));
-        assert!(room_for(20 * GIB, 10 * GIB, quarter, never));
-        // One workspace over it, alone or beside smaller ones within it: kept while a quarter
+        assert!(room_for(7 * GIB, 7 * GIB, limits, never));
+        assert!(room_for(20 * GIB, 10 * GIB, limits, never));
+        // One workspace over it, alone or beside smaller ones within it: kept while an eighth
         // of the device is free, not otherwise.
-        assert!(room_for(27 * GIB, 27 * GIB, quarter, || Some(37 * GIB)));
-        assert!(room_for(45 * GIB, 42 * GIB, quarter, || Some(quarter)));
-        assert!(room_for(28 * GIB, 27 * GIB, quarter, || Some(30 * GIB)));
-        assert!(!room_for(27 * GIB, 27 * GIB, quarter, || Some(quarter - 1)));
-        assert!(!room_for(48 * GIB, 27 * GIB, quarter, || Some(30 * GIB)));
+        assert!(room_for(27 * GIB, 27 * GIB, limits, || Some(37 * GIB)));
+        assert!(room_for(45 * GIB, 42 * GIB, limits, || Some(10 * GIB)));
+        assert!(room_for(28 * GIB, 27 * GIB, limits, || Some(30 * GIB)));
+        assert!(!room_for(27 * GIB, 27 * GIB, limits, || Some(10 * GIB - 1)));
+        assert!(!room_for(48 * GIB, 27 * GIB, limits, || Some(30 * GIB)));
         // Nor where the driver does not say.
-        assert!(!room_for(27 * GIB, 27 * GIB, quarter, || None));
+        assert!(!room_for(27 * GIB, 27 * GIB, limits, || None));
         // Nor two over the quarter.
-        assert!(!room_for(54 * GIB, 27 * GIB, quarter, || Some(40 * GIB)));
+        assert!(!room_for(54 * GIB, 27 * GIB, limits, || Some(40 * GIB)));
     }
 }

@@ -54,14 +54,15 @@ pub(crate) struct Emulated {
 /// ([`Product::weigh`]), 3. the split ([`Product::split`]), 4. the INT8 GEMMs
 /// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
 ///
-/// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is,
-/// unless the paired forms are on (the default; the crate's `complex_paired` switch turns
-/// them off). Then it is scaled as the real product is, with the shifts of a complex column's
-/// two parts made one before the guard weighs them, and runs in the Karatsuba form
-/// ([`Pairs`]): split into the three parts' panels, three INT8 GEMMs a modulus, and the
-/// rebuild of the same integers (the real form with the same shifts, under the
-/// `complex_karatsuba` switch, gives the same bits). It splits nothing early and keeps nothing
-/// of op(B) for the next panel.
+/// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is
+/// (each column's parts scaled on their own) below the Karatsuba form's size, or where the
+/// crate's `complex_paired` switch is off ([`complex_form`](super::complex_form)). From that
+/// size up it is scaled as the real product is, with the shifts of a complex column's two parts
+/// made one before the guard weighs them, and runs in the Karatsuba form ([`Pairs`]): split into
+/// the three parts' panels, three INT8 GEMMs a modulus, and the rebuild of the same integers
+/// (the real form with the same shifts, under the `complex_karatsuba` switch at any size, gives
+/// the same bits). A paired product splits nothing early and keeps nothing of op(B) for the
+/// next panel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<T: Element>(
     gpu: &Gpu,
@@ -88,6 +89,11 @@ pub(crate) fn launch<T: Element>(
             e => OzError::Gpu(e),
         })
     };
+    // The workspace, grown where the device has room for it once its idle workspaces are
+    // freed (a larger one may sit idle while this product holds a smaller); else the product
+    // runs natively, and the route report says the emulation could not run.
+    let grow = || scratch(stream, &mut *ws, plan.total, &gpu.high_water.device).map(drop);
+    crate::engine::args::with_room(gpu, grow).map_err(|_| OzError::Unavailable)?;
     let work = scratch(stream, ws, plan.total, &gpu.high_water.device)
         .map_err(|_| OzError::Unavailable)?;
     let base = work.addr(stream);
