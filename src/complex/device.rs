@@ -75,7 +75,7 @@ pub(crate) fn general<T: Element>(
     let direct = alpha.is_one() && beta.is_zero() && matches!(c.0, Dst::Device { .. });
     let a_host = match &a.0 {
         Src::Host(v) => Some(super::as_reals(v.view())),
-        Src::Device { .. } => None,
+        _ => None,
     };
     let a_dev = match &a.0 {
         Src::Device { mat, .. } if mat.trans => {
@@ -83,9 +83,13 @@ pub(crate) fn general<T: Element>(
         }
         _ => None,
     };
+    let b_host = match &b.0 {
+        Src::Host(v) => Some(super::as_reals(v.view())),
+        _ => None,
+    };
     let b_dev = match &b.0 {
-        Src::Device { .. } => laid_out(&gpu, device_mat(&b.0), ComplexLayout::Expanded)?,
-        Src::Host(v) => expanded_on_device(&gpu, v.view())?,
+        Src::Device { .. } => Some(laid_out(&gpu, device_mat(&b.0), ComplexLayout::Expanded)?),
+        _ => None,
     };
     // The real product writes every element of its own memory (its `beta` is zero).
     let mut p = if direct {
@@ -107,9 +111,15 @@ pub(crate) fn general<T: Element>(
             cols: 2 * k,
             home: *home,
         },
-        (Src::Host(_), None, _) => unreachable!("a host A is read as reals above"),
+        (Src::Host(_) | Src::HostParts(_), None, _) => {
+            unreachable!("a host A is read as reals above")
+        }
     };
-    let b_r = dense(&b_dev, 2 * k, 2 * n, home);
+    let b_r = match (&b_host, &b_dev) {
+        (Some(host), _) => Src::HostParts(host.view()),
+        (_, Some(buf)) => dense(buf, 2 * k, 2 * n, home),
+        (None, None) => unreachable!("B is on the host or the device"),
+    };
     let c_r = c_reals(p.as_mut(), &mut c.0, (m, n), home);
     let route = stacked_product(gpu.info.ordinal, a_r, b_r, c_r, opts)?;
     if let Some(p) = &p {
@@ -137,24 +147,6 @@ pub(super) fn stacked_product<T: Element>(
     let (a, b, mut c) = (Operand(a), Operand(b), Output(c));
     let route = matrix::general_real(T::one(), &a, &b, T::zero(), &mut c, &opts, false)?;
     Ok(super::stacked_route(route))
-}
-
-/// A host `b` (`k × n`, any layout) expanded to `2k × 2n` reals on the device: its elements
-/// go up once, side by side (`k × 2n` reals, read in place where `b` is in C order), and the
-/// expand kernel lays them out there (as [`expanded`](super::expanded) does on the host, at
-/// twice the bytes), once the device has written them.
-pub(super) fn expanded_on_device<T: Element>(
-    gpu: &Gpu,
-    b: ndarray::ArrayView2<'_, Complex<T>>,
-) -> Result<CudaSlice<T>, GpuDotError> {
-    let (k, n) = b.dim();
-    let up = pipeline::upload(gpu, super::as_reals(b).view())?;
-    let x = ComplexMat {
-        buf: &up,
-        dim: (k, n),
-        strides: (n, 1),
-    };
-    laid_out(gpu, x, ComplexLayout::Expanded)
 }
 
 /// `len` reals of new device memory, uninitialised, once the allocation is done: for a

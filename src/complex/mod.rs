@@ -393,20 +393,19 @@ pub(crate) fn stacked<T: Element>(
     b: ArrayView2<'_, Complex<T>>,
     opts: &DotOptions,
 ) -> Result<(Array2<Complex<T>>, Route), GpuDotError> {
-    // `B` goes up once, side by side, and is expanded on the device; `A` and `C` cross the
-    // link in row panels, as a real product's host operands do.
-    let gpu = context::gpu_on(device)?;
+    // `B`'s parts go up once, side by side, ahead of the first panel, whose kernels expand
+    // them on the device; `A` and `C` cross the link in row panels, as a real product's host
+    // operands do.
     let (k, n) = b.dim();
     crate::engine::args::check_dims(a.nrows(), 2 * k, 2 * n)?;
-    let b_expanded = self::device::expanded_on_device(&gpu, b)?;
-    let a_reals = as_reals(a);
+    let (a_reals, b_reals) = (as_reals(a), as_reals(b));
     let mut c = zeros::<T>((a.nrows(), n))?;
     // A failure on the device is answered by ndarray's complex product, not the real one's
     // fallback.
     let route = self::device::stacked_product(
         device,
         Src::Host(a_reals.view()),
-        self::device::dense(&b_expanded, 2 * k, 2 * n, gpu.home()),
+        Src::HostParts(b_reals.view()),
         Dst::Host(reals_mut(&mut c)),
         opts,
     )?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
@@ -166,27 +166,70 @@ pub(crate) fn complex_layout<T: Element>(
         ComplexLayout::Gathered => Aux::ComplexGather,
         ComplexLayout::Expanded => Aux::ComplexExpand,
     };
+    // SAFETY: X holds every element the strides reach (`covered`, asserted above, with no
+    // overflow in the index), Y the layout's reals (asserted above); X and Y are different
+    // buffers (Y borrowed mutably).
+    unsafe { launch_layout(gpu, stream, which, x.dim, x.strides, x.buf, y) }
+}
+
+/// Enqueues the expansion ([`ComplexLayout::Expanded`]) of the C-order `rows × cols` complex
+/// matrix whose parts `x` holds (`rows × 2·cols` reals, each row's parts interleaved) into
+/// the first `4·rows·cols` reals of `y`. A matrix of no elements enqueues nothing.
+pub(crate) fn complex_expand<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    (rows, cols): (usize, usize),
+    x: &CudaView<'_, T>,
+    y: &mut CudaViewMut<'_, T>,
+) -> Result<(), GpuDotError> {
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let layout = ComplexLayout::Expanded;
+    assert!(x.len() >= 2 * rows * cols, "complex operand too small");
+    assert!(
+        y.len() >= layout.len((rows, cols)),
+        "complex output too small"
+    );
+    // SAFETY: X holds the `rows × cols` elements at strides `(cols, 1)` (asserted above), Y the
+    // layout's reals (asserted above); X and Y are different buffers (Y borrowed mutably).
+    unsafe {
+        launch_layout(
+            gpu,
+            stream,
+            Aux::ComplexExpand,
+            (rows, cols),
+            (cols, 1),
+            x,
+            &*y,
+        )
+    }
+}
+
+/// Enqueues the layout kernel `which` from the `dim` complex elements of `x` at `strides` into
+/// `y`.
+///
+/// # Safety
+/// `x` holds every element the strides reach, `y` the layout's reals, and the two do not
+/// overlap; both stay valid until the kernel has run.
+unsafe fn launch_layout<T: Element, X: DevicePtr<T>, Y: DevicePtr<T>>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    which: Aux,
+    (rows, cols): (usize, usize),
+    (sr, sc): (usize, usize),
+    x: &X,
+    y: &Y,
+) -> Result<(), GpuDotError> {
     let func = aux(gpu, which, T::DTYPE)?;
     let cfg = grid_stride(rows * cols);
-    let (r, c, sr, sc) = (
-        rows as i64,
-        cols as i64,
-        x.strides.0 as i64,
-        x.strides.1 as i64,
-    );
+    let (r, c, sr, sc) = (rows as i64, cols as i64, sr as i64, sc as i64);
     let mut builder = Launch::on(gpu, stream, &func);
-    builder
-        .arg(&r)
-        .arg(&c)
-        .view(x.buf)
-        .arg(&sr)
-        .arg(&sc)
-        .view(y);
+    builder.arg(&r).arg(&c).view(x).arg(&sr).arg(&sc).view(y);
     // SAFETY: arguments match `{,d}elem_complex_{gather,expand}(long long rows, long long
-    // cols, const T* X, long long sr, long long sc, T* Y)` in order and type; X holds every
-    // element the strides reach (`covered`, asserted above, with no overflow in the index),
-    // Y the layout's reals (asserted above); X and Y are different buffers (Y borrowed
-    // mutably); the kernel loops over all rows·cols elements whatever the grid.
+    // cols, const T* X, long long sr, long long sc, T* Y)` in order and type; the caller
+    // vouches for the extents and the disjointness of X and Y; the kernel loops over all
+    // rows·cols elements whatever the grid.
     unsafe { builder.launch(cfg) }
         .map(drop)
         .map_err(GpuDotError::at("launching a complex layout kernel"))

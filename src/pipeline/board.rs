@@ -605,6 +605,7 @@ mod tests {
         let res = Residency {
             a_host: true,
             b_host: true,
+            b_parts: false,
             c_host: true,
             c_in: false,
         };

@@ -33,6 +33,12 @@ pub(crate) struct DevMat<'a, T> {
 /// then `rows`, `cols` and the leading dimension count complex elements).
 pub(crate) enum Src<'a, T, D = T> {
     Host(ArrayView2<'a, T>),
+    /// A host complex matrix's parts as B of a real product: a C-order `K × 2N` array of reals
+    /// (each row's parts interleaved, `bᵣ bᵢ bᵣ bᵢ …`), which goes up as it is and which the
+    /// product reads expanded on the device, as the `2K × 2N` real matrix whose element block
+    /// for `bᵣ + i·bᵢ` is `[[bᵣ, bᵢ], [−bᵢ, bᵣ]]` (the stacked parts' B; `dim` is
+    /// `(2K, 2N)`). Only B is read this way.
+    HostParts(ArrayView2<'a, D>),
     Device {
         mat: DevMat<'a, D>,
         rows: usize,
@@ -46,6 +52,7 @@ impl<T, D> Src<'_, T, D> {
     pub(crate) fn dim(&self) -> (usize, usize) {
         match self {
             Src::Host(v) => v.dim(),
+            Src::HostParts(v) => (2 * v.nrows(), v.ncols()),
             Src::Device { rows, cols, .. } => (*rows, *cols),
         }
     }
@@ -53,7 +60,7 @@ impl<T, D> Src<'_, T, D> {
     /// Where a device matrix lives, and its shape.
     pub(crate) fn home(&self) -> Option<(Home, (usize, usize))> {
         match self {
-            Src::Host(_) => None,
+            Src::Host(_) | Src::HostParts(_) => None,
             Src::Device { home, .. } => Some((*home, self.dim())),
         }
     }
@@ -63,7 +70,7 @@ impl<T: Element> Src<'_, T> {
     /// How the operand is read, for the route report.
     pub(super) fn layout(&self) -> Layout {
         match self {
-            Src::Host(v) => classify(v).0,
+            Src::Host(v) | Src::HostParts(v) => classify(v).0,
             Src::Device { .. } => Layout::Device,
         }
     }

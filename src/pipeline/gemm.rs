@@ -210,6 +210,11 @@ impl<T: Element> Input<'_, T> {
     fn of<'a>(src: &Src<'a, T>) -> Input<'a, T> {
         match src {
             Src::Host(v) => Input::Host(Stored::of(v)),
+            // Packed row by row, as the expand kernel reads them.
+            Src::HostParts(v) => Input::Host(Stored {
+                mat: HostMat::of_view(v),
+                trans: false,
+            }),
             Src::Device { mat, .. } => Input::Device(*mat),
         }
     }
@@ -242,6 +247,9 @@ struct Operands<'g, T> {
     needs_t: bool,
     a: Input<'g, T>,
     b: Input<'g, T>,
+    /// B holds a host complex matrix's parts, which the first panel expands on the device
+    /// ([`Src::HostParts`]): `k · n / 2` elements go up.
+    b_parts: bool,
     /// C on the host, and whether it is fresh memory.
     c_host: Option<HostMat>,
     fresh: bool,
@@ -265,10 +273,16 @@ impl<'g, T: Element> Operands<'g, T> {
             }
             Dst::Device { buf, ld, .. } => (None, Some((&mut **buf, *ld)), false),
         };
+        assert!(
+            !matches!(g.a, Src::HostParts(_)),
+            "only B is read as a complex matrix's parts"
+        );
         let (a, b) = (Input::of(g.a), Input::of(g.b));
+        let b_parts = matches!(g.b, Src::HostParts(_));
         let residency = Residency {
             a_host: a.host().is_some(),
             b_host: b.host().is_some(),
+            b_parts,
             c_host: c_host.is_some(),
             c_in: c_host.is_some() && beta != T::zero(),
         };
@@ -280,10 +294,21 @@ impl<'g, T: Element> Operands<'g, T> {
             needs_t: multiply && !(alpha == T::one() && beta == T::zero()),
             a,
             b,
+            b_parts,
             c_host,
             fresh,
             c_dev,
             residency,
+        }
+    }
+
+    /// The elements of B that go up where B is a host operand.
+    fn b_up_len(&self) -> usize {
+        let (_, k, n) = self.dims;
+        if self.b_parts {
+            k * n / 2
+        } else {
+            k * n
         }
     }
 
@@ -304,7 +329,7 @@ impl<'g, T: Element> Operands<'g, T> {
             epilogue: self.needs_t || !self.multiply,
             host_bytes: T::DTYPE.size()
                 * (read(r.a_host, m * k)
-                    + read(r.b_host, k * n)
+                    + read(r.b_host, self.b_up_len())
                     + (usize::from(r.c_host) + usize::from(r.c_in)) * m * n),
         }
     }
@@ -446,7 +471,16 @@ fn buffers<T: Element>(
     let copied = ops.multiply && !planned.mapped_inputs;
     let needs = Needs {
         width: T::DTYPE.size(),
-        b: if copied && r.b_host { k * n } else { 0 },
+        b: if copied && r.b_host {
+            ops.b_up_len()
+        } else {
+            0
+        },
+        b_wide: if ops.multiply && ops.b_parts {
+            k * n
+        } else {
+            0
+        },
         a: if copied && r.a_host { rows * k } else { 0 },
         a_slots: planned.slots,
         c: if r.c_host && !planned.mapped_result {
@@ -685,8 +719,8 @@ fn enqueue_panel<T: Element>(
         // and `Mapped` never frees it.
         let (a_at, b_at) = inputs_at.unwrap_or((None, None));
         let mapped_a = a_at.map(|at| unsafe { Mapped::<T>::new(stream, at, p * k) });
-        // SAFETY: as for A just above.
-        let mapped_b = b_at.map(|at| unsafe { Mapped::<T>::new(stream, at, k * n) });
+        // SAFETY: as for A just above (B's `b_up_len` elements).
+        let mapped_b = b_at.map(|at| unsafe { Mapped::<T>::new(stream, at, ops.b_up_len()) });
         let a = match ops.a {
             Input::Host(s) => DeviceOperand {
                 buf: match &mapped_a {
@@ -706,12 +740,30 @@ fn enqueue_panel<T: Element>(
                 ld: mat.ld,
             },
         };
+        let b_up = || match &mapped_b {
+            Some(m) => m.view(),
+            None => dev.b.as_ref().expect("provided").view(ops.b_up_len()),
+        };
+        if ops.b_parts && i == 0 {
+            // The first panel's kernels follow its inputs, B's parts among them, on this
+            // stream; the later panels' follow these.
+            let wide = dev.b_wide.as_mut().expect("provided");
+            aux::complex_expand(
+                gpu,
+                stream,
+                (k / 2, n / 2),
+                &b_up(),
+                &mut wide.view_mut(k * n),
+            )?;
+        }
         let b = match ops.b {
+            Input::Host(_) if ops.b_parts => DeviceOperand {
+                buf: dev.b_wide.as_ref().expect("provided").view(k * n),
+                trans: false,
+                ld: n,
+            },
             Input::Host(s) => DeviceOperand {
-                buf: match &mapped_b {
-                    Some(m) => m.view(),
-                    None => dev.b.as_ref().expect("provided").view(k * n),
-                },
+                buf: b_up(),
                 trans: s.trans,
                 ld: s.ld(k),
             },

@@ -260,6 +260,9 @@ pub(crate) struct Residency {
     pub(crate) a_host: bool,
     /// B is a host array (uploaded whole, first).
     pub(crate) b_host: bool,
+    /// B is a host complex matrix's parts, half the elements of the `k × n` operand the
+    /// product reads (expanded on the device; [`Src::HostParts`](super::Src::HostParts)).
+    pub(crate) b_parts: bool,
     /// C is a host array (downloaded per panel).
     pub(crate) c_host: bool,
     /// C's old value is read (beta ≠ 0) from the host (uploaded per panel).
@@ -347,7 +350,7 @@ impl Schedule {
         if multiply && res.b_host && k * n > 0 {
             up.push(Transfer {
                 what: What::B,
-                len: k * n,
+                len: if res.b_parts { k * n / 2 } else { k * n },
             });
         }
         let mut down = Vec::new();
@@ -510,6 +513,7 @@ mod tests {
     const ALL_HOST: Residency = Residency {
         a_host: true,
         b_host: true,
+        b_parts: false,
         c_host: true,
         c_in: false,
     };
@@ -634,10 +638,29 @@ mod tests {
     }
 
     #[test]
+    fn a_complex_bs_parts_move_half_the_operand() {
+        // B read as 2K × 2N = 512 × 256 from K × 2N = 256 × 256 reals: 65536 go up, ahead of
+        // every panel's A.
+        let res = Residency {
+            b_parts: true,
+            ..ALL_HOST
+        };
+        let s = Schedule::product((1024, 512, 256), 256, true, res);
+        assert_eq!(s.up.transfers[0].what, What::B);
+        assert_eq!(s.up.transfers[0].len, 512 * 256 / 2);
+        let a_len: usize = s.up.transfers[1..].iter().map(|t| t.len).sum();
+        assert_eq!(a_len, 1024 * 512);
+        check_cover(&s.up);
+        let plain = Schedule::product((1024, 512, 256), 256, true, ALL_HOST);
+        assert_eq!(plain.up.transfers[0].len, 512 * 256);
+    }
+
+    #[test]
     fn device_operands_move_nothing() {
         let res = Residency {
             a_host: false,
             b_host: false,
+            b_parts: false,
             c_host: false,
             c_in: false,
         };

@@ -81,6 +81,8 @@ impl Lanes {
 #[derive(Default)]
 pub(crate) struct DevBufs {
     pub(crate) b: Option<DevBuf>,
+    /// B expanded on the device from the complex parts that went up to `b`.
+    pub(crate) b_wide: Option<DevBuf>,
     pub(crate) a: [Option<DevBuf>; 2],
     pub(crate) c: [Option<DevBuf>; 2],
     pub(crate) t: Option<DevBuf>,
@@ -93,6 +95,7 @@ impl DevBufs {
     fn bytes(&self) -> usize {
         let len = |b: &Option<DevBuf>| b.as_ref().map_or(0, DevBuf::bytes);
         len(&self.b)
+            + len(&self.b_wide)
             + self.a.iter().chain(&self.c).map(len).sum::<usize>()
             + len(&self.t)
             + len(&self.scratch)
@@ -148,6 +151,8 @@ impl Staging {
 pub(crate) struct Needs {
     pub(crate) width: usize,
     pub(crate) b: usize,
+    /// B as the product reads it, where the device expands it from what went up.
+    pub(crate) b_wide: usize,
     pub(crate) a: usize,
     pub(crate) a_slots: usize,
     pub(crate) c: usize,
@@ -199,6 +204,7 @@ impl Workspace {
             Ok::<(), GpuDotError>(())
         };
         grow(&mut self.dev.b, needs.b)?;
+        grow(&mut self.dev.b_wide, needs.b_wide)?;
         for s in 0..needs.a_slots {
             grow(&mut self.dev.a[s], needs.a)?;
         }
