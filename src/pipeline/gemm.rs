@@ -6,14 +6,13 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream};
-use ndarray::ArrayView2;
 
 use super::board::Endpoints;
 use super::conduct::{Run, Trace};
 use super::ends::HostCopies;
 use super::ends::*;
 use super::link::{CudaLink, Streams};
-use super::schedule::{Residency, Schedule, What};
+use super::schedule::{Schedule, What};
 use super::times::Times;
 use super::workspace::{self, Needs, Workspace};
 use super::{conduct, schedule};
@@ -27,9 +26,8 @@ use crate::engine::ozaki::SharedB;
 use crate::engine::plan::Plan;
 use crate::engine::tuner::{self, Choice, Ran};
 use crate::error::GpuDotError;
-use crate::host::staging::HostMat;
-use crate::layout::classify;
 use crate::options::{DotOptions, Precision};
+use operands::{Input, Operands};
 
 /// One general product, `C = alpha·A·B + beta·C`.
 pub(crate) struct Gemm<'g, 'a, 'b, 'c, T> {
@@ -148,191 +146,6 @@ fn run<T: Element>(
         }
     }
     Ok(done)
-}
-
-/// A host operand as the device reads it.
-#[derive(Clone, Copy)]
-struct Stored {
-    /// The operand in the order it is packed: the view itself, or its transpose when that
-    /// walks memory in order (F-order and column-strided views).
-    mat: HostMat,
-    /// Whether `mat` is the transpose.
-    trans: bool,
-}
-
-impl Stored {
-    fn of<T: Element>(v: &ArrayView2<'_, T>) -> Stored {
-        let m = HostMat::of_view(v);
-        if classify(v).1 {
-            Stored {
-                mat: m.t(),
-                trans: true,
-            }
-        } else {
-            Stored {
-                mat: m,
-                trans: false,
-            }
-        }
-    }
-
-    /// Leading dimension of the packed operand (`panel` rows for a transposed A panel).
-    fn ld(&self, panel: usize) -> usize {
-        if self.trans {
-            panel
-        } else {
-            self.mat.dim().1
-        }
-    }
-}
-
-/// An operand as the kernels read it: packed from the host, or a device matrix.
-enum Input<'a, T> {
-    Host(Stored),
-    Device(DevMat<'a, T>),
-}
-
-impl<T> Clone for Input<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Input<'_, T> {}
-
-impl<T> Clone for DevMat<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for DevMat<'_, T> {}
-
-impl<T: Element> Input<'_, T> {
-    fn of<'a>(src: &Src<'a, T>) -> Input<'a, T> {
-        match src {
-            Src::Host(v) => Input::Host(Stored::of(v)),
-            // Packed row by row, as the expand kernel reads them.
-            Src::HostParts(v) => Input::Host(Stored {
-                mat: HostMat::of_view(v),
-                trans: false,
-            }),
-            Src::Device { mat, .. } => Input::Device(*mat),
-        }
-    }
-
-    fn host(&self) -> Option<Stored> {
-        match self {
-            Input::Host(s) => Some(*s),
-            Input::Device(_) => None,
-        }
-    }
-
-    /// Whether it is read transposed, and its leading dimension (`panel` rows for a host A
-    /// panel).
-    fn layout(&self, panel: usize) -> (bool, usize) {
-        match self {
-            Input::Host(s) => (s.trans, s.ld(panel)),
-            Input::Device(d) => (d.trans, d.ld),
-        }
-    }
-}
-
-/// Step 1, operands: how the device reads A and B and where C goes.
-struct Operands<'g, T> {
-    dims: (usize, usize, usize),
-    alpha: T,
-    beta: T,
-    /// A and B are read (k > 0 and alpha ≠ 0).
-    multiply: bool,
-    /// The kernel writes T and the epilogue forms `C = alpha·T + beta·C`.
-    needs_t: bool,
-    a: Input<'g, T>,
-    b: Input<'g, T>,
-    /// B holds a host complex matrix's parts, which the first panel expands on the device
-    /// ([`Src::HostParts`]): `k · n / 2` elements go up.
-    b_parts: bool,
-    /// C on the host, and whether it is fresh memory.
-    c_host: Option<HostMat>,
-    fresh: bool,
-    /// C on the device, with its leading dimension.
-    c_dev: Option<(&'g mut CudaSlice<T>, usize)>,
-    residency: Residency,
-}
-
-impl<'g, T: Element> Operands<'g, T> {
-    fn of<'a: 'g, 'b: 'g>(g: &'g mut Gemm<'_, 'a, 'b, '_, T>) -> Operands<'g, T> {
-        let (m, k, n) = g.dims();
-        let (alpha, beta) = (g.alpha, g.beta);
-        let multiply = k > 0 && alpha != T::zero();
-        let (c_host, c_dev, fresh) = match &mut *g.c {
-            Dst::Host(v) => (Some(HostMat::of_view_mut(v)), None, false),
-            Dst::Fresh(arr) => {
-                assert!(beta == T::zero(), "a fresh output is never read");
-                assert!(arr.is_standard_layout(), "a fresh output is C-contiguous");
-                let ptr = arr.as_mut_ptr().cast::<T>();
-                (Some(HostMat::row_major(ptr, m, n)), None, true)
-            }
-            Dst::Device { buf, ld, .. } => (None, Some((&mut **buf, *ld)), false),
-        };
-        assert!(
-            !matches!(g.a, Src::HostParts(_)),
-            "only B is read as a complex matrix's parts"
-        );
-        let (a, b) = (Input::of(g.a), Input::of(g.b));
-        let b_parts = matches!(g.b, Src::HostParts(_));
-        let residency = Residency {
-            a_host: a.host().is_some(),
-            b_host: b.host().is_some(),
-            b_parts,
-            c_host: c_host.is_some(),
-            c_in: c_host.is_some() && beta != T::zero(),
-        };
-        Operands {
-            dims: (m, k, n),
-            alpha,
-            beta,
-            multiply,
-            needs_t: multiply && !(alpha == T::one() && beta == T::zero()),
-            a,
-            b,
-            b_parts,
-            c_host,
-            fresh,
-            c_dev,
-            residency,
-        }
-    }
-
-    /// The elements of B that go up where B is a host operand.
-    fn b_up_len(&self) -> usize {
-        let (_, k, n) = self.dims;
-        if self.b_parts {
-            k * n / 2
-        } else {
-            k * n
-        }
-    }
-
-    /// What the tuner needs to know.
-    fn for_tuner(&self) -> tuner::Product {
-        let (m, k, n) = self.dims;
-        let (a_trans, a_ld) = self.a.layout(m);
-        let (b_trans, b_ld) = self.b.layout(k);
-        let r = self.residency;
-        let read = |on_host: bool, len: usize| usize::from(on_host && self.multiply) * len;
-        let per_16 = T::DTYPE.per_16_bytes();
-        tuner::Product {
-            dtype: T::DTYPE,
-            dims: self.dims,
-            trans: (a_trans, b_trans),
-            residency: (r.a_host, r.b_host, r.c_host, r.c_in),
-            aligned: a_ld % per_16 == 0 && b_ld % per_16 == 0,
-            epilogue: self.needs_t || !self.multiply,
-            host_bytes: T::DTYPE.size()
-                * (read(r.a_host, m * k)
-                    + read(r.b_host, self.b_up_len())
-                    + (usize::from(r.c_host) + usize::from(r.c_in)) * m * n),
-        }
-    }
 }
 
 /// Step 2, schedule: the tuner's choice and the schedule it gives.
@@ -721,6 +534,9 @@ fn enqueue_panel<T: Element>(
         let mapped_a = a_at.map(|at| unsafe { Mapped::<T>::new(stream, at, p * k) });
         // SAFETY: as for A just above (B's `b_up_len` elements).
         let mapped_b = b_at.map(|at| unsafe { Mapped::<T>::new(stream, at, ops.b_up_len()) });
+        if ops.b_parts && i == 0 {
+            expand_b(gpu, stream, ops, dev, mapped_b.as_ref())?;
+        }
         let a = match ops.a {
             Input::Host(s) => DeviceOperand {
                 buf: match &mapped_a {
@@ -740,39 +556,7 @@ fn enqueue_panel<T: Element>(
                 ld: mat.ld,
             },
         };
-        let b_up = || match &mapped_b {
-            Some(m) => m.view(),
-            None => dev.b.as_ref().expect("provided").view(ops.b_up_len()),
-        };
-        if ops.b_parts && i == 0 {
-            // The first panel's kernels follow its inputs, B's parts among them, on this
-            // stream; the later panels' follow these.
-            let wide = dev.b_wide.as_mut().expect("provided");
-            aux::complex_expand(
-                gpu,
-                stream,
-                (k / 2, n / 2),
-                &b_up(),
-                &mut wide.view_mut(k * n),
-            )?;
-        }
-        let b = match ops.b {
-            Input::Host(_) if ops.b_parts => DeviceOperand {
-                buf: dev.b_wide.as_ref().expect("provided").view(k * n),
-                trans: false,
-                ld: n,
-            },
-            Input::Host(s) => DeviceOperand {
-                buf: b_up(),
-                trans: s.trans,
-                ld: s.ld(k),
-            },
-            Input::Device(mat) => DeviceOperand {
-                buf: mat.buf.as_view(),
-                trans: mat.trans,
-                ld: mat.ld,
-            },
-        };
+        let b = b_operand(ops, (&dev.b, &dev.b_wide), mapped_b.as_ref());
         // SAFETY: `result_at` is the down ring's page-locked memory, which holds the panel's
         // `p · n` elements from its start (one down parcel at offset 0, `mapped_result`) and
         // which the device addresses at the same address (unified addressing,
@@ -816,6 +600,57 @@ fn enqueue_panel<T: Element>(
     Ok(ran)
 }
 
+/// Enqueues, on `stream`, the expansion of a host complex matrix's parts (B as it went up:
+/// its copy on the device, or its parcel in the up ring where `mapped`) into the B the kernels
+/// read ([`Src::HostParts`]). The first panel's kernels follow it on the same stream, once its
+/// inputs have landed; every later panel's follow those.
+fn expand_b<T: Element>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    ops: &Operands<T>,
+    dev: &mut workspace::DevBufs,
+    mapped: Option<&Mapped<T>>,
+) -> Result<(), GpuDotError> {
+    let (_, k, n) = ops.dims;
+    let parts = match mapped {
+        Some(m) => m.view(),
+        None => dev.b.as_ref().expect("provided").view(ops.b_up_len()),
+    };
+    let mut wide = dev.b_wide.as_mut().expect("provided").view_mut(k * n);
+    aux::complex_expand(gpu, stream, (k / 2, n / 2), &parts, &mut wide)
+}
+
+/// B as a panel's kernels read it: a host B's copy on the device (or its parcel in the up ring
+/// where `mapped`), its expansion where it holds a complex matrix's parts, or the device
+/// matrix.
+fn b_operand<'d, T: Element>(
+    ops: &Operands<'d, T>,
+    (b, b_wide): (&'d Option<args::DevBuf>, &'d Option<args::DevBuf>),
+    mapped: Option<&'d Mapped<T>>,
+) -> DeviceOperand<'d, T> {
+    let (_, k, n) = ops.dims;
+    match ops.b {
+        Input::Host(_) if ops.b_parts => DeviceOperand {
+            buf: b_wide.as_ref().expect("provided").view(k * n),
+            trans: false,
+            ld: n,
+        },
+        Input::Host(s) => DeviceOperand {
+            buf: match mapped {
+                Some(m) => m.view(),
+                None => b.as_ref().expect("provided").view(ops.b_up_len()),
+            },
+            trans: s.trans,
+            ld: s.ld(k),
+        },
+        Input::Device(mat) => DeviceOperand {
+            buf: mat.buf.as_view(),
+            trans: mat.trans,
+            ld: mat.ld,
+        },
+    }
+}
+
 /// Page-locked host memory seen as a device slice of `T` (the address the device uses for it
 /// is its host address), never freed through the slice: the staging that owns it frees it.
 /// A mapped result is written through it, mapped inputs read.
@@ -847,5 +682,6 @@ impl<T> Drop for Mapped<T> {
     }
 }
 
+mod operands;
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,12 @@
 //! The general product's pipeline on a simulated device, and how operands are stored.
 
+use super::operands::Stored;
 use super::schedule::Limits;
+use super::schedule::Residency;
 use super::*;
 use crate::host::staging::Ring;
 use crate::pipeline::sim::SimLink;
-use ndarray::{s, Array2};
+use ndarray::{s, Array2, ArrayView2};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
