@@ -19,6 +19,8 @@
 //! in place as views with stride 2, within `(7·√2 + 1)·u·Σₖ|aᵢₖ||bₖⱼ|`. A complex product
 //! runs on one device. The CPU route is ndarray's own complex product.
 
+use std::mem::MaybeUninit;
+
 use ndarray::linalg::general_mat_mul;
 use ndarray::{
     Array2, Array3, ArrayBase, ArrayView2, ArrayView3, ArrayViewMut2, CowArray, Data, DataMut, Ix2,
@@ -399,16 +401,25 @@ pub(crate) fn stacked<T: Element>(
     let (k, n) = b.dim();
     crate::engine::args::check_dims(a.nrows(), 2 * k, 2 * n)?;
     let (a_reals, b_reals) = (as_reals(a), as_reals(b));
-    let mut c = zeros::<T>((a.nrows(), n))?;
+    // C's reals in fresh memory, as a real product's result: not cleared first, and its pages
+    // touched in parallel while the device works.
+    let m = a.nrows();
+    let mut c = crate::host::fresh::fresh_vec::<T>((m, 2 * n))?;
+    let c_view = ArrayViewMut2::from_shape((m, 2 * n), &mut c[..]).expect("m · 2n reals");
     // A failure on the device is answered by ndarray's complex product, not the real one's
     // fallback.
     let route = self::device::stacked_product(
         device,
         Src::Host(a_reals.view()),
         Src::HostParts(b_reals.view()),
-        Dst::Host(reals_mut(&mut c)),
+        Dst::Fresh(c_view),
         opts,
     )?;
+    // SAFETY: the real product returned Ok for m, 2n ≥ 1, so it has written every element of
+    // its fresh output (its download pieces cover all of it, and it returns only once all of
+    // them are unpacked).
+    let c = unsafe { filled((m, n), c) };
+    crate::host::fresh::result_filled::<T>(2 * m * n);
     Ok((c, route))
 }
 
@@ -643,6 +654,34 @@ fn zeros<T: Element>((rows, cols): (usize, usize)) -> Result<Array2<Complex<T>>,
         vec![Complex::zero(); len]
     };
     Ok(Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements"))
+}
+
+/// The C-order `rows × cols` complex array whose parts `data` holds, `rows × 2·cols` reals
+/// in row-major order: in place where the allocation is exactly theirs, else copied.
+///
+/// # Safety
+/// Every one of `data`'s `2 · rows · cols` elements is initialised.
+unsafe fn filled<T: Element>(
+    (rows, cols): (usize, usize),
+    data: Vec<MaybeUninit<T>>,
+) -> Array2<Complex<T>> {
+    let len = rows * cols;
+    assert_eq!(data.len(), 2 * len, "two reals an element");
+    let data = if data.capacity() == 2 * len {
+        let mut data = std::mem::ManuallyDrop::new(data);
+        // SAFETY: `Complex<T>` is `#[repr(C)]` with two fields of `T` (its size two `T`s', its
+        // alignment `T`'s), and `MaybeUninit<T>` has `T`'s layout. The allocation holds
+        // `2·len` initialised `T`s (the caller's promise) and has exactly that capacity, so it
+        // is an allocation of `len` initialised `Complex<T>` of the same size and alignment;
+        // it is not freed as the old vector (ManuallyDrop).
+        unsafe { Vec::from_raw_parts(data.as_mut_ptr().cast::<Complex<T>>(), len, len) }
+    } else {
+        data.chunks_exact(2)
+            // SAFETY: every element is initialised (the caller's promise).
+            .map(|p| unsafe { Complex::new(p[0].assume_init(), p[1].assume_init()) })
+            .collect()
+    };
+    Array2::from_shape_vec((rows, cols), data).expect("rows · cols elements")
 }
 
 #[cfg(test)]

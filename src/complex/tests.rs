@@ -335,3 +335,19 @@ fn reals_read_back_as_the_matrix_they_hold() {
     let empty = Array2::<f64>::zeros((3, 0));
     assert_eq!(device::from_reals(empty).dim(), (3, 0));
 }
+
+#[test]
+fn filled_reals_are_the_complex_array_they_hold() {
+    let want = Array2::from_shape_fn((3, 4), |(i, j)| Complex::new(i as f64, -(j as f64) - 0.25));
+    let parts: Vec<f64> = want.iter().flat_map(|z| [z.re, z.im]).collect();
+    // An allocation of exactly the reals (taken in place), and a larger one (copied).
+    for spare in [0, 5] {
+        let mut data: Vec<MaybeUninit<f64>> = Vec::with_capacity(parts.len() + spare);
+        data.extend(parts.iter().map(|&x| MaybeUninit::new(x)));
+        assert_eq!(data.capacity() == parts.len(), spare == 0);
+        // SAFETY: every element was written just above.
+        let c = unsafe { filled((3, 4), data) };
+        assert_eq!(c, want);
+        assert!(c.is_standard_layout());
+    }
+}
