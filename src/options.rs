@@ -35,16 +35,16 @@ pub const DEFAULT_MIN_GPU_FLOPS_F64: u64 = 3_000_000;
 
 /// [`DEFAULT_MIN_GPU_FLOPS`] for `Complex<f32>` products, in real flops (`8·m·k·n`).
 ///
-/// A complex product on the GPU moves more than a real one of its flops (`B` goes up
-/// expanded, `2k × 2n` reals), so it pays from larger sizes. Measured host to host on an H100
-/// with 16 host cores (2026-12-06, `complex_sweep --dtype c32`, when a complex product ran as
-/// four real products of its uploaded parts): the GPU path took 0.181 ms at 96³ (7.1 Mflop)
-/// against ndarray's 0.109, 0.212 ms at 128³ (16.8 Mflop) against 0.167, and 0.256 ms at 192³
-/// (56.6 Mflop) against 0.275; the threshold sits between, at 32 Mflop (about 160³).
-/// `Complex<f64>` products keep [`DEFAULT_MIN_GPU_FLOPS_F64`]: there the GPU won from 96³
-/// (0.191 against 0.234 ms), and ndarray took 0.075 ms at 64³ (2.1 Mflop) against the GPU's
-/// 0.155 with the product forced there.
-pub const DEFAULT_MIN_GPU_FLOPS_C32: u64 = 32_000_000;
+/// Measured host to host on an H100 with 16 host cores (2026-12-07, `complex_sweep --dtype
+/// c32`, one real product of the stacked parts whose first panel expands `B`'s parts on the
+/// device): the GPU path took 0.041 ms at 64³ (2.1 Mflop) against ndarray's 0.046, and 0.046 ms
+/// at 96³ (7.1 Mflop) against 0.137; the threshold sits between, at 5 Mflop (about 86³).
+/// When a complex product ran as four real products of its uploaded parts (2026-12-06) the
+/// GPU path took 0.181 ms at 96³ and the threshold was 32 Mflop. `Complex<f64>` products
+/// keep [`DEFAULT_MIN_GPU_FLOPS_F64`]: there the GPU won from 96³ even then (0.191 against
+/// 0.234 ms), and ndarray took 0.075 ms at 64³ (2.1 Mflop) against the GPU's 0.155 with the
+/// product forced there.
+pub const DEFAULT_MIN_GPU_FLOPS_C32: u64 = 5_000_000;
 
 /// The most moduli an Ozaki product may use (`Precision::Ozaki { moduli }`): their product
 /// M < 2^141, so that the reconstruction's sum `S < 9 · 2^25 · M` fits six 32-bit limbs.

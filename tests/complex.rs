@@ -581,7 +581,7 @@ fn every_ix2_form_matches_ndarray_within_rounding<T: Element>() {
 fn complex_products_weigh_their_own_thresholds() {
     use gpu_dot::{CpuReason, DEFAULT_MIN_GPU_FLOPS_C32, DEFAULT_MIN_GPU_FLOPS_F64};
     let _turn = shared_turn(); // with a GPU, the c64 product runs there
-    let n = 140; // 8·140³ = 22 Mflop: between the f64 threshold and the c32 one
+    let n = 82; // 8·82³ = 4.4 Mflop: between the f64 threshold and the c32 one
     let flops = 8 * (n as u64).pow(3);
     assert!(DEFAULT_MIN_GPU_FLOPS_F64 < flops && flops < DEFAULT_MIN_GPU_FLOPS_C32);
     let a = random::<f32>(n, n);
