@@ -28,8 +28,10 @@ fn suite<A: Element>(dtype: Dtype) -> (usize, usize) {
     println!("|---|---|---|---|---|---|");
     for k in SUITE_KS {
         for family in Family::suite(dtype) {
-            let case = SuiteCase::run::<A>(family, k, common::fresh_seed())
-                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e}", family.name()));
+            // The seed is in every message, so that a failing case can be drawn again.
+            let seed = common::fresh_seed();
+            let case = SuiteCase::run::<A>(family, k, seed)
+                .unwrap_or_else(|e| panic!("{dtype} {} k = {k} seed {seed}: {e}", family.name()));
             let (native, default) = (case.native, case.default);
             println!(
                 "| {} | {k} | {:.3} | {:.3} | {} | {:.3e} |",
@@ -39,7 +41,11 @@ fn suite<A: Element>(dtype: Dtype) -> (usize, usize) {
                 case.ran(),
                 case.unguarded.worst
             );
-            let what = format!("{dtype} {} k = {k}: {}", family.name(), case.route);
+            let what = format!(
+                "{dtype} {} k = {k} seed {seed}: {}",
+                family.name(),
+                case.route
+            );
             assert!(
                 matches!(case.route, Route::Gpu { .. }),
                 "{what}: not on the GPU"

@@ -25,8 +25,10 @@ fn suite<T: Element>(dtype: Dtype) -> (usize, usize) {
     println!("|---|---|---|---|---|---|");
     for k in SUITE_KS {
         for family in ComplexFamily::suite(dtype) {
-            let case = ComplexSuiteCase::run::<T>(family, k, common::fresh_seed())
-                .unwrap_or_else(|e| panic!("{dtype} {} k = {k}: {e}", family.name()));
+            // The seed is in every message, so that a failing case can be drawn again.
+            let seed = common::fresh_seed();
+            let case = ComplexSuiteCase::run::<T>(family, k, seed)
+                .unwrap_or_else(|e| panic!("{dtype} {} k = {k} seed {seed}: {e}", family.name()));
             let (native, default) = (case.native, case.default);
             let ran = match &case.route {
                 Route::Gpu {
@@ -46,7 +48,11 @@ fn suite<T: Element>(dtype: Dtype) -> (usize, usize) {
                 default.worst,
                 case.unguarded.worst
             );
-            let what = format!("{dtype} {} k = {k}: {}", family.name(), case.route);
+            let what = format!(
+                "{dtype} {} k = {k} seed {seed}: {}",
+                family.name(),
+                case.route
+            );
             assert!(
                 matches!(case.route, Route::Gpu { complex: true, .. }),
                 "{what}: not a complex GPU product"
