@@ -581,6 +581,8 @@ pub struct SuiteCase {
     pub unguarded: Componentwise,
     /// The default's route: what ran, and the guard's report.
     pub route: Route,
+    /// The native product's route (its kernel plan among it).
+    pub native_route: Route,
 }
 
 impl SuiteCase {
@@ -590,10 +592,11 @@ impl SuiteCase {
         let dims = (SUITE_MN.0, k, SUITE_MN.1);
         let (a, b) = family.operands::<A>(dims, seed);
         let reference = Reference::new(a.view(), b.view());
-        let [(native, _), (default, route), (unguarded, _)] = three_precisions(|opts| {
-            a.try_gpu_dot_with(&b, opts)
-                .map(|p| (componentwise(p.c.view(), &reference), p.route))
-        })?;
+        let [(native, native_route), (default, route), (unguarded, _)] =
+            three_precisions(|opts| {
+                a.try_gpu_dot_with(&b, opts)
+                    .map(|p| (componentwise(p.c.view(), &reference), p.route))
+            })?;
         Ok(SuiteCase {
             dtype: A::DTYPE,
             family,
@@ -602,6 +605,7 @@ impl SuiteCase {
             default,
             unguarded,
             route,
+            native_route,
         })
     }
 

@@ -54,7 +54,8 @@ fn suite<A: Element>(dtype: Dtype) -> (usize, usize) {
             assert!(native.worst <= k as f64, "{what}: native {native:?}");
             assert!(
                 case.meets_rule(),
-                "{what}: default {default:?}, native {native:?}"
+                "{what}: default {default:?}, native {native:?} ({})",
+                case.native_route
             );
             cases += 1;
             emulated_cases += case.emulated() as usize;

@@ -61,7 +61,8 @@ fn suite<T: Element>(dtype: Dtype) -> (usize, usize) {
             assert!(native.worst <= k as f64 + 2.0, "{what}: native {native:?}");
             assert!(
                 case.meets_rule(),
-                "{what}: default {default:?}, native {native:?}"
+                "{what}: default {default:?}, native {native:?} ({})",
+                case.native_route
             );
             cases += 1;
             emulated += case.emulated() as usize;

@@ -288,6 +288,8 @@ pub struct ComplexSuiteCase {
     pub unguarded: Componentwise,
     /// The default's route.
     pub route: Route,
+    /// The native product's route (its kernel plan among it).
+    pub native_route: Route,
 }
 
 impl ComplexSuiteCase {
@@ -301,7 +303,7 @@ impl ComplexSuiteCase {
         let dims = (crate::accuracy::SUITE_MN.0, k, crate::accuracy::SUITE_MN.1);
         let (a, b) = family.operands::<T>(dims, seed);
         let reference = ComplexReference::new(a.view(), b.view());
-        let [(native, _), (default, route), (unguarded, _)] =
+        let [(native, native_route), (default, route), (unguarded, _)] =
             crate::accuracy::three_precisions(|opts| {
                 a.try_gpu_dot_with(&b, opts)
                     .map(|p| (componentwise(p.c.view(), &reference), p.route))
@@ -314,6 +316,7 @@ impl ComplexSuiteCase {
             default,
             unguarded,
             route,
+            native_route,
         })
     }
 
