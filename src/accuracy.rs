@@ -545,6 +545,13 @@ pub fn emulated(route: &Route) -> bool {
 /// A suite case's three products, in the native precision, the default and unguarded Ozaki
 /// at the automatic count, on the GPU with the output poisoned first: what `product` measures
 /// of each, with its route; the first error, if any.
+///
+/// The autotuner is off, so each product runs the heuristic's kernel plan for its shape. With
+/// it on, each precision's products of a shape are tuned apart, each handing out its
+/// candidate plans in turn until it settles, so the native product and a default that the
+/// guard refuses (which then runs natively) could sum in different orders (another split of
+/// K): two draws of native's rounding, which may differ by more than the suite's factor of 2
+/// where native's error is near its bound. Off, a refused default runs native's own plan.
 pub(crate) fn three_precisions<M>(
     product: impl Fn(&DotOptions) -> Result<(M, Route), GpuDotError>,
 ) -> Result<[(M, Route); 3], GpuDotError> {
@@ -552,6 +559,7 @@ pub(crate) fn three_precisions<M>(
         let opts = DotOptions::builtin()
             .backend(Backend::Gpu)
             .precision(precision)
+            .autotune(false)
             .poison_output(true);
         product(&opts)
     };

@@ -4,7 +4,8 @@
 //! rows and columns far apart, one huge entry per row, cancellation, sparse with a spread,
 //! near overflow and underflow, Inf and NaN), f64 and f32, at k from 256 to 16384. Each case
 //! runs the native precision, the default (its guard weighing emulation at every size, as it
-//! does on large products) and unguarded Ozaki, and prints their worst ratios as a table.
+//! does on large products) and unguarded Ozaki, with the autotuner off (so that a default the
+//! guard refuses runs native's own kernel plan), and prints their worst ratios as a table.
 //! The default must stay within `max(2 × native's, 8)` and give native's Inf and NaN pattern;
 //! unguarded Ozaki is reported, not judged. Needs a CUDA GPU (compute capability 8.0 or more
 //! for the emulation; elsewhere every product is native and the test checks that much).

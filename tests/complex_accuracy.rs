@@ -5,6 +5,7 @@
 //! scales paired along k in both parts, Inf and NaN in one part only, subnormal results),
 //! `Complex<f64>` and `Complex<f32>`, at k from 256 to 16384. Each case runs the native
 //! precision, the default (its guard weighing emulation at every size) and unguarded Ozaki,
+//! with the autotuner off (so that a default the guard refuses runs native's own kernel plan),
 //! in both forms the default emulates in (the Karatsuba form and the real form of the stacked
 //! parts), and prints their worst ratios as a table. The default must stay within
 //! `max(2 × native's, 8)` and give native's Inf and NaN pattern; unguarded Ozaki is reported,

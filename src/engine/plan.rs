@@ -386,4 +386,37 @@ mod tests {
             assert!(!c[i + 1..].contains(p));
         }
     }
+
+    #[test]
+    fn the_default_and_native_have_the_same_plans() {
+        // A default product that the guard refuses runs natively with the plan chosen for the
+        // default (tuner::launch); the accuracy suites compare it with native's, the tuner
+        // off, and need the two heuristics and candidate lists to agree.
+        for dtype in [Dtype::F32, Dtype::F64] {
+            for sm in [80, 90] {
+                let native = Target { dtype, sm, ..H200 };
+                let auto = Target {
+                    precision: Precision::Auto,
+                    ..native
+                };
+                for (m, k, n) in [
+                    (48, 512, 80),
+                    (48, 32768, 80),
+                    (300, 513, 257),
+                    (4096, 4096, 4096),
+                ] {
+                    assert_eq!(
+                        super::heuristic(native, m, k, n),
+                        super::heuristic(auto, m, k, n),
+                        "{dtype} sm {sm} {m}×{k}×{n}"
+                    );
+                    assert_eq!(
+                        super::candidates(native, m, k, n),
+                        super::candidates(auto, m, k, n),
+                        "{dtype} sm {sm} {m}×{k}×{n}"
+                    );
+                }
+            }
+        }
+    }
 }
