@@ -212,7 +212,7 @@ pub(crate) const MIN_FLOPS: Setting = Setting {
     )],
     doc: "under auto, products of fewer flops (2·m·k·n) run on the CPU",
     default:
-        "`4000000` for f32, `3000000` for f64 and complex f64, `32000000` for complex f32 (8·m·k·n)",
+        "`4000000` for f32, `3000000` for f64 and complex f64, `5000000` for complex f32 (8·m·k·n)",
 };
 
 /// `GPU_DOT_DEVICE`.
