@@ -175,6 +175,91 @@ fn on_and_off<A: Element>(switch: fn(bool), what: &str) -> Kinds {
     kinds
 }
 
+/// A default product that the guard refuses runs natively with the plan that native products
+/// of its shape settled on, once the autotuner is done with them: it is native's product bit
+/// for bit. The tuner weighs the two precisions' plans apart, and a plan's split of K orders
+/// each element's sum, so the default's own plan would be another draw of native's rounding.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_refused_default_takes_natives_tuned_plan() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let sm = compute_capability();
+    gpu_dot::__testing::emulate_every_size(true);
+    then_reset(
+        || {
+            refused_is_native::<f64>(sm);
+            refused_is_native::<f32>(sm);
+        },
+        || {},
+    );
+}
+
+/// Native products of a paired-k shape until the tuner has chosen their plan, then the
+/// default's: refused (native outright below compute capability 8.0, which has no
+/// emulation), and native's bits.
+fn refused_is_native<A: Element>(sm: i32) {
+    // A class of shapes no other test here tunes (the others turn the tuner off).
+    let dims = (136, 1000, 264);
+    let class = (256, 1024, 512);
+    let (a, b) = Family::PairedK(40).operands::<A>(dims, common::fresh_seed());
+    let opts = |precision| {
+        DotOptions::builtin()
+            .backend(Backend::Gpu)
+            .precision(precision)
+            .poison_output(true)
+    };
+    let settled = || {
+        gpu_dot::tuned_plans()
+            .iter()
+            .any(|&(dtype, at, _)| dtype == A::DTYPE && at == class)
+    };
+    let native = || {
+        a.try_gpu_dot_with(&b, &opts(Precision::Native))
+            .unwrap_or_else(|e| panic!("{} native: {e}", A::DTYPE))
+    };
+    for _ in 0..200 {
+        native();
+        if settled() {
+            break;
+        }
+    }
+    assert!(
+        settled(),
+        "{}: native's plan not settled in 200 products",
+        A::DTYPE
+    );
+    // The last trial may have run another candidate: native's product with the settled plan.
+    let native = native();
+    let default = a
+        .try_gpu_dot_with(&b, &opts(Precision::Auto))
+        .unwrap_or_else(|e| panic!("{} default: {e}", A::DTYPE));
+    let what = format!(
+        "{} {dims:?}: {} against {}",
+        A::DTYPE,
+        default.route,
+        native.route
+    );
+    let refused = matches!(
+        &default.route,
+        Route::Gpu { guard: Some(g), precision: Precision::Native, .. } if g.failed > 0
+    );
+    let native_outright = matches!(
+        &default.route,
+        Route::Gpu {
+            guard: None,
+            precision: Precision::Native,
+            ..
+        }
+    );
+    assert!(
+        if sm >= 80 { refused } else { native_outright },
+        "{what}: not run natively as expected"
+    );
+    let differ = common::first_bit_difference(&native.c, &default.c);
+    assert!(differ.is_none(), "{what}: differ at element {differ:?}");
+    println!("{what}");
+}
+
 /// The INT8 GEMM's tile order (its tile rows to a group) only permutes its units of work:
 /// products whose GEMM takes its tiles 1, 3 or 8 tile rows to a group (rounded up to an even
 /// count where its clusters pair tile rows) are the bits of the engine's own order, with the

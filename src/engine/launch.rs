@@ -167,6 +167,16 @@ pub(crate) fn launch_plan<T: Element>(
             }
         }
     }
+    // A default product run natively takes the plan native products of its shape settled on,
+    // where there is one, so that it is native's product bit for bit (the tuner weighs the two
+    // precisions' plans apart).
+    let plan = match (args.precision.for_dtype(T::DTYPE), &shared) {
+        (Precision::Auto, Some(s)) => match s.native_plan {
+            Some(native @ Plan::Tile { .. }) if matches!(plan, Plan::Tile { .. }) => native,
+            _ => plan,
+        },
+        _ => plan,
+    };
     // The native kernels may use the workspace too: nothing of op(B) stays kept in it.
     if let Some(s) = shared {
         s.forget();

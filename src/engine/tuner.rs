@@ -468,6 +468,25 @@ pub fn tuning_in_progress() -> usize {
         .count()
 }
 
+/// The kernel plan that native products like `p` settled on, once the autotuner is done with
+/// them: what a default product that runs natively (its emulation refused, recalled as
+/// refused, or unavailable) takes, so that it gives native's product bit for bit. The tuner
+/// weighs the two precisions' plans apart, and a plan's split of K decides the order of each
+/// element's sum. `None` while native's products of that class are being tuned or before one
+/// has run, and where the options name the kernel or turn the tuner off: then both take the
+/// heuristic's plan, the same for both (`plan::tests::the_default_and_native_have_the_same_plans`).
+pub(crate) fn settled_native_plan(gpu: &Gpu, opts: &DotOptions, p: &Product) -> Option<Plan> {
+    if opts.kernel != Kernel::Auto || !opts.autotune {
+        return None;
+    }
+    let target = gpu.target(p.dtype, Precision::Native);
+    let key = p.key(gpu.info.ordinal, opts.panel_rows, target);
+    match tuned().get(&key) {
+        Some(Entry::Chosen(choice)) => choice.plan,
+        _ => None,
+    }
+}
+
 /// Enqueues `C = op(A) · op(B)` by `plan`, or with the one-output-per-thread `kernel` when
 /// `plan` is `None` (`shared` as for [`launch::launch_plan`]).
 #[allow(clippy::too_many_arguments)]

@@ -163,6 +163,9 @@ struct Planned {
     mapped_inputs: bool,
     /// Each panel's work waits for the guard's verdicts (see [`conduct::Run::work_waits`]).
     work_waits: bool,
+    /// Under the default precision, the plan native products of this shape settled on, for
+    /// panels that run natively ([`tuner::settled_native_plan`]).
+    native_plan: Option<Plan>,
 }
 
 /// Results of at most this many bytes are written by the kernels straight into page-locked
@@ -240,7 +243,12 @@ fn guarded_panels<T: Element>(
 
 impl Planned {
     fn of<T: Element>(gpu: &Gpu, opts: &DotOptions, ops: &Operands<T>) -> Planned {
-        let (choice, trial) = tuner::choose(gpu, opts, &ops.for_tuner());
+        let product = ops.for_tuner();
+        let (choice, trial) = tuner::choose(gpu, opts, &product);
+        let native_plan = match opts.precision.for_dtype(T::DTYPE) {
+            Precision::Auto => tuner::settled_native_plan(gpu, opts, &product),
+            _ => None,
+        };
         let rows = choice.rows(ops.dims.0);
         let sched = schedule::product_schedule(ops.dims, rows, ops.multiply, ops.residency);
         let slots = if sched.panels.len() > 1 { 2 } else { 1 };
@@ -256,6 +264,7 @@ impl Planned {
             mapped_result,
             mapped_inputs,
             work_waits,
+            native_plan,
         }
     }
 
@@ -455,6 +464,7 @@ fn panel_loop<T: Element>(
     // op(B) is the same for every panel: an emulated panel leaves its scaling and residues
     // for the next.
     let mut shared = SharedB::new(ops.dims.0, planned.rows);
+    shared.native_plan = planned.native_plan;
     let mut panel_work = |i: usize| -> Result<(), GpuDotError> {
         let r = enqueue_panel(
             gpu,

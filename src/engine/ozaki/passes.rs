@@ -275,6 +275,9 @@ pub(crate) struct SharedB {
     /// What the default precision's memory of refusals decided for the product, on its first
     /// panel that weighed emulation: the later panels follow it ([`super::recent`]).
     pub(crate) recalled: Option<Recalled>,
+    /// The plan native products of the product's shape settled on, which its panels take where
+    /// the default runs them natively ([`crate::engine::tuner::settled_native_plan`]).
+    pub(crate) native_plan: Option<crate::engine::plan::Plan>,
 }
 
 /// The memory of refusals' decision for a product in row panels.
@@ -294,6 +297,7 @@ impl SharedB {
             panel_rows,
             kept: None,
             recalled: None,
+            native_plan: None,
         }
     }
 

@@ -210,6 +210,7 @@ fn plan_case(case: &Case, residency: Residency, rng: &mut StdRng, tiny: &Limits)
         mapped_result: mapped,
         mapped_inputs: mapped_in,
         work_waits: false,
+        native_plan: None,
     }
 }
 
