@@ -255,6 +255,12 @@ fn refused_is_native<A: Element>(sm: i32) {
         if sm >= 80 { refused } else { native_outright },
         "{what}: not run natively as expected"
     );
+    // The report names the plan that ran: native's.
+    let plan = |r: &Route| match r {
+        Route::Gpu { plan, .. } => *plan,
+        _ => None,
+    };
+    assert_eq!(plan(&default.route), plan(&native.route), "{what}");
     let differ = common::first_bit_difference(&native.c, &default.c);
     assert!(differ.is_none(), "{what}: differ at element {differ:?}");
     println!("{what}");

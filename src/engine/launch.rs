@@ -65,6 +65,9 @@ pub(crate) struct Launched {
     pub(crate) unavailable: bool,
     /// A complex product read as reals that was emulated in the Karatsuba form.
     pub(crate) karatsuba: bool,
+    /// The plan that ran, where it is not the one asked for: native's, taken by a default
+    /// product run natively ([`SharedB`]'s `native_plan`).
+    pub(crate) instead: Option<Plan>,
 }
 
 /// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
@@ -162,6 +165,7 @@ pub(crate) fn launch_plan<T: Element>(
                         guard: ran.guard,
                         unavailable: false,
                         karatsuba: ran.karatsuba,
+                        instead: None,
                     });
                 }
             }
@@ -170,22 +174,26 @@ pub(crate) fn launch_plan<T: Element>(
     // A default product run natively takes the plan native products of its shape settled on,
     // where there is one, so that it is native's product bit for bit (the tuner weighs the two
     // precisions' plans apart).
-    let plan = match (args.precision.for_dtype(T::DTYPE), &shared) {
+    let instead = match (args.precision.for_dtype(T::DTYPE), &shared) {
         (Precision::Auto, Some(s)) => match s.native_plan {
-            Some(native @ Plan::Tile { .. }) if matches!(plan, Plan::Tile { .. }) => native,
-            _ => plan,
+            Some(native @ Plan::Tile { .. }) if matches!(plan, Plan::Tile { .. }) => {
+                Some(native).filter(|&native| native != plan)
+            }
+            _ => None,
         },
-        _ => plan,
+        _ => None,
     };
     // The native kernels may use the workspace too: nothing of op(B) stays kept in it.
     if let Some(s) = shared {
         s.forget();
     }
-    launch_native(gpu, stream, plan, args, c, split_ws).map(|precision| Launched {
+    let ran = instead.unwrap_or(plan);
+    launch_native(gpu, stream, ran, args, c, split_ws).map(|precision| Launched {
         precision,
         guard,
         unavailable,
         karatsuba: false,
+        instead,
     })
 }
 

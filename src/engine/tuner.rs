@@ -512,12 +512,14 @@ pub(crate) fn launch<T: Element>(
                 guard: None,
                 unavailable: false,
                 karatsuba: false,
+                instead: None,
             }
         }
     };
     Ok(Ran {
         kernel,
-        plan,
+        // The plan that ran: the report names it.
+        plan: launched.instead.or(plan),
         precision: launched.precision,
         guard: launched.guard,
         unavailable: launched.unavailable,
