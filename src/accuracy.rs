@@ -330,7 +330,7 @@ impl Reference {
                         let x = a.row(t * rows_per + r);
                         for j in 0..n {
                             let y = bt.row(j);
-                            let (v, s) = dot2(x.iter().copied(), y.iter().copied());
+                            let (v, s) = dot2(x, y);
                             crow[j] = v;
                             arow[j] = s;
                         }
@@ -342,21 +342,43 @@ impl Reference {
     }
 }
 
-/// `(Σ xᵢyᵢ, Σ |xᵢyᵢ|)`: the first to about twice `f64` precision (Dot2), the second with
-/// a relative error below `k · 2⁻⁵³`. Infinite and NaN terms give IEEE's sum.
-fn dot2(x: impl Iterator<Item = f64>, y: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (mut sum, mut naive, mut abs) = (Dot2::default(), 0.0f64, 0.0f64);
-    for (x, y) in x.zip(y) {
+/// `(Σ xᵢyᵢ, Σ |xᵢyᵢ|)`: the first the exact sum rounded once ([`rounded_sum`]), the second
+/// with a relative error below `k · 2⁻⁵³`. Infinite and NaN terms give IEEE's sum.
+fn dot2(x: ndarray::ArrayView1<f64>, y: ndarray::ArrayView1<f64>) -> (f64, f64) {
+    let (mut naive, mut abs) = (0.0f64, 0.0f64);
+    for (x, y) in x.iter().zip(y) {
         let p = x * y;
         naive += p;
         abs += p.abs();
-        sum.add(x, y);
     }
-    if !naive.is_finite() || !sum.s.is_finite() {
-        // Inf or NaN among the terms (or an overflowing sum): IEEE's answer is the plain sum's.
-        return (naive, abs);
+    let terms = |s: f64, sum: &mut Dot2| {
+        for (x, y) in x.iter().zip(y) {
+            sum.add(x * s, y * s);
+        }
+    };
+    (rounded_sum(terms, naive), abs)
+}
+
+/// A reference sum `Σ xᵢyᵢ`, which `terms` adds to the [`Dot2`] it is given with every factor
+/// multiplied by the scale it is given: the exact sum, rounded once to `f64` from about twice
+/// its precision. A plain sum in one order can overflow on the way to a finite exact sum, and
+/// the second pass makes the result the exact sum's rounding there, not that order's
+/// infinity: where the first pass overflows, it adds the terms again with every factor scaled
+/// by 2⁻²⁵⁶ (every product by 2⁻⁵¹²) and scales the sum back. Where that overflows too, or a
+/// factor is infinite or NaN, the result is `ieee`, the plain sum's.
+pub(crate) fn rounded_sum(terms: impl Fn(f64, &mut Dot2), ieee: f64) -> f64 {
+    for (scale, back) in [(1.0, 1.0), (pow2(-256), pow2(512))] {
+        let mut sum = Dot2::default();
+        terms(scale, &mut sum);
+        if sum.s.is_finite() && sum.c.is_finite() {
+            // Scaling back by a power of two is exact (an exact sum beyond f64's range rounds
+            // to its infinity). The second pass loses only products below 2⁻⁵¹⁰ of the least
+            // normal number, which matter only to a sum cancelled from beyond f64's range to
+            // some 2⁻¹⁰⁰⁰ of it.
+            return sum.value().0 * back;
+        }
     }
-    (sum.value().0, abs)
+    ieee
 }
 
 /// A dot product accumulated as if in twice f64's precision (Ogita, Rump and Oishi's Dot2):
@@ -461,6 +483,31 @@ mod tests {
                 assert!(worst.worst <= 256.0, "{} {dtype}: {worst:?}", family.name());
             }
         }
+    }
+
+    /// A plain sum in one order overflows on the way to a finite exact sum: the reference is
+    /// the exact sum's rounding, so that a product that overflows there (ndarray's, in that
+    /// order) is a pattern mismatch, while one beyond f64's range is infinite and a NaN factor
+    /// gives NaN.
+    #[test]
+    fn a_sum_that_overflows_on_the_way_is_exact_in_the_reference() {
+        let h = pow2(1023);
+        let ones = Array2::from_elem((3, 1), 1.0);
+        let exact = |row: [f64; 3]| {
+            let a = Array2::from_shape_vec((1, 3), row.to_vec()).unwrap();
+            (Reference::new(a.view(), ones.view()), a.dot(&ones))
+        };
+        let (r, plain) = exact([h, h, -h]);
+        assert_eq!(r.c[[0, 0]], h);
+        assert_eq!(plain[[0, 0]], f64::INFINITY);
+        assert_eq!(componentwise(plain.view(), &r).pattern_mismatches, 1);
+        let (r, _) = exact([h, h, 0.0]);
+        assert_eq!(r.c[[0, 0]], f64::INFINITY);
+        let (r, _) = exact([h, -h, f64::NAN]);
+        assert!(r.c[[0, 0]].is_nan());
+        // Just below the overflow threshold, after the same detour: f64::MAX.
+        let (r, _) = exact([h, h, -(h - f64::MAX + h)]);
+        assert_eq!(r.c[[0, 0]], f64::MAX);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use ndarray::{Array2, ArrayView2, Zip};
 use num_complex::Complex;
 
-use crate::accuracy::{Componentwise, Dot2, Family};
+use crate::accuracy::{rounded_sum, Componentwise, Dot2, Family};
 use crate::element::{Dtype, Element};
 use crate::error::GpuDotError;
 use crate::route::Route;
@@ -192,32 +192,35 @@ impl ComplexReference {
     }
 }
 
-/// One element of the reference: `Σ xₖyₖ` to about twice `f64` precision, each part by Dot2
-/// over its `2k` real terms (IEEE's plain sum where a term is infinite or NaN), and
+/// One element of the reference: `Σ xₖyₖ`, each part the exact sum of its `2k` real terms
+/// rounded once ([`rounded_sum`]; IEEE's plain sum where a term is infinite or NaN), and
 /// `Σ|xₖ||yₖ|`.
 fn element(
     x: ndarray::ArrayView1<Complex<f64>>,
     y: ndarray::ArrayView1<Complex<f64>>,
 ) -> (Complex<f64>, f64) {
-    let (mut re, mut im) = (Dot2::default(), Dot2::default());
     let (mut naive_re, mut naive_im, mut s) = (0.0f64, 0.0f64, 0.0f64);
     for (x, y) in x.iter().zip(y) {
-        re.add(x.re, y.re);
-        re.add(-x.im, y.im);
-        im.add(x.re, y.im);
-        im.add(x.im, y.re);
         naive_re += x.re * y.re - x.im * y.im;
         naive_im += x.re * y.im + x.im * y.re;
         s += x.norm() * y.norm();
     }
-    let part = |d: Dot2, naive: f64| {
-        if naive.is_finite() {
-            d.value().0
-        } else {
-            naive
+    let re = |t: f64, sum: &mut Dot2| {
+        for (x, y) in x.iter().zip(y) {
+            sum.add(x.re * t, y.re * t);
+            sum.add(-x.im * t, y.im * t);
         }
     };
-    (Complex::new(part(re, naive_re), part(im, naive_im)), s)
+    let im = |t: f64, sum: &mut Dot2| {
+        for (x, y) in x.iter().zip(y) {
+            sum.add(x.re * t, y.im * t);
+            sum.add(x.im * t, y.re * t);
+        }
+    };
+    (
+        Complex::new(rounded_sum(re, naive_re), rounded_sum(im, naive_im)),
+        s,
+    )
 }
 
 /// The componentwise ratios of a complex result `c` against `reference`: the largest
@@ -371,6 +374,27 @@ mod tests {
             assert!(worst.worst <= 66.0, "{m} × {n}: {worst:?}");
             assert!(reference.abs.iter().all(|&s| s > 0.0), "{m} × {n}");
         }
+    }
+
+    /// Each part of the reference is its exact sum's rounding where a plain sum overflows on
+    /// the way to a finite one: here the imaginary part's.
+    #[test]
+    fn a_part_that_overflows_on_the_way_is_exact_in_the_reference() {
+        let h = 2f64.powi(1023);
+        let a = ndarray::arr2(&[[
+            Complex::new(0.0, h),
+            Complex::new(0.0, h),
+            Complex::new(1.0, -h),
+        ]]);
+        let b = Array2::from_elem((3, 1), Complex::new(1.0, 0.0));
+        let reference = ComplexReference::new(a.view(), b.view());
+        assert_eq!(reference.c[[0, 0]], Complex::new(1.0, h));
+        let plain = a.dot(&b);
+        assert_eq!(plain[[0, 0]].im, f64::INFINITY);
+        assert_eq!(
+            componentwise(plain.view(), &reference).pattern_mismatches,
+            1
+        );
     }
 
     #[test]
