@@ -397,6 +397,23 @@ mod tests {
         );
     }
 
+    /// The element whose reference failed `tests/complex_accuracy` on an H100 at ebc828a (c64,
+    /// both parts scaled 2^1016, k = 16384, drawn from this seed): its imaginary part is
+    /// finite, and ndarray's sum overflows on the way to it.
+    #[test]
+    fn the_drawn_element_that_overflowed_on_the_way_is_finite() {
+        let (a, b) = ComplexFamily::Parts(Family::Scaled(1016))
+            .operands::<f64>((48, 16384, 40), 1796656231071391099);
+        let (x, y) = (
+            a.slice(ndarray::s![44..45, ..]),
+            b.slice(ndarray::s![.., 22..23]),
+        );
+        let reference = ComplexReference::new(x, y);
+        assert_eq!(reference.c[[0, 0]].im, -1.7310202776427832e308);
+        // ndarray's order overflows both ways on the way: NaN.
+        assert!(!x.dot(&y)[[0, 0]].im.is_finite());
+    }
+
     #[test]
     fn a_wrong_part_fails_the_measure() {
         let (a, b) = ComplexFamily::Parts(Family::Uniform).operands::<f64>((8, 64, 8), 3);
