@@ -372,9 +372,9 @@ pub(crate) fn rounded_sum(terms: impl Fn(f64, &mut Dot2), ieee: f64) -> f64 {
         terms(scale, &mut sum);
         if sum.s.is_finite() && sum.c.is_finite() {
             // Scaling back by a power of two is exact (an exact sum beyond f64's range rounds
-            // to its infinity). The second pass loses only products below 2⁻⁵¹⁰ of the least
-            // normal number, which matter only to a sum cancelled from beyond f64's range to
-            // some 2⁻¹⁰⁰⁰ of it.
+            // to its infinity). The second pass takes products below 2⁻⁵¹⁰ below the normal
+            // range, where their low bits are lost; that matters only to a sum cancelled from
+            // beyond f64's range to some 2⁻¹⁰⁰⁰ of it.
             return sum.value().0 * back;
         }
     }
