@@ -69,10 +69,10 @@ pub enum Route {
         /// Whether the product is complex (`Complex<f32>` or `Complex<f64>`, with `dtype` the
         /// type of its parts): a matrix product ran as one real product of the stacked
         /// parts, which the fields describe (emulated, in the Karatsuba form from 3584³ up
-        /// and in the real form of the stacked parts below: see `karatsuba`); a batch (or a product under the crate's `complex_four_products` test
-        /// switch) as four real products of its parts, and the fields describe the one of
-        /// them that ran in the weakest precision (the first that the guard sent to native,
-        /// else the first).
+        /// and in the real form of the stacked parts below: see `karatsuba`); a batch (or a
+        /// product under the crate's `complex_four_products` test switch) as four real
+        /// products of its parts, and the fields describe the one of them that ran in the
+        /// weakest precision (the first that the guard sent to native, else the first).
         complex: bool,
         /// Whether an emulated complex product ran in the Karatsuba form: three INT8
         /// products a modulus, of the parts' residues and of their sums, where the real

@@ -622,10 +622,7 @@ fn expand_b<T: Element>(
     mapped: Option<&Mapped<T>>,
 ) -> Result<(), GpuDotError> {
     let (_, k, n) = ops.dims;
-    let parts = match mapped {
-        Some(m) => m.view(),
-        None => dev.b.as_ref().expect("provided").view(ops.b_up_len()),
-    };
+    let parts = uploaded_b(ops, &dev.b, mapped);
     let mut wide = dev.b_wide.as_mut().expect("provided").view_mut(k * n);
     aux::complex_expand(gpu, stream, (k / 2, n / 2), &parts, &mut wide)
 }
@@ -646,10 +643,7 @@ fn b_operand<'d, T: Element>(
             ld: n,
         },
         Input::Host(s) => DeviceOperand {
-            buf: match mapped {
-                Some(m) => m.view(),
-                None => b.as_ref().expect("provided").view(ops.b_up_len()),
-            },
+            buf: uploaded_b(ops, b, mapped),
             trans: s.trans,
             ld: s.ld(k),
         },
@@ -658,6 +652,19 @@ fn b_operand<'d, T: Element>(
             trans: mat.trans,
             ld: mat.ld,
         },
+    }
+}
+
+/// A host B as it went up: its copy on the device `b`, or its parcel in the up ring where
+/// `mapped`.
+fn uploaded_b<'d, T: Element>(
+    ops: &Operands<'_, T>,
+    b: &'d Option<args::DevBuf>,
+    mapped: Option<&'d Mapped<T>>,
+) -> cudarc::driver::CudaView<'d, T> {
+    match mapped {
+        Some(m) => m.view(),
+        None => b.as_ref().expect("provided").view(ops.b_up_len()),
     }
 }
 

@@ -269,6 +269,18 @@ pub(crate) struct Residency {
     pub(crate) c_in: bool,
 }
 
+impl Residency {
+    /// The elements of a `k × n` B that go up where B is a host operand: its parts where they
+    /// go up ([`Residency::b_parts`]), half of them.
+    pub(crate) fn b_up_len(&self, k: usize, n: usize) -> usize {
+        if self.b_parts {
+            k * n / 2
+        } else {
+            k * n
+        }
+    }
+}
+
 /// Schedules of recent products, by shape, panel height and residency: a repeated product
 /// (a training loop's) reuses its schedule instead of cutting its transfers again.
 static RECENT: Lazy<Mutex<HashMap<ScheduleKey, Arc<Schedule>>>> =
@@ -350,7 +362,7 @@ impl Schedule {
         if multiply && res.b_host && k * n > 0 {
             up.push(Transfer {
                 what: What::B,
-                len: if res.b_parts { k * n / 2 } else { k * n },
+                len: res.b_up_len(k, n),
             });
         }
         let mut down = Vec::new();

@@ -166,11 +166,7 @@ impl<'g, T: Element> Operands<'g, T> {
     /// The elements of B that go up where B is a host operand.
     pub(super) fn b_up_len(&self) -> usize {
         let (_, k, n) = self.dims;
-        if self.b_parts {
-            k * n / 2
-        } else {
-            k * n
-        }
+        self.residency.b_up_len(k, n)
     }
 
     /// What the tuner needs to know.
