@@ -33,11 +33,19 @@
 //! each sample's gradient is held until the next one is computed (as a loop that keeps it for
 //! momentum would), which changes how the heap reuses the 16 MiB results.
 //!
+//! On a machine with a usable GPU it then times each of the three products alone in this
+//! process, on ordinary and on page-locked arrays, beside its floor: the 16 MiB of `W` up (or
+//! of `G` down) at the link's page-locked speed, measured in the same run, plus one round trip.
+//! Each is timed twice: repeated back to back, and each time right after the host's update
+//! has written `W` and read `G` (so that the product's data may still sit in the CPU's caches). They go into the JSON as `products`.
+//!
 //! ```text
 //! cargo run --release --example per_sample                      # 64 samples, 3 epochs, 5 rounds
 //! cargo run --release --example per_sample -- --samples 128 --epochs 3 --rounds 7 --json out.json
 //! cargo run --release --example per_sample -- --drop-in --rounds 3   # the gradient as dot gives it
 //! ```
+
+mod common;
 
 use std::hint::black_box;
 use std::process::Command;
@@ -45,7 +53,7 @@ use std::time::Instant;
 
 use gpu_dot::{DeviceStatus, GpuDot, PinnedArray};
 use ndarray::{Array1, Array2, Axis};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The layer's width.
 const WIDTH: usize = 2048;
@@ -217,6 +225,98 @@ fn train_pinned(samples: usize, epochs: usize) -> f64 {
     back_sum + w.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
+/// Median milliseconds of a product over `reps` runs after one warm-up. `step(false)` runs the
+/// product; `step(true)`, run before each timed product and not timed, prepares it.
+fn product_ms(reps: usize, mut step: impl FnMut(bool)) -> f64 {
+    step(false);
+    let t = (0..reps)
+        .map(|_| {
+            step(true);
+            let start = Instant::now();
+            step(false);
+            1e3 * start.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(t)
+}
+
+/// Each product of the loop alone, on ordinary and on page-locked arrays, beside its floor
+/// (16 MiB up for the forward and backward, down for the gradient, at the link's speed);
+/// printed as a table and returned as JSON records.
+fn products(reps: usize) -> Vec<Value> {
+    let link = common::link::pinned_gbs();
+    let bytes = WIDTH * WIDTH * std::mem::size_of::<f32>();
+    let up = common::link::floor_ms(link, bytes, 0);
+    let down = common::link::floor_ms(link, 0, bytes);
+    println!(
+        "\nthe products alone ({reps} runs each, medians); link {:.1} GB/s up, {:.1} down; \
+         floor {up:.3} ms up, {down:.3} ms down",
+        link.0, link.1
+    );
+    println!("| product | arrays | timing | ms | floor ms | / floor |\n|---|---|---|---|---|---|");
+    let (w0, xs, _) = data(1);
+    let x = xs.row(0).to_owned();
+    let g = x.mapv(|v| 0.5 * v);
+    let (g_col, x_row) = (g.view().insert_axis(Axis(1)), x.view().insert_axis(Axis(0)));
+    let mut w = w0.clone();
+    let mut kept = Array2::<f32>::zeros((WIDTH, WIDTH));
+    let mut pw = PinnedArray::new(w0);
+    let mut pg = PinnedArray::<f32, _>::zeros((WIDTH, WIDTH));
+    assert!(pw.is_page_locked(), "{:?}", pw.registration_error());
+    let mut records = Vec::new();
+    let mut record = |product: &str, arrays: &str, timing: &str, ms: f64, floor: f64| {
+        println!(
+            "| {product} | {arrays} | {timing} | {ms:.3} | {floor:.3} | {:.2} |",
+            ms / floor
+        );
+        records.push(json!({
+            "product": product, "arrays": arrays, "timing": timing,
+            "ms": ms, "floor_ms": floor, "ratio": ms / floor,
+        }));
+    };
+    for timing in ["repeated", "after the update"] {
+        let update = timing != "repeated";
+        // The host's step between products: `W ← W − lr·G`, which writes all of `W`.
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => w.scaled_add(-LR, &kept),
+            (true, false) => {}
+            (false, _) => drop(black_box(w.gpu_dot(&x))),
+        });
+        record("forward W · x", "ordinary", timing, ms, up);
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
+            (true, false) => {}
+            (false, _) => drop(black_box(pw.gpu_dot(&x))),
+        });
+        record("forward W · x", "pinned", timing, ms, up);
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => w.scaled_add(-LR, &kept),
+            (true, false) => {}
+            (false, _) => gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut kept.view_mut()),
+        });
+        record("gradient g · xᵀ into G", "ordinary", timing, ms, down);
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
+            (true, false) => {}
+            (false, _) => gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut pg.view_mut()),
+        });
+        record("gradient g · xᵀ into G", "pinned", timing, ms, down);
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => w.scaled_add(-LR, &kept),
+            (true, false) => {}
+            (false, _) => drop(black_box(g.gpu_dot(&w))),
+        });
+        record("backward g · W", "ordinary", timing, ms, up);
+        let ms = product_ms(reps, |prepare| match (prepare, update) {
+            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
+            (true, false) => {}
+            (false, _) => drop(black_box(g.gpu_dot(&*pw))),
+        });
+        record("backward g · W", "pinned", timing, ms, up);
+    }
+    records
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -362,8 +462,14 @@ fn main() {
             walls[0] / p
         ))
     );
-    if let Some(path) = common_flag(&args, "--json") {
+    let products = if device.is_some() {
+        products(arg("--reps", 50))
+    } else {
+        Vec::new()
+    };
+    if let Some(path) = common::flag_value(&args, "--json") {
         let doc = json!({
+            "products": products,
             "device": device,
             "samples": samples,
             "epochs": epochs,
@@ -384,11 +490,4 @@ fn main() {
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("JSON")).expect("write");
         println!("wrote {path}");
     }
-}
-
-/// The argument after `flag`, if given.
-fn common_flag(args: &[String], flag: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == flag)
-        .and_then(|i| args.get(i + 1).cloned())
 }
