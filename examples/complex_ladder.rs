@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --features cublas --example complex_ladder -- \
 //!         [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] \
-//!         [--kernels K,K,..] [--plain-launches] [--emulate-every-size]
+//!         [--kernels K,K,..] [--plain-launches] [--emulate-every-size] [--cublas-apart]
 //!
 //! A complex product of the crate's is one real product of its stacked parts (`A` as
 //! `m × 2k` reals, `B` expanded to `2k × 2n`); its time is the wall time of that product,
@@ -27,6 +27,13 @@
 //! `complex_four_products` switch and the form its batches take. `--kernels` runs only the
 //! kernels named (any of the six). `--plain-launches` launches each kernel only after the one
 //! before on its stream has finished (to time the programmatic launches of sm_90).
+//!
+//! cuBLAS's interleaved operands stay on the device beside the crate's by default (12 GiB at
+//! 16384³ `c64`). With `--cublas-apart` they are made for each cuBLAS run and freed after it
+//! (outside the timed runs), so that the crate's product runs with only its own operands on
+//! the device, as in a program that holds only its own matrices. Each record gives the device
+//! memory the crate's idle workspaces kept after each round's product (`retained_gib`): a
+//! workspace freed when the product ended is allocated again by the next one.
 
 use gpu_dot::accuracy::complex::ComplexReference;
 use gpu_dot::num_complex::Complex;
@@ -46,6 +53,8 @@ struct Record {
     rel_err: f64,
     cublas_rel_err: Option<f64>,
     route: String,
+    /// Device GiB the crate's idle workspaces kept after each round's timed products.
+    retained_gib: Vec<f64>,
 }
 
 /// `‖ĉ − c‖_F / ‖c‖_F` over up to 8 rows spread over the product, against a Dot2 reference.
@@ -83,6 +92,11 @@ fn median(x: &[f64]) -> f64 {
     }
 }
 
+/// Device GiB the crate's idle workspaces keep now.
+fn retained_gib() -> f64 {
+    gpu_dot::retained_memory().0 as f64 / f64::from(1u32 << 30)
+}
+
 fn reps_for(ms: f64) -> usize {
     ((400.0 / ms.max(1e-3)) as usize).clamp(3, 20)
 }
@@ -93,6 +107,7 @@ fn run<T: Element>(
     rounds: usize,
     with_four: bool,
     kernels: Option<&[String]>,
+    cublas_apart: bool,
 ) -> Vec<Record> {
     let mut records = Vec::new();
     for &size in sizes {
@@ -100,6 +115,9 @@ fn run<T: Element>(
         let mut problem = ComplexProblem::<T>::new(size, size, size, 0xC0FFEE ^ size as u64)
             .unwrap_or_else(|e| panic!("{dtype} {size}³: {e:#}"));
         let cublas = problem.run_cublas_if_built();
+        if cublas_apart {
+            problem.release_cublas_if_built();
+        }
         let cublas_err = cublas
             .as_ref()
             .map(|c| rel_err(c.view(), problem.a(), problem.b()));
@@ -140,14 +158,19 @@ fn run<T: Element>(
             let first = time(&mut problem, 1, 1);
             let reps = reps_for(first);
             let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            let mut retained = Vec::new();
             for round in 0..rounds.max(1) {
-                let one = |p: &mut ComplexProblem<T>, crate_first: bool| {
+                let mut one = |p: &mut ComplexProblem<T>, crate_first: bool| {
                     let mut ms = [0.0, 0.0];
                     for which in [crate_first, !crate_first] {
                         if which {
                             ms[0] = time(p, 1, reps);
+                            retained.push(retained_gib());
                         } else if let Some(t) = p.time_cublas_if_built(reps) {
                             ms[1] = t;
+                            if cublas_apart {
+                                p.release_cublas_if_built();
+                            }
                         }
                     }
                     ms
@@ -176,15 +199,17 @@ fn run<T: Element>(
                 rel_err: err,
                 cublas_rel_err: cublas_err,
                 route,
+                retained_gib: retained,
             };
             println!(
-                "{dtype} {size}³ {kernel}: {:.3} ms, {:.0} GFLOP/s; cuBLAS {}; ratio (median of rounds) {}; error {:.2e} (cuBLAS {}); {}",
+                "{dtype} {size}³ {kernel}: {:.3} ms, {:.0} GFLOP/s; cuBLAS {}; ratio (median of rounds) {}; error {:.2e} (cuBLAS {}); idle workspaces kept {:.1?} GiB; {}",
                 record.ms,
                 record.gflops,
                 record.cublas_ms.map_or("-".into(), |t| format!("{t:.3} ms")),
                 if record.rounds.is_empty() { "-".into() } else { format!("{:.3}×", median(&record.rounds)) },
                 record.rel_err,
                 record.cublas_rel_err.map_or("-".into(), |e| format!("{e:.2e}")),
+                record.retained_gib,
                 record.route
             );
             records.push(record);
@@ -199,6 +224,7 @@ fn run<T: Element>(
 trait MaybeCublas<T: Element> {
     fn run_cublas_if_built(&mut self) -> Option<Array2<Complex<T>>>;
     fn time_cublas_if_built(&mut self, reps: usize) -> Option<f64>;
+    fn release_cublas_if_built(&mut self);
 }
 
 impl<T: Element> MaybeCublas<T> for ComplexProblem<T> {
@@ -211,6 +237,14 @@ impl<T: Element> MaybeCublas<T> for ComplexProblem<T> {
     fn time_cublas_if_built(&mut self, reps: usize) -> Option<f64> {
         Some(self.time_cublas(1, reps).expect("cuBLAS timing").median_ms)
     }
+
+    #[cfg(feature = "cublas")]
+    fn release_cublas_if_built(&mut self) {
+        self.release_cublas();
+    }
+
+    #[cfg(not(feature = "cublas"))]
+    fn release_cublas_if_built(&mut self) {}
 
     #[cfg(not(feature = "cublas"))]
     fn run_cublas_if_built(&mut self) -> Option<Array2<Complex<T>>> {
@@ -228,6 +262,7 @@ fn main() {
     let (mut sizes, mut dtypes, mut rounds, mut json, mut with_four) =
         (vec![2048, 4096, 8192], vec!["c32", "c64"], 3, None, false);
     let mut kernels: Option<Vec<String>> = None;
+    let mut cublas_apart = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--sizes" => {
@@ -251,6 +286,7 @@ fn main() {
             "--four" => with_four = true,
             "--plain-launches" => gpu_dot::__testing::programmatic_launches(false),
             "--emulate-every-size" => gpu_dot::__testing::emulate_every_size(true),
+            "--cublas-apart" => cublas_apart = true,
             "--kernels" => {
                 kernels = Some(
                     args.next()
@@ -261,7 +297,7 @@ fn main() {
                 )
             }
             other => panic!(
-                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..] [--plain-launches] [--emulate-every-size]"
+                "unknown argument {other}; usage: complex_ladder [--sizes N,N,..] [--dtype c32|c64|both] [--rounds R] [--json PATH] [--four] [--kernels K,K,..] [--plain-launches] [--emulate-every-size] [--cublas-apart]"
             ),
         }
     }
@@ -279,8 +315,22 @@ fn main() {
     let mut records = Vec::new();
     for dtype in dtypes {
         records.extend(match dtype {
-            "c32" => run::<f32>("c32", &sizes, rounds, with_four, kernels.as_deref()),
-            _ => run::<f64>("c64", &sizes, rounds, with_four, kernels.as_deref()),
+            "c32" => run::<f32>(
+                "c32",
+                &sizes,
+                rounds,
+                with_four,
+                kernels.as_deref(),
+                cublas_apart,
+            ),
+            _ => run::<f64>(
+                "c64",
+                &sizes,
+                rounds,
+                with_four,
+                kernels.as_deref(),
+                cublas_apart,
+            ),
         });
     }
     if let Some(path) = json {
@@ -297,10 +347,15 @@ fn main() {
                     "alternating_rounds_median_ratio": (!r.rounds.is_empty()).then(|| median(&r.rounds)),
                     "rel_err": r.rel_err, "cublas_rel_err": r.cublas_rel_err,
                     "route": r.route,
+                    "retained_gib": r.retained_gib,
                 })
             })
             .collect();
-        let doc = serde_json::json!({ "device": info.name, "records": json });
+        let doc = serde_json::json!({
+            "device": info.name,
+            "cublas_apart": cublas_apart,
+            "records": json,
+        });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).expect("write the JSON");
         println!("wrote {path}");
     }

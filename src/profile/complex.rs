@@ -239,6 +239,13 @@ impl<T: Element> ComplexProblem<T> {
         self.time_by(warmup, reps, |p| p.launch_cublas())
     }
 
+    /// Frees cuBLAS's device operands and product; the next cuBLAS run makes them again. With
+    /// it the crate's product can run with only its own operands on the device, as a program
+    /// that holds only its own matrices runs it.
+    pub fn release_cublas(&mut self) {
+        self.blas = None;
+    }
+
     fn launch_cublas(&mut self) -> Result<(), GpuDotError> {
         if self.blas.is_none() {
             self.blas = Some(cublas::Interleaved::new(&self.host_a, &self.host_b)?);
