@@ -274,45 +274,33 @@ fn products(reps: usize) -> Vec<Value> {
             "ms": ms, "floor_ms": floor, "ratio": ms / floor,
         }));
     };
+    let names = ["forward W · x", "gradient g · xᵀ into G", "backward g · W"];
     for timing in ["repeated", "after the update"] {
         let update = timing != "repeated";
-        // The host's step between products: `W ← W − lr·G`, which writes all of `W`.
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => w.scaled_add(-LR, &kept),
-            (true, false) => {}
-            (false, _) => drop(black_box(w.gpu_dot(&x))),
-        });
-        record("forward W · x", "ordinary", timing, ms, up);
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
-            (true, false) => {}
-            (false, _) => drop(black_box(pw.gpu_dot(&x))),
-        });
-        record("forward W · x", "pinned", timing, ms, up);
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => w.scaled_add(-LR, &kept),
-            (true, false) => {}
-            (false, _) => gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut kept.view_mut()),
-        });
-        record("gradient g · xᵀ into G", "ordinary", timing, ms, down);
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
-            (true, false) => {}
-            (false, _) => gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut pg.view_mut()),
-        });
-        record("gradient g · xᵀ into G", "pinned", timing, ms, down);
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => w.scaled_add(-LR, &kept),
-            (true, false) => {}
-            (false, _) => drop(black_box(g.gpu_dot(&w))),
-        });
-        record("backward g · W", "ordinary", timing, ms, up);
-        let ms = product_ms(reps, |prepare| match (prepare, update) {
-            (true, true) => pw.view_mut().scaled_add(-LR, &*pg),
-            (true, false) => {}
-            (false, _) => drop(black_box(g.gpu_dot(&*pw))),
-        });
-        record("backward g · W", "pinned", timing, ms, up);
+        for (product, name) in names.into_iter().enumerate() {
+            for arrays in ["ordinary", "pinned"] {
+                // Views of `W` and `G`: a view of a pinned array goes straight by DMA.
+                let (mut w, mut grad) = match arrays {
+                    "pinned" => (pw.view_mut(), pg.view_mut()),
+                    _ => (w.view_mut(), kept.view_mut()),
+                };
+                let ms = product_ms(reps, |prepare| match (prepare, update, product) {
+                    // The host's step between products: `W ← W − lr·G`, all of `W` written.
+                    (true, true, _) => w.scaled_add(-LR, &grad),
+                    (true, false, _) => {}
+                    (false, _, 0) => drop(black_box(w.gpu_dot(&x))),
+                    (false, _, 1) => gpu_dot::general_mat_mul(1.0, &g_col, &x_row, 0.0, &mut grad),
+                    (false, _, _) => drop(black_box(g.gpu_dot(&w))),
+                });
+                record(
+                    name,
+                    arrays,
+                    timing,
+                    ms,
+                    if product == 1 { down } else { up },
+                );
+            }
+        }
     }
     records
 }
