@@ -12,7 +12,7 @@ use crate::accuracy::Dot2;
 use crate::device::context::{self, Gpu};
 use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
-use crate::engine::args::{self, DevBuf, DeviceOperand, GemmArgs};
+use crate::engine::args::{self, DeviceOperand, GemmArgs, Scratch};
 use crate::error::GpuDotError;
 use crate::options::{Kernel, Precision};
 
@@ -177,8 +177,8 @@ pub struct DeviceProblem<A: Element = f32> {
     a: CudaSlice<A>,
     b: CudaSlice<A>,
     c: CudaSlice<A>,
-    /// The split-K workspace, kept across launches.
-    scratch: Option<DevBuf>,
+    /// The split-K and Ozaki workspace, kept across launches.
+    scratch: Scratch,
     /// The precision the crate's kernels run in.
     precision: Precision,
     /// What the last launch ran in, and what its guard found.
@@ -231,7 +231,7 @@ impl<A: Element> DeviceProblem<A> {
             a,
             b,
             c,
-            scratch: None,
+            scratch: Scratch::default(),
             precision: Precision::Native,
             last: None,
             #[cfg(feature = "cublas")]

@@ -102,6 +102,25 @@ pub(crate) fn with_room<R>(
     }
 }
 
+/// The device buffers a product's launches reuse: the split-K and Ozaki workspace, and the
+/// residues of an Ozaki product in the Karatsuba form, which are most of its memory and are
+/// sized for the count its guard chose rather than for the most it weighs.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub(crate) ws: Option<DevBuf>,
+    pub(crate) residues: Option<DevBuf>,
+}
+
+impl Scratch {
+    /// The bytes of device memory both buffers hold.
+    pub(crate) fn bytes(&self) -> usize {
+        [&self.ws, &self.residues]
+            .iter()
+            .map(|b| b.as_ref().map_or(0, DevBuf::bytes))
+            .sum()
+    }
+}
+
 /// A device buffer of at least `bytes` bytes kept in `slot` across calls: grown (never
 /// shrunk) when too small, so steady-state calls allocate nothing. `high_water` is the
 /// device's record of the largest such buffer.

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaStream, CudaViewMut, LaunchConfig};
 
 use crate::device::context::Gpu;
 use crate::element::Element;
-use crate::engine::args::{grid_x, DeviceOperand, GemmArgs};
+use crate::engine::args::{grid_x, DeviceOperand, GemmArgs, Scratch};
 use crate::engine::enqueue::Launch;
 use crate::engine::launch::{launch_plan, launch_simple};
 use crate::engine::plan::Plan;
@@ -95,7 +95,7 @@ pub(crate) fn launch_batched<T: Element>(
     if let (Precision::Ozaki { .. }, true) = (precision.for_dtype(dtype), ozaki_here) {
         // One product after another, sharing one workspace; an item the Ozaki kernels cannot
         // run (and so every item: they share shape and device) runs natively.
-        let mut ws = None;
+        let mut ws = Scratch::default();
         let mut ran = None;
         for z in 0..batch.items {
             let (a, b) = item(z);

@@ -9,7 +9,9 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConf
 use crate::device::context::Gpu;
 use crate::device::modules::Readiness;
 use crate::element::{Dtype, Element};
-use crate::engine::args::{check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, MAX_GRID_Y};
+use crate::engine::args::{
+    check_dims, grid_stride, grid_x, scratch, DevBuf, GemmArgs, Scratch, MAX_GRID_Y,
+};
 use crate::engine::enqueue::Launch;
 use crate::engine::family::Family;
 use crate::engine::ozaki::{cost, recent, GuardReport, OzError, Recalled, SharedB};
@@ -72,8 +74,8 @@ pub(crate) struct Launched {
 
 /// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
 /// row's precision: native where the device lacks the asked-for kernels, for the GEMVs, and
-/// where an Ozaki product cannot run or its guard refuses it). `split_ws` is the split-K (and
-/// Ozaki) workspace, grown as needed. `shared`, for a row panel of a product whose panels
+/// where an Ozaki product cannot run or its guard refuses it). `bufs` holds the split-K (and
+/// Ozaki) workspace and the Karatsuba form's residues, grown as needed. `shared`, for a row panel of a product whose panels
 /// share op(B), carries what an Ozaki panel left of op(B) in the workspace to the next
 /// ([`SharedB`]); a native launch drops it.
 ///
@@ -87,7 +89,7 @@ pub(crate) fn launch_plan<T: Element>(
     plan: Plan,
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
-    split_ws: &mut Option<DevBuf>,
+    bufs: &mut Scratch,
     mut shared: Option<&mut SharedB>,
 ) -> Result<Launched, GpuDotError> {
     let (mut guard, mut unavailable) = (None, false);
@@ -137,9 +139,8 @@ pub(crate) fn launch_plan<T: Element>(
         };
         if let Some((moduli, guarded)) = emulate {
             let shared = shared.as_deref_mut();
-            match crate::engine::ozaki::launch(
-                gpu, stream, moduli, guarded, args, c, split_ws, shared,
-            ) {
+            match crate::engine::ozaki::launch(gpu, stream, moduli, guarded, args, c, bufs, shared)
+            {
                 // Not here (device, k, workspace or NVRTC): the native kernels below run it,
                 // and the route report names the precision that could not run (the default's
                 // included).
@@ -188,7 +189,7 @@ pub(crate) fn launch_plan<T: Element>(
         s.forget();
     }
     let ran = instead.unwrap_or(plan);
-    launch_native(gpu, stream, ran, args, c, split_ws).map(|precision| Launched {
+    launch_native(gpu, stream, ran, args, c, &mut bufs.ws).map(|precision| Launched {
         precision,
         guard,
         unavailable,

@@ -21,7 +21,7 @@ use once_cell::sync::Lazy;
 use crate::device::context::Gpu;
 use crate::device::stopwatch::Stopwatch;
 use crate::element::{Dtype, Element};
-use crate::engine::args::{DevBuf, GemmArgs};
+use crate::engine::args::{GemmArgs, Scratch};
 use crate::engine::launch;
 use crate::engine::ozaki::{GuardReport, SharedB};
 use crate::engine::plan::{self, Plan, Target};
@@ -497,7 +497,7 @@ pub(crate) fn launch<T: Element>(
     plan: Option<Plan>,
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
-    scratch: &mut Option<DevBuf>,
+    scratch: &mut Scratch,
     shared: Option<&mut SharedB>,
 ) -> Result<Ran, GpuDotError> {
     let launched = match plan {
@@ -549,7 +549,7 @@ pub(crate) fn launch_isolated<T: Element>(
     dims: (usize, usize, usize),
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
-    scratch: &mut Option<DevBuf>,
+    scratch: &mut Scratch,
 ) -> Result<Ran, GpuDotError> {
     let (m, k, n) = dims;
     let target = gpu.target(T::DTYPE, args.precision());

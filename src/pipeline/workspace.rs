@@ -7,7 +7,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{result as driver, CudaContext, CudaEvent, CudaStream};
 
 use crate::device::context::{self, Gpu};
-use crate::engine::args::{self, DevBuf};
+use crate::engine::args::{self, DevBuf, Scratch};
 use crate::error::GpuDotError;
 use crate::host::staging::PinnedBuf;
 
@@ -86,7 +86,8 @@ pub(crate) struct DevBufs {
     pub(crate) a: [Option<DevBuf>; 2],
     pub(crate) c: [Option<DevBuf>; 2],
     pub(crate) t: Option<DevBuf>,
-    pub(crate) scratch: Option<DevBuf>,
+    /// The split-K and Ozaki workspace, and the Karatsuba form's residues.
+    pub(crate) scratch: Scratch,
     /// B of a product split across devices, which the other devices copy from.
     pub(crate) peer: Option<PeerBytes>,
 }
@@ -98,7 +99,7 @@ impl DevBufs {
             + len(&self.b_wide)
             + self.a.iter().chain(&self.c).map(len).sum::<usize>()
             + len(&self.t)
-            + len(&self.scratch)
+            + self.scratch.bytes()
             + self.peer.as_ref().map_or(0, |p| p.bytes)
     }
 }
@@ -312,7 +313,7 @@ pub(crate) fn take(gpu: &Gpu) -> Result<Workspace, GpuDotError> {
 /// or the context has faulted.
 ///
 /// Idle workspaces keep at most a quarter of the device's memory together, but for one that
-/// is larger on its own (the emulation of a complex 16384³ product needs 27–42 GiB): it is kept
+/// is larger on its own (the emulation of a complex 16384³ product needs 21–42 GiB): it is kept
 /// while the others fit the quarter and an eighth of the device's memory is still free.
 /// Freeing it would have the next such product map all of it again, tens of milliseconds. The
 /// crate's own allocations that find the device full free the idle workspaces and try again

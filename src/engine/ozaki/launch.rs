@@ -7,7 +7,7 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaViewMut, DevicePtr, LaunchCon
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
-use crate::engine::args::{check_dims, scratch, DevBuf, GemmArgs};
+use crate::engine::args::{check_dims, scratch, with_room, DevBuf, GemmArgs, Scratch};
 use crate::engine::family::Family;
 use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GUARD_ROWS_SMEM};
 use crate::error::GpuDotError;
@@ -17,7 +17,7 @@ use super::guard::guard_sample;
 use super::passes::{
     early_candidate, enqueue_gemm, fail, split_config, workspace, Early, Gate, Gemm, GemmTail,
     GuardReport, KeptB, KeyB, OzError, Pairs, Rows, Run, SharedB, EA, EB, FLAGS, LA, LB, MA,
-    MAX_CANDIDATES, MB, PA, PB, R, SA, SB, SECTIONS,
+    MAX_CANDIDATES, MB, PA, PB, R, RESIDUES_PA, RESIDUES_PB, RESIDUES_R, SA, SB, SECTIONS,
 };
 use super::scale_passes::{scale, Scaling};
 use super::scaling::moduli_for;
@@ -35,11 +35,11 @@ pub(crate) struct Emulated {
     pub(crate) karatsuba: bool,
 }
 
-/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace in `ws` (grown as
-/// needed), and returns the precision it ran in. Unguarded, it runs on the first
-/// `moduli_for(..)` moduli. `guarded` (the default precision), it first runs the guard
-/// (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic count and up to three more, waits
-/// for its verdict, and runs on the fewest moduli that every element passes at; where some
+/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace (and the Karatsuba
+/// form's residues) in `bufs`, grown as needed, and returns the precision it ran in.
+/// Unguarded, it runs on the first `moduli_for(..)` moduli. `guarded` (the default
+/// precision), it first runs the guard (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic
+/// count and up to three more, waits for its verdict, and runs on the fewest moduli that every element passes at; where some
 /// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
 /// native kernels then run the product). Where the split runs in double arithmetic, the
 /// guard's passes that read an operand for its magnitudes also split it for the count that
@@ -52,7 +52,8 @@ pub(crate) struct Emulated {
 /// The steps: the [`plan`], then the workspace and what the panel before kept of op(B), and
 /// on the device 1. the scales ([`Product::scale`]), 2. the guard's verdict
 /// ([`Product::weigh`]), 3. the split ([`Product::split`]), 4. the INT8 GEMMs
-/// ([`Product::gemms`]) and 5. the reconstruction ([`Product::rebuild`]).
+/// ([`Product::gemms`]; in the Karatsuba form both, [`Product::karatsuba`]) and 5. the
+/// reconstruction ([`Product::rebuild`]).
 ///
 /// A complex product read as reals ([`GemmArgs::pairs`]) runs as the real product it is
 /// (each column's parts scaled on their own) below the Karatsuba form's size, or where the
@@ -71,7 +72,7 @@ pub(crate) fn launch<T: Element>(
     guarded: bool,
     args: GemmArgs<'_, '_, T>,
     c: &mut CudaViewMut<'_, T>,
-    ws: &mut Option<DevBuf>,
+    bufs: &mut Scratch,
     mut shared: Option<&mut SharedB>,
 ) -> Result<Emulated, OzError> {
     let (m, k, n) = args.dims();
@@ -89,15 +90,16 @@ pub(crate) fn launch<T: Element>(
             e => OzError::Gpu(e),
         })
     };
-    // The workspace, grown where the device has room for it once its idle workspaces are
-    // freed (a larger one may sit idle while this product holds a smaller); else the product
-    // runs natively, and the route report says the emulation could not run.
-    let grow = || scratch(stream, &mut *ws, plan.total, &gpu.high_water.device).map(drop);
-    crate::engine::args::with_room(gpu, grow).map_err(|_| OzError::Unavailable)?;
-    let work = scratch(stream, ws, plan.total, &gpu.high_water.device)
-        .map_err(|_| OzError::Unavailable)?;
-    let base = work.addr(stream);
-    let key = key_b(&plan, args, stream, (base, work.bytes()));
+    let Scratch { ws, residues } = bufs;
+    let work = room(gpu, stream, ws, plan.total)?;
+    let (base, bytes) = (work.addr(stream), work.bytes());
+    let key = key_b(&plan, args, stream, (base, bytes));
+    // The Karatsuba form's guard writes its int32 sums where the residues go once it has
+    // chosen the count.
+    let mut sec = plan.at.map(|o| base + o as u64);
+    if let (Some(_), true) = (&plan.pairs, guarded) {
+        sec[R] = room(gpu, stream, residues, Pairs::sums_bytes(m, n))?.addr(stream);
+    }
     let kept = match plan.paired {
         false => shared.as_deref_mut().and_then(|s| s.take(&key)),
         true => None,
@@ -128,7 +130,7 @@ pub(crate) fn launch<T: Element>(
         tile_rows: plan.tile_rows,
         padded: plan.padded,
         dims: (m as i32, n as i32, k as i32),
-        sec: plan.at.map(|o| base + o as u64),
+        sec,
         programmatic: programmatic_on(sm),
     };
     let ops = operands(&run, &plan, args, early, kept.is_some());
@@ -154,20 +156,18 @@ pub(crate) fn launch<T: Element>(
     // 2. The guard's verdict, where guarded.
     let weighed = product.weigh(&gemm, refused_first)?;
     let chosen = product.chosen(weighed.chosen);
-    match &plan.pairs {
+    let r = match &plan.pairs {
         None => {
             // 3. The residue panels.
             product.split(&chosen, weighed.split_for)?;
             // 4. The INT8 GEMM of every modulus.
             product.gemms(&gemm, &chosen, weighed.gemm_ran)?;
+            run.sec[R]
         }
-        Some(pairs) => {
-            product.split_pairs(pairs, &chosen)?;
-            product.gemms_pairs(pairs, &gemm, &chosen)?;
-        }
-    }
+        Some(pairs) => product.karatsuba(pairs, &gemm, &chosen, residues)?,
+    };
     // 5. The reconstruction.
-    product.rebuild(args, c, &chosen)?;
+    product.rebuild(args, c, &chosen, r)?;
     let count = chosen.count;
     if let (Some(s), false) = (shared, plan.paired) {
         s.keep(KeptB { key, split: count });
@@ -179,6 +179,22 @@ pub(crate) fn launch<T: Element>(
         guard: weighed.report,
         karatsuba: plan.pairs.is_some(),
     })
+}
+
+/// `slot` grown to at least `bytes`, where the device has room for it once its idle
+/// workspaces are freed (a larger one may sit idle while this product holds a smaller); else
+/// [`OzError::Unavailable`]: the product runs natively, and the route report says the
+/// emulation could not run.
+fn room<'s>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    slot: &'s mut Option<DevBuf>,
+    bytes: usize,
+) -> Result<&'s mut DevBuf, OzError> {
+    let high_water = &gpu.high_water.device;
+    let grow = || scratch(stream, &mut *slot, bytes, high_water).map(drop);
+    with_room(gpu, grow).map_err(|_| OzError::Unavailable)?;
+    scratch(stream, slot, bytes, high_water).map_err(|_| OzError::Unavailable)
 }
 
 /// What a product runs on, decided before anything is enqueued ([`plan`]).
@@ -648,10 +664,29 @@ impl<T: Element> Product<'_, T> {
         Ok(())
     }
 
+    /// Steps 3 and 4 in the Karatsuba form, in the residues' buffer `slot` grown for the
+    /// chosen count; returns the address of its products.
+    fn karatsuba(
+        &self,
+        pairs: &Pairs,
+        gemm: &CudaFunction,
+        chosen: &Chosen,
+        slot: &mut Option<DevBuf>,
+    ) -> Result<u64, OzError> {
+        let (m, _, n) = self.plan.dims;
+        let stream = self.run.stream;
+        let (total, at) = pairs.residues(chosen.count, m, n);
+        let base = room(self.gpu, stream, slot, total)?.addr(stream);
+        let at = at.map(|o| base + o as u64);
+        self.split_pairs(pairs, chosen, at)?;
+        self.gemms_pairs(pairs, gemm, chosen, at)?;
+        Ok(at[RESIDUES_R])
+    }
+
     /// Step 3 in the Karatsuba form: the panels of the real parts, the imaginary parts and
     /// their sums, of op(A) (`m × k/2` complex) and of op(B)ᵀ (`n/2 × k/2` complex), for the
-    /// chosen count.
-    fn split_pairs(&self, pairs: &Pairs, chosen: &Chosen) -> Result<(), OzError> {
+    /// chosen count, into the residues' buffer (its sections at `at`).
+    fn split_pairs(&self, pairs: &Pairs, chosen: &Chosen, at: [u64; 3]) -> Result<(), OzError> {
         let run = self.run;
         let (m, k, n) = self.plan.dims;
         let (kc, kpi) = ((k / 2) as i32, pairs.kp as i32);
@@ -665,7 +700,8 @@ impl<T: Element> Product<'_, T> {
             (a, m, (asr, 2 * ask, ask), ea, 1i32, 0),
             (b, n / 2, (2 * bsr, 2 * bsk, bsr), eb, 2i32, 1),
         ];
-        for (op, rows, (sr, sq, sd), e, es, side) in &each {
+        let panels = [at[RESIDUES_PA], at[RESIDUES_PB]];
+        for ((op, rows, (sr, sq, sd), e, es, side), panels) in each.iter().zip(&panels) {
             let (rows, padded) = (*rows as i32, [pairs.padded.0, pairs.padded.1][*side]);
             let (rp, tm) = (
                 padded as i32,
@@ -686,7 +722,7 @@ impl<T: Element> Product<'_, T> {
                 .arg(sd)
                 .arg(e)
                 .arg(es)
-                .arg(&op.panels)
+                .arg(panels)
                 .arg(&rp)
                 .arg(&kpi)
                 .arg(&tm)
@@ -696,8 +732,8 @@ impl<T: Element> Product<'_, T> {
             // Consts c)`; X is the operand read as op(A) (`m × k` reals) or op(B)ᵀ (`n × k`),
             // whose complex element (r, q) has its parts at r·sr + q·sq and sd further, all
             // within its `m × k` or `n × k` elements for r < R and q < K = k/2; E (the chosen
-            // layer, R·es ints) was written before it on this stream; P is the workspace's
-            // section of 3·count·Rp·Kp bytes (`Pairs::part_bytes`), written whole, Rp a
+            // layer, R·es ints) was written before it on this stream; P is the residues'
+            // section of 3·count·Rp·Kp bytes (`Pairs::residues`), written whole, Rp a
             // multiple of the tile rows TM (multiples of 32), Kp of 128; grid x = Kp/32, grid
             // y ≤ Rp/32 with the kernel looping over the rest, block (32, 8).
             unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki split"))?;
@@ -706,15 +742,16 @@ impl<T: Element> Product<'_, T> {
     }
 
     /// Step 4 in the Karatsuba form: the three INT8 GEMMs of every modulus of the chosen
-    /// count, `T₁ = Aᵣ'·Bᵣ'`, `T₂ = Aᵢ'·Bᵢ'` and `T₃ = (Aᵣ' + Aᵢ')·(Bᵣ' + Bᵢ')`, into R one after
-    /// another.
+    /// count, `T₁ = Aᵣ'·Bᵣ'`, `T₂ = Aᵢ'·Bᵢ'` and `T₃ = (Aᵣ' + Aᵢ')·(Bᵣ' + Bᵢ')`, into the
+    /// residues' R section one after another.
     fn gemms_pairs(
         &self,
         pairs: &Pairs,
         gemm: &CudaFunction,
         chosen: &Chosen,
+        at: [u64; 3],
     ) -> Result<(), OzError> {
-        let (run, sec) = (self.run, &self.run.sec);
+        let run = self.run;
         let (m, _, n) = self.plan.dims;
         let (mi, nci) = (m as i32, (n / 2) as i32);
         let (mp, np) = pairs.padded;
@@ -726,9 +763,9 @@ impl<T: Element> Product<'_, T> {
                 gemm,
                 pairs.gemm,
                 (mi, nci, mp, np, pairs.kp as i32, count),
-                (sec[PA] + t * pa, sec[PB] + t * pb),
+                (at[RESIDUES_PA] + t * pa, at[RESIDUES_PB] + t * pb),
                 GemmTail::Residues {
-                    r: sec[R] + t * r,
+                    r: at[RESIDUES_R] + t * r,
                     consts: &chosen.consts,
                     z0: 0,
                     gate: Gate::NONE,
@@ -738,13 +775,14 @@ impl<T: Element> Product<'_, T> {
         Ok(())
     }
 
-    /// Step 5, the reconstruction into `c`, for the fewest moduli that covers the chosen count
-    /// (its limbs fit them).
+    /// Step 5, the reconstruction into `c` from the residue products at `r`, for the fewest
+    /// moduli that covers the chosen count (its limbs fit them).
     fn rebuild(
         &self,
         args: GemmArgs<'_, '_, T>,
         c: &mut CudaViewMut<'_, T>,
         chosen: &Chosen,
+        r: u64,
     ) -> Result<(), OzError> {
         let run = self.run;
         let (m, _, n) = self.plan.dims;
@@ -764,7 +802,6 @@ impl<T: Element> Product<'_, T> {
             shared_mem_bytes: 0,
         };
         let ldc = args.ldc();
-        let r = run.sec[R];
         let (a_strides, b_strides) = args.row_strides();
         let (a_buf, b_buf) = args.bufs();
         let ((asr, ask), (bsr, bsk)) = (a_strides, b_strides);

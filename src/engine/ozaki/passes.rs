@@ -162,7 +162,35 @@ impl Pairs {
             (count * m * (n / 2)) as u64,
         )
     }
+
+    /// The buffer of the form's residues, apart from the workspace and sized once the count is
+    /// chosen (they are most of the product's memory: a complex 16384³ product's residues take
+    /// 2.25 GiB a modulus): its bytes for `count` moduli and `m` rows, and the offsets of its
+    /// sections, the three parts' panels of op(A) and of op(B)ᵀ and their three products (by
+    /// [`RESIDUES_PA`], [`RESIDUES_PB`], [`RESIDUES_R`]). Before the verdict it holds the guard's
+    /// int32 sums ([`Pairs::sums_bytes`]).
+    pub(super) fn residues(&self, count: usize, m: usize, n: usize) -> (usize, [usize; 3]) {
+        let (pa, pb, r) = self.part_bytes(count, m, n);
+        let mut at = [0; 3];
+        let mut total = 0;
+        for (o, part) in at.iter_mut().zip([pa, pb, r]) {
+            *o = total;
+            total += (3 * part as usize).next_multiple_of(ALIGN);
+        }
+        (total, at)
+    }
+
+    /// The bytes of the guard's int32 sums of the stacked `m × n` product, which the residues'
+    /// buffer holds until the verdict.
+    pub(super) fn sums_bytes(m: usize, n: usize) -> usize {
+        4 * m * n
+    }
 }
+
+/// The sections of the Karatsuba form's residues ([`Pairs::residues`]).
+pub(super) const RESIDUES_PA: usize = 0;
+pub(super) const RESIDUES_PB: usize = 1;
+pub(super) const RESIDUES_R: usize = 2;
 
 /// Sections of the workspace, by index into [`workspace`]'s offsets. op(B)'s come first, at
 /// offsets that do not depend on m, so that the row panels of one product find op(B)'s
@@ -211,8 +239,9 @@ pub(super) const SECTIONS: usize = 14;
 /// the guard's [`FLAG_INTS`] ints (FLAGS), and the sure test's keys, 8 bytes a row of X and
 /// of Y (KEYS). The magnitudes have sections of their own so that the guard's
 /// passes may split the operands into residues for the first count meanwhile. With `pairs`,
-/// a complex product in the Karatsuba form, whose residue panels and products are those of
-/// [`Pairs`] instead.
+/// a complex product in the Karatsuba form, whose residues and guard's sums lie apart, in a
+/// buffer sized for the count the guard chooses ([`Pairs::residues`]): the workspace's PB, PA
+/// and R sections are then empty.
 pub(super) fn workspace(
     count: usize,
     shifts: usize,
@@ -229,12 +258,7 @@ pub(super) fn workspace(
     // (M × N) take the products' section too.
     let (pb, pa, r) = match pairs {
         None => (count * np * kp, count * mp * kp, count.max(4 * g) * m * n),
-        // Three parts each, at the strides the Karatsuba GEMMs take them.
-        Some(p) => {
-            let (pa, pb, r) = p.part_bytes(count, m, n);
-            let three = |bytes: u64| 3 * bytes as usize;
-            (three(pb), three(pa), three(r).max(4 * g * m * n))
-        }
+        Some(_) => (0, 0, 0),
     };
     let sizes = [
         4 * np * shifts,

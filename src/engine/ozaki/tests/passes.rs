@@ -118,8 +118,8 @@ fn workspace_sections_are_disjoint_and_op_b_sits_still() {
 /// A complex product read as reals in the Karatsuba form: its three parts' panels (each
 /// `count` layers of the complex problem's padded rows by `k/2` padded to 128, written whole
 /// by `ozaki_ksplit_*`) and its three products' residues (`count` layers of `m × n/2` each,
-/// read by `ozaki_krebuild*`) fit their sections, which stay disjoint and aligned, and the
-/// guard's int32 sums of the stacked `m × n` product fit the residues' section too.
+/// read by `ozaki_krebuild*`) fit the sections of the residues' buffer, which stay disjoint
+/// and aligned, and whose size is that of the count alone; the workspace holds none of them.
 #[test]
 fn the_karatsuba_forms_sections_hold_its_three_parts() {
     for sm in [80, 90] {
@@ -137,31 +137,32 @@ fn the_karatsuba_forms_sections_hold_its_three_parts() {
             assert!(pairs.kp >= k / 2 && pairs.kp.is_multiple_of(128) && pairs.kp - k / 2 < 128);
             for guarded in [false, true] {
                 let (count, shifts, kgp) = (8, if guarded { 4 } else { 1 }, 1024);
-                let (total, at) =
-                    workspace(count, shifts, guarded, kgp, (m, k, n), gemm, Some(&pairs));
-                let mut order: Vec<(usize, usize)> = (0..SECTIONS).map(|s| (at[s], s)).collect();
-                order.sort();
+                let (_, at) = workspace(count, shifts, guarded, kgp, (m, k, n), gemm, Some(&pairs));
+                // The workspace's residue sections are empty (each begins where the next does).
+                for s in [PB, PA, R] {
+                    assert_eq!(at[s], at[s + 1], "section {s}");
+                }
+            }
+            for count in [8, 16, 18] {
+                let (total, at) = pairs.residues(count, m, n);
                 let (part_a, part_b, part_r) = pairs.part_bytes(count, m, n);
-                for (i, &(offset, s)) in order.iter().enumerate() {
-                    let room = order.get(i + 1).map_or(total, |&(next, _)| next) - offset;
-                    assert_eq!(offset % ALIGN, 0, "section {s}");
-                    let need = match s {
-                        PA => 3 * count * cmp * pairs.kp,
-                        PB => 3 * count * cnp * pairs.kp,
-                        R => (3 * count * m * (n / 2)).max(4 * guarded as usize * m * n),
-                        _ => 0,
-                    };
+                let needs = [
+                    3 * count * cmp * pairs.kp,
+                    3 * count * cnp * pairs.kp,
+                    3 * count * m * (n / 2),
+                ];
+                // The products' strides between parts are what the sections hold a third of.
+                let thirds = [part_a, part_b, part_r].map(|p| 3 * p as usize);
+                assert_eq!(needs, thirds);
+                let sections = [RESIDUES_PA, RESIDUES_PB, RESIDUES_R];
+                for (s, need) in sections.into_iter().zip(needs) {
+                    let end = at.get(s + 1).copied().unwrap_or(total);
+                    assert_eq!(at[s] % ALIGN, 0, "section {s}");
+                    assert!(end - at[s] >= need, "sm_{sm} {m}×{k}×{n}: section {s}");
                     assert!(
-                        room >= need,
-                        "sm_{sm} {m}×{k}×{n} guarded {guarded}: section {s}, {room} < {need}"
+                        end - at[s] - need < ALIGN,
+                        "sm_{sm} {m}×{k}×{n}: section {s}"
                     );
-                    // The products' strides between parts are what the sections hold a third of.
-                    match s {
-                        PA => assert!(3 * part_a as usize <= room),
-                        PB => assert!(3 * part_b as usize <= room),
-                        R => assert!(3 * part_r as usize <= room),
-                        _ => {}
-                    }
                 }
             }
         }
