@@ -72,12 +72,12 @@ pub(crate) struct Launched {
     pub(crate) instead: Option<Plan>,
 }
 
-/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile
-/// row's precision: native where the device lacks the asked-for kernels, for the GEMVs, and
-/// where an Ozaki product cannot run or its guard refuses it). `bufs` holds the split-K (and
-/// Ozaki) workspace and the Karatsuba form's residues, grown as needed. `shared`, for a row panel of a product whose panels
-/// share op(B), carries what an Ozaki panel left of op(B) in the workspace to the next
-/// ([`SharedB`]); a native launch drops it.
+/// Enqueues `C = op(A) · op(B)` by `plan` on `stream`, and returns what it ran in (the tile row's
+/// precision: native where the device lacks the asked-for kernels, for the GEMVs, and where an
+/// Ozaki product cannot run or its guard refuses it). `bufs` holds the split-K (and Ozaki)
+/// workspace and the Karatsuba form's residues, grown as needed. `shared`, for a row panel of a
+/// product whose panels share op(B), carries what an Ozaki panel left of op(B) in the workspace to
+/// the next ([`SharedB`]); a native launch drops it.
 ///
 /// The default precision ([`Precision::Auto`]) runs a tiled plan by guarded Ozaki where
 /// [`emulation_pays`] for the device and shape, or for a panel where

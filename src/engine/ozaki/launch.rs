@@ -35,19 +35,18 @@ pub(crate) struct Emulated {
     pub(crate) karatsuba: bool,
 }
 
-/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace (and the Karatsuba
-/// form's residues) in `bufs`, grown as needed, and returns the precision it ran in.
-/// Unguarded, it runs on the first `moduli_for(..)` moduli. `guarded` (the default
-/// precision), it first runs the guard (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic
-/// count and up to three more, waits for its verdict, and runs on the fewest moduli that every element passes at; where some
-/// element passes at none, nothing more is enqueued and [`OzError::Guarded`] says so (the
-/// native kernels then run the product). Where the split runs in double arithmetic, the
-/// guard's passes that read an operand for its magnitudes also split it for the count that
-/// the early refusal's elements need (the automatic one or the next), so that a product run
-/// at that count reads each operand once or twice, not three times. With `shared`, the row
-/// panel of a product whose panels share op(B): op(B)'s scaling and magnitudes, and its
-/// residues where the count is the same, are taken from the panel before instead of done
-/// again, and kept for the next.
+/// Enqueues `C = op(A) · op(B)` by Ozaki scheme II, with the workspace (and the Karatsuba form's
+/// residues) in `bufs`, grown as needed, and returns the precision it ran in. Unguarded, it runs on
+/// the first `moduli_for(..)` moduli. `guarded` (the default precision), it first runs the guard
+/// (kernels/ozaki.cu, `ozaki_guard_*`) for the automatic count and up to three more, waits for its
+/// verdict, and runs on the fewest moduli that every element passes at; where some element passes
+/// at none, nothing more is enqueued and [`OzError::Guarded`] says so (the native kernels then run
+/// the product). Where the split runs in double arithmetic, the guard's passes that read an operand
+/// for its magnitudes also split it for the count that the early refusal's elements need (the
+/// automatic one or the next), so that a product run at that count reads each operand once or
+/// twice, not three times. With `shared`, the row panel of a product whose panels share op(B):
+/// op(B)'s scaling and magnitudes, and its residues where the count is the same, are taken from the
+/// panel before instead of done again, and kept for the next.
 ///
 /// The steps: the [`plan`], then the workspace and what the panel before kept of op(B), and
 /// on the device 1. the scales ([`Product::scale`]), 2. the guard's verdict

@@ -208,7 +208,8 @@ pub(super) fn verdict<T: Element>(
     let tiles = (mp / tm) * (np / tn);
     let need = sec[NEED];
     // The magnitudes' int32 product lies in the residues' section until the product's GEMM
-    // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4).
+    // writes them (it holds at least 4·m·n bytes: the most moduli weighed are at least 4); in
+    // the Karatsuba form, at the start of the residues' own buffer, grown after the verdict.
     let sums = sec[R];
     let guard = guard_args::<T>(run, counts);
     if !refused_first {
