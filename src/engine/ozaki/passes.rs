@@ -673,11 +673,12 @@ fn enqueue_wg(call: &GemmCall<'_>, pair_m: bool, tail: &GemmTail<'_>) -> Result<
     // multiple of 384 and Np of 256 where pair_m, else Mp of 192 and Np of 512, so the units (pairs
     // of tiles of a layer) are whole; `group_rows` gave a positive group, even where pair_m (the
     // order only permutes the units); the grid (`persistent_config`) an even count of blocks (the
-    // kernel's clusters of two), each cluster looping over its units; R is the workspace's section
-    // of count·M·N bytes, written whole (tiles past M or N store nothing), or S, M·N ints written
-    // whole, or `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the table's
-    // dynamic shared memory, to which the function's limit was raised when the module was loaded;
-    // the kernel's instructions exist on sm_90 only (`Gemm::of`).
+    // kernel's clusters of two), each cluster looping over its units; R is a section of
+    // count·M·N bytes (the workspace's, or in the Karatsuba form one of the residues' buffer),
+    // written whole (tiles past M or N store nothing), or S, M·N ints written whole (the same
+    // places), or `unsure`, set by an atomic; 384 threads (the kernel's launch bound) and the
+    // table's dynamic shared memory, to which the function's limit was raised when the module was
+    // loaded; the kernel's instructions exist on sm_90 only (`Gemm::of`).
     unsafe { builder.launch(cfg) }.map_err(fail("launching the Ozaki INT8 GEMM"))?;
     Ok(())
 }
@@ -720,8 +721,9 @@ fn enqueue_mma(call: &GemmCall<'_>, tail: &GemmTail<'_>) -> Result<(), OzError> 
     // const int* refused)` (as for the warpgroup one); PA and PB are the panels the launches before
     // it on this stream wrote, in tiles of 128 rows (layers·Mp·Kp and layers·Np·Kp bytes at
     // 256-byte-aligned offsets, Mp and Np multiples of 128, Kp of 128); one block per 128 × 128
-    // tile of Mp × Np in x and per layer in z; R is the workspace's section of count·M·N bytes,
-    // written whole (tiles past M or N store nothing), or S, M·N ints written whole, or `unsure`,
+    // tile of Mp × Np in x and per layer in z; R is a section of count·M·N bytes (the
+    // workspace's, or in the Karatsuba form one of the residues' buffer), written whole (tiles
+    // past M or N store nothing), or S, M·N ints written whole (the same places), or `unsure`,
     // set by an atomic; 256 threads (the kernel's launch bound) and the table's dynamic shared
     // memory, to which the function's limit was raised when the module was loaded; mma.sync,
     // ldmatrix and cp.async exist from sm_80 on, checked by the caller.
