@@ -320,8 +320,7 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         );
         Ok(())
     };
-    let mut touched = false;
-    let mut trace = Trace::default();
+    let (mut touched, mut trace) = (false, Trace::default());
     conduct::conduct(
         sched,
         &ends,
@@ -331,17 +330,7 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         &mut trace,
     )
     .unwrap_or_else(|e| panic!("{what}: {e}"));
-    // Where every transfer goes straight, no helper stages anything, and the conductor takes
-    // each parcel's pieces at once: a step a parcel at most, not a step a piece.
-    if all_direct {
-        let parcels = sched.up.parcels.len() + sched.down.parcels.len();
-        assert!(
-            trace.pieces_by_conductor <= parcels,
-            "{what}: {} steps of the conductor for {parcels} parcels ({} pieces)",
-            trace.pieces_by_conductor,
-            trace.pieces
-        );
-    }
+    assert_a_step_a_parcel(all_direct, sched, &trace, what);
     // Each panel's inputs mark follows the copy that completes its inputs, not a later
     // panel's copies (its kernels would wait for those too).
     for (i, copies) in run.link.inputs_marks() {
@@ -373,6 +362,21 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         direct,
         all_direct,
     }
+}
+
+/// Where every transfer goes straight (`all_direct`), no helper stages anything, and the
+/// conductor takes each parcel's pieces at once: a step a parcel at most, not a step a piece.
+fn assert_a_step_a_parcel(all_direct: bool, sched: &Schedule, trace: &Trace, what: &str) {
+    if !all_direct {
+        return;
+    }
+    let parcels = sched.up.parcels.len() + sched.down.parcels.len();
+    assert!(
+        trace.pieces_by_conductor <= parcels,
+        "{what}: {} steps of the conductor for {parcels} parcels ({} pieces)",
+        trace.pieces_by_conductor,
+        trace.pieces
+    );
 }
 
 /// Runs the conductor, the schedule's real parcels and pieces and the crew on a simulated
