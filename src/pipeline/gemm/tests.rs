@@ -534,3 +534,50 @@ fn f_order_views_are_stored_as_their_transpose() {
     assert_eq!(Stored::of(&a.t()).ld(3), 3);
     assert_eq!(Stored::of(&a.view()).ld(3), 7);
 }
+
+/// A product whose host operands are all page-locked is tuned apart from one with ordinary
+/// arrays (its copies pay no staging): `Product::direct` holds only where every host operand
+/// is contiguous, locked memory, and never for a fresh result.
+#[test]
+fn products_of_page_locked_arrays_are_tuned_apart() {
+    use crate::device::pinned::simulate_locked;
+    let a = Array2::<f32>::ones((6, 5));
+    let b = Array2::<f32>::ones((5, 4));
+    let direct = |a: ArrayView2<'_, f32>, b: ArrayView2<'_, f32>, c: &mut Array2<f32>| {
+        let (a, b) = (Src::Host(a), Src::Host(b));
+        let mut c = Dst::Host(c.view_mut());
+        let mut g = Gemm {
+            alpha: 1.0,
+            a: &a,
+            b: &b,
+            beta: 0.0,
+            c: &mut c,
+        };
+        Operands::of(&mut g).for_tuner((0, 0)).direct
+    };
+    let mut c = Array2::<f32>::zeros((6, 4));
+    assert!(!direct(a.view(), b.view(), &mut c), "ordinary arrays");
+    let lock = |x: &Array2<f32>| simulate_locked(x.as_ptr().cast(), x.len() * 4);
+    let (_a, _b) = (lock(&a), lock(&b));
+    assert!(!direct(a.view(), b.view(), &mut c), "C is ordinary memory");
+    let _c = lock(&c);
+    assert!(
+        direct(a.view(), b.view(), &mut c),
+        "every operand page-locked"
+    );
+    // A strided window of a locked array is not copied straight.
+    assert!(!direct(a.slice(s![.., ..;2]), b.slice(s![..3, ..]), &mut c));
+    // A fresh result is never direct: the host's threads touch its pages.
+    let mut fresh = Array2::<f32>::uninit((6, 4));
+    let _f = simulate_locked(fresh.as_ptr().cast(), 24 * 4);
+    let (a, b) = (Src::Host(a.view()), Src::Host(b.view()));
+    let mut c = Dst::Fresh(fresh.view_mut());
+    let mut g = Gemm {
+        alpha: 1.0,
+        a: &a,
+        b: &b,
+        beta: 0.0,
+        c: &mut c,
+    };
+    assert!(!Operands::of(&mut g).for_tuner((0, 0)).direct);
+}
