@@ -535,6 +535,19 @@ fn f_order_views_are_stored_as_their_transpose() {
     assert_eq!(Stored::of(&a.view()).ld(3), 7);
 }
 
+/// Whether the tuner sees `a · b` into `c` as a product of page-locked arrays.
+fn direct(a: ArrayView2<'_, f32>, b: ArrayView2<'_, f32>, mut c: Dst<'_, f32>) -> bool {
+    let (a, b) = (Src::Host(a), Src::Host(b));
+    let mut g = Gemm {
+        alpha: 1.0,
+        a: &a,
+        b: &b,
+        beta: 0.0,
+        c: &mut c,
+    };
+    Operands::of(&mut g).for_tuner((0, 0)).direct
+}
+
 /// A product whose host operands are all page-locked is tuned apart from one with ordinary
 /// arrays (its copies pay no staging): `Product::direct` holds only where every host operand
 /// is contiguous, locked memory, and never for a fresh result.
@@ -543,41 +556,27 @@ fn products_of_page_locked_arrays_are_tuned_apart() {
     use crate::device::pinned::simulate_locked;
     let a = Array2::<f32>::ones((6, 5));
     let b = Array2::<f32>::ones((5, 4));
-    let direct = |a: ArrayView2<'_, f32>, b: ArrayView2<'_, f32>, c: &mut Array2<f32>| {
-        let (a, b) = (Src::Host(a), Src::Host(b));
-        let mut c = Dst::Host(c.view_mut());
-        let mut g = Gemm {
-            alpha: 1.0,
-            a: &a,
-            b: &b,
-            beta: 0.0,
-            c: &mut c,
-        };
-        Operands::of(&mut g).for_tuner((0, 0)).direct
-    };
     let mut c = Array2::<f32>::zeros((6, 4));
-    assert!(!direct(a.view(), b.view(), &mut c), "ordinary arrays");
+    assert!(
+        !direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "ordinary arrays"
+    );
     let lock = |x: &Array2<f32>| simulate_locked(x.as_ptr().cast(), x.len() * 4);
     let (_a, _b) = (lock(&a), lock(&b));
-    assert!(!direct(a.view(), b.view(), &mut c), "C is ordinary memory");
+    assert!(
+        !direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "C is ordinary"
+    );
     let _c = lock(&c);
     assert!(
-        direct(a.view(), b.view(), &mut c),
-        "every operand page-locked"
+        direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "all page-locked"
     );
     // A strided window of a locked array is not copied straight.
-    assert!(!direct(a.slice(s![.., ..;2]), b.slice(s![..3, ..]), &mut c));
+    let (a_cols, b_rows) = (a.slice(s![.., ..;2]), b.slice(s![..3, ..]));
+    assert!(!direct(a_cols, b_rows, Dst::Host(c.view_mut())));
     // A fresh result is never direct: the host's threads touch its pages.
     let mut fresh = Array2::<f32>::uninit((6, 4));
     let _f = simulate_locked(fresh.as_ptr().cast(), 24 * 4);
-    let (a, b) = (Src::Host(a.view()), Src::Host(b.view()));
-    let mut c = Dst::Fresh(fresh.view_mut());
-    let mut g = Gemm {
-        alpha: 1.0,
-        a: &a,
-        b: &b,
-        beta: 0.0,
-        c: &mut c,
-    };
-    assert!(!Operands::of(&mut g).for_tuner((0, 0)).direct);
+    assert!(!direct(a.view(), b.view(), Dst::Fresh(fresh.view_mut())));
 }
