@@ -426,6 +426,9 @@ pub(crate) struct Gpu {
 pub(crate) struct HighWater {
     pub(crate) device: AtomicUsize,
     pub(crate) pinned: AtomicUsize,
+    /// The Karatsuba form's residues ([`crate::engine::args::Scratch`]), apart from `device`:
+    /// tens of GiB at the largest sizes, they would size every other buffer up to them.
+    pub(crate) residues: AtomicUsize,
 }
 
 impl Gpu {

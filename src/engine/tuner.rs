@@ -117,6 +117,9 @@ pub(crate) struct Key {
     trans: (bool, bool),
     /// Whether A, B and C are host arrays, and whether C's old value is read.
     residency: (bool, bool, bool, bool),
+    /// Whether every host operand is page-locked memory copied straight (see
+    /// [`Product::direct`]).
+    direct: bool,
     /// Whether the 128-bit-load kernels can read A and B.
     aligned: bool,
     /// Whether the epilogue `C = alpha·T + beta·C` runs.
@@ -136,6 +139,11 @@ pub(crate) struct Product {
     pub(crate) dims: (usize, usize, usize),
     pub(crate) trans: (bool, bool),
     pub(crate) residency: (bool, bool, bool, bool),
+    /// Every host operand lies in memory page-locked for the product's context and is
+    /// contiguous, so that its copies go straight by DMA with no staging: such products
+    /// are tuned apart from those of ordinary arrays, whose copies pay the host memory's pace
+    /// and favour other panel counts.
+    pub(crate) direct: bool,
     pub(crate) aligned: bool,
     pub(crate) epilogue: bool,
     /// Bytes the product moves between host and device.
@@ -159,6 +167,7 @@ impl Product {
             log2: (ceil_log2(m), ceil_log2(k), ceil_log2(n)),
             trans: self.trans,
             residency: self.residency,
+            direct: self.direct,
             aligned: self.aligned,
             epilogue: self.epilogue,
             forced_rows,
@@ -638,6 +647,7 @@ mod tests {
             dims,
             trans: (false, false),
             residency: (true, true, true, false),
+            direct: false,
             aligned: true,
             epilogue: false,
             host_bytes,

@@ -326,15 +326,40 @@ impl<'r> Board<'r> {
 
     /// Claims the next piece of a queue if `ready(piece)` says it may start.
     fn claim(next: &AtomicUsize, count: usize, ready: impl Fn(usize) -> bool) -> Option<usize> {
+        Self::claim_run(next, count, ready, |i| i + 1).map(|run| run.start)
+    }
+
+    /// Claims the next pieces of a queue, from the next one to `run_end(next)`, if
+    /// `ready(next)` says they may start.
+    fn claim_run(
+        next: &AtomicUsize,
+        count: usize,
+        ready: impl Fn(usize) -> bool,
+        run_end: impl Fn(usize) -> usize,
+    ) -> Option<Range<usize>> {
         let mut i = next.load(SeqCst);
         loop {
             if i >= count || !ready(i) {
                 return None;
             }
-            match next.compare_exchange_weak(i, i + 1, SeqCst, SeqCst) {
-                Ok(_) => return Some(i),
+            let end = run_end(i);
+            match next.compare_exchange_weak(i, end, SeqCst, SeqCst) {
+                Ok(_) => return Some(i..end),
                 Err(now) => i = now,
             }
+        }
+    }
+
+    /// The end of the run of pieces claimed at once from piece `i` of `dir`: the rest of its
+    /// parcel where the parcel is copied straight from or into the host array (its pieces
+    /// stage nothing: claimed one by one, they would only cost the conductor a pass each), else
+    /// the piece alone.
+    fn run_end(dir: &Direction, i: usize, direct: impl Fn(usize) -> bool) -> usize {
+        let parcel = &dir.parcels[dir.pieces[i].parcel];
+        if direct(parcel.transfer) {
+            parcel.pieces.end
+        } else {
+            i + 1
         }
     }
 
@@ -348,30 +373,36 @@ impl<'r> Board<'r> {
         }
         let (up, down) = (&self.sched.up, &self.sched.down);
         let free = self.up_free.load(SeqCst);
-        if let Some(i) = Self::claim(&self.up_next, up.pieces.len(), |i| {
-            up.pieces[i].parcel < free
-        }) {
+        let up_run = |i| Self::run_end(up, i, |t| self.ends.up_direct(t));
+        let up_ready = |i: usize| up.pieces[i].parcel < free;
+        if let Some(run) = Self::claim_run(&self.up_next, up.pieces.len(), up_ready, up_run) {
+            let i = run.start;
             if self.log_pieces && up.pieces[i].parcel == 0 {
                 // The first parcel's pieces are the direction's first, from index 0.
-                self.first_parcel.time(i, who, self.start, || self.pack(i));
+                self.first_parcel
+                    .time(i, who, self.start, || self.pack(run));
             } else {
-                self.pack(i);
+                self.pack(run);
             }
             return Step::Worked;
         }
         let landed = self.down_landed.load(SeqCst);
-        if let Some(i) = Self::claim(&self.down_next, down.pieces.len(), |i| {
+        let down_run = |i| Self::run_end(down, i, |t| self.ends.down_direct(t));
+        let down_ready = |i: usize| {
             down.pieces[i].parcel < landed
-                && self.piece_units[i]
-                    .clone()
+                && (i..down_run(i))
+                    .flat_map(|p| self.piece_units[p].clone())
                     .all(|u| self.touched[u].load(SeqCst))
-        }) {
+        };
+        if let Some(run) = Self::claim_run(&self.down_next, down.pieces.len(), down_ready, down_run)
+        {
+            let i = run.start;
             let last = &down.parcels[down.parcels.len() - 1].pieces;
             if self.log_pieces && last.contains(&i) {
                 self.last_parcel
-                    .time(i - last.start, who, self.start, || self.unpack(i));
+                    .time(i - last.start, who, self.start, || self.unpack(run));
             } else {
-                self.unpack(i);
+                self.unpack(run);
             }
             return Step::Worked;
         }
@@ -417,16 +448,20 @@ impl<'r> Board<'r> {
         ring.at(p.offset + (start - p.start), end - start)
     }
 
-    fn pack(&self, i: usize) {
+    /// Packs the claimed pieces `run`: one piece, or the rest of a parcel copied straight from
+    /// the host matrix ([`Board::run_end`]).
+    fn pack(&self, run: Range<usize>) {
         let up = &self.sched.up;
+        let (i, pieces) = (run.start, run.len());
         let piece = up.pieces[i];
         let parcel = &up.parcels[piece.parcel];
         if self.ends.up_direct(parcel.transfer) {
             // Copied straight from the host matrix: nothing to pack.
-            self.up_packed[piece.parcel].fetch_add(1, SeqCst);
-            self.packed.fetch_add(1, SeqCst);
+            self.up_packed[piece.parcel].fetch_add(pieces, SeqCst);
+            self.packed.fetch_add(pieces, SeqCst);
             return;
         }
+        debug_assert_eq!(pieces, 1, "a staged piece is claimed alone");
         let ring = self.up_ring.expect("a ring for the up transfers");
         let ptr = Self::staging(up, ring, piece.parcel, piece.start, piece.end);
         // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the
@@ -442,16 +477,20 @@ impl<'r> Board<'r> {
         self.packed.fetch_add(1, SeqCst);
     }
 
-    fn unpack(&self, i: usize) {
+    /// Unpacks the claimed pieces `run`: one piece, or the rest of a parcel copied straight into
+    /// the host matrix ([`Board::run_end`]).
+    fn unpack(&self, run: Range<usize>) {
         let down = &self.sched.down;
+        let (i, pieces) = (run.start, run.len());
         let piece = down.pieces[i];
         let parcel = &down.parcels[piece.parcel];
         if self.ends.down_direct(parcel.transfer) {
             // Copied straight into the host matrix: nothing to unpack.
-            self.down_unpacked[piece.parcel].fetch_add(1, SeqCst);
-            self.unpacked.fetch_add(1, SeqCst);
+            self.down_unpacked[piece.parcel].fetch_add(pieces, SeqCst);
+            self.unpacked.fetch_add(pieces, SeqCst);
             return;
         }
+        debug_assert_eq!(pieces, 1, "a staged piece is claimed alone");
         let ring = self.down_ring.expect("a ring for the down transfers");
         let ptr = Self::staging(down, ring, piece.parcel, piece.start, piece.end);
         // SAFETY: `ptr` holds the piece's elements of the ring (`Ring::at` checks the

@@ -55,6 +55,8 @@ pub(crate) struct Trace {
     /// [`LOGGED_PIECES`] of each): who did each, when it was claimed and when done.
     pub(crate) first_parcel: [PieceTime; LOGGED_PIECES],
     pub(crate) last_parcel: [PieceTime; LOGGED_PIECES],
+    /// The conductor's steps of host work: a staged piece each, or the pieces of a parcel
+    /// copied straight from or into a page-locked host array, all at once.
     pub(crate) pieces_by_conductor: usize,
     pub(crate) pieces: usize,
     /// Host seconds spent issuing copies (with their events), enqueueing panels' kernels, and

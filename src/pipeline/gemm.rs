@@ -243,7 +243,7 @@ fn guarded_panels<T: Element>(
 
 impl Planned {
     fn of<T: Element>(gpu: &Gpu, opts: &DotOptions, ops: &Operands<T>) -> Planned {
-        let product = ops.for_tuner();
+        let product = ops.for_tuner((gpu.info.ordinal, gpu.generation));
         let (choice, trial) = tuner::choose(gpu, opts, &product);
         let native_plan = match opts.precision.for_dtype(T::DTYPE) {
             Precision::Auto => tuner::settled_native_plan(gpu, opts, &product),

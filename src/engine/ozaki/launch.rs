@@ -1,13 +1,14 @@
 //! The launcher: the passes of kernels/ozaki.cu enqueued in order for one product (scale,
 //! the guard's verdict where guarded, split, the INT8 GEMMs, the reconstruction).
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream, CudaViewMut, DevicePtr, LaunchConfig};
 
 use crate::device::context::Gpu;
 use crate::element::{Dtype, Element};
-use crate::engine::args::{check_dims, scratch, with_room, DevBuf, GemmArgs, Scratch};
+use crate::engine::args::{check_dims, grow_to, scratch, with_room, DevBuf, GemmArgs, Scratch};
 use crate::engine::family::Family;
 use crate::engine::table::{OZAKI_GEMM, OZAKI_GEMM_MMA, OZAKI_GUARD_ROWS_SMEM};
 use crate::error::GpuDotError;
@@ -89,15 +90,20 @@ pub(crate) fn launch<T: Element>(
             e => OzError::Gpu(e),
         })
     };
+    // The Karatsuba form's residues' buffer holds, before the verdict, the guard's int32 sums,
+    // and is made ready for the first count's residues (any count chosen is at least it).
+    let early = plan.pairs.map_or(0, |p| {
+        let sums = if guarded { Pairs::sums_bytes(m, n) } else { 0 };
+        sums.max(p.residues(plan.first, m, n).0)
+    });
+    provide(gpu, stream, bufs, plan.total, early)?;
     let Scratch { ws, residues } = bufs;
-    let work = room(gpu, stream, ws, plan.total)?;
+    let work = ws.as_ref().expect("provided above");
     let (base, bytes) = (work.addr(stream), work.bytes());
     let key = key_b(&plan, args, stream, (base, bytes));
-    // The Karatsuba form's guard writes its int32 sums where the residues go once it has
-    // chosen the count.
     let mut sec = plan.at.map(|o| base + o as u64);
     if let (Some(_), true) = (&plan.pairs, guarded) {
-        sec[R] = room(gpu, stream, residues, Pairs::sums_bytes(m, n))?.addr(stream);
+        sec[R] = residues.as_ref().expect("provided above").addr(stream);
     }
     let kept = match plan.paired {
         false => shared.as_deref_mut().and_then(|s| s.take(&key)),
@@ -189,11 +195,43 @@ fn room<'s>(
     stream: &Arc<CudaStream>,
     slot: &'s mut Option<DevBuf>,
     bytes: usize,
+    high_water: &AtomicUsize,
 ) -> Result<&'s mut DevBuf, OzError> {
-    let high_water = &gpu.high_water.device;
     let grow = || scratch(stream, &mut *slot, bytes, high_water).map(drop);
     with_room(gpu, grow).map_err(|_| OzError::Unavailable)?;
     scratch(stream, slot, bytes, high_water).map_err(|_| OzError::Unavailable)
+}
+
+/// The workspace grown to `total` bytes and, for the Karatsuba form, the residues' buffer to
+/// `early` (none for a real product), each by [`room`]. One workspace serves real and complex
+/// products in turn, and neither buffer shrinks; so where the two do not fit together, the one
+/// this product does not need at its size goes first: the residues where the workspace cannot
+/// grow (a real product uses none, and a complex one has written none yet), and a workspace
+/// grown past `total` by another product where the residues cannot. The residues' buffer grows
+/// by its own record of sizes, so that a real product's workspace is not sized up to the
+/// residues of a complex one. Where nothing fits, [`OzError::Unavailable`], before the guard
+/// has run.
+fn provide(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    bufs: &mut Scratch,
+    total: usize,
+    early: usize,
+) -> Result<(), OzError> {
+    let high_water = &gpu.high_water;
+    if room(gpu, stream, &mut bufs.ws, total, &high_water.device).is_err() {
+        bufs.residues = None;
+        room(gpu, stream, &mut bufs.ws, total, &high_water.device)?;
+    }
+    if early == 0 || room(gpu, stream, &mut bufs.residues, early, &high_water.residues).is_ok() {
+        return Ok(());
+    }
+    if bufs.ws.as_ref().is_some_and(|w| w.bytes() > grow_to(total)) {
+        // At this product's own size, sized by no other buffer's record.
+        bufs.ws = None;
+        room(gpu, stream, &mut bufs.ws, total, &AtomicUsize::new(0))?;
+    }
+    room(gpu, stream, &mut bufs.residues, early, &high_water.residues).map(drop)
 }
 
 /// What a product runs on, decided before anything is enqueued ([`plan`]).
@@ -675,7 +713,8 @@ impl<T: Element> Product<'_, T> {
         let (m, _, n) = self.plan.dims;
         let stream = self.run.stream;
         let (total, at) = pairs.residues(chosen.count, m, n);
-        let base = room(self.gpu, stream, slot, total)?.addr(stream);
+        let high_water = &self.gpu.high_water.residues;
+        let base = room(self.gpu, stream, slot, total, high_water)?.addr(stream);
         let at = at.map(|o| base + o as u64);
         self.split_pairs(pairs, chosen, at)?;
         self.gemms_pairs(pairs, gemm, chosen, at)?;

@@ -4,6 +4,7 @@ use cudarc::driver::CudaSlice;
 use ndarray::ArrayView2;
 
 use super::Gemm;
+use crate::device::pinned;
 use crate::element::Element;
 use crate::engine::tuner;
 use crate::host::staging::HostMat;
@@ -169,8 +170,25 @@ impl<'g, T: Element> Operands<'g, T> {
         self.residency.b_up_len(k, n)
     }
 
-    /// What the tuner needs to know.
-    pub(super) fn for_tuner(&self) -> tuner::Product {
+    /// Whether every host operand (one at least) is contiguous memory page-locked for the
+    /// context `on` (its device's ordinal and generation), so that its copies can go straight
+    /// by DMA; a fresh result never does (its pages are touched by the host's threads).
+    fn direct(&self, on: (usize, u64)) -> bool {
+        let locked = |m: &HostMat| {
+            m.contiguous().is_some_and(|(addr, bytes)| {
+                pinned::memory(addr, bytes, on) == pinned::Memory::Locked
+            })
+        };
+        let host = [
+            self.a.host().map(|s| s.mat),
+            self.b.host().map(|s| s.mat),
+            self.c_host,
+        ];
+        !self.fresh && host.iter().any(Option::is_some) && host.iter().flatten().all(locked)
+    }
+
+    /// What the tuner needs to know, for a product on the context `on`.
+    pub(super) fn for_tuner(&self, on: (usize, u64)) -> tuner::Product {
         let (m, k, n) = self.dims;
         let (a_trans, a_ld) = self.a.layout(m);
         let (b_trans, b_ld) = self.b.layout(k);
@@ -182,6 +200,7 @@ impl<'g, T: Element> Operands<'g, T> {
             dims: self.dims,
             trans: (a_trans, b_trans),
             residency: (r.a_host, r.b_host, r.c_host, r.c_in),
+            direct: self.direct(on),
             aligned: a_ld % per_16 == 0 && b_ld % per_16 == 0,
             epilogue: self.needs_t || !self.multiply,
             host_bytes: T::DTYPE.size()

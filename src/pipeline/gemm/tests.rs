@@ -176,6 +176,8 @@ struct Outcome {
     mapped_in: bool,
     /// Transfers copied straight from or into (simulated) page-locked host memory.
     direct: usize,
+    /// Every transfer went straight.
+    all_direct: bool,
 }
 
 /// The plan of `case` with `tiny` staging: its schedule, panels and slots, and whether its
@@ -286,6 +288,7 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
     let direct = (ends.direct_up.iter().chain(&ends.direct_down))
         .filter(|&&d| d)
         .count();
+    let all_direct = direct == ends.direct_up.len() + ends.direct_down.len();
     let (a_s, b_s) = (ops.a.host().unwrap(), ops.b.host().unwrap());
     let fresh = ops.fresh;
     let run = Run {
@@ -317,16 +320,17 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         );
         Ok(())
     };
-    let mut touched = false;
+    let (mut touched, mut trace) = (false, Trace::default());
     conduct::conduct(
         sched,
         &ends,
         &run,
         &mut panel_work,
         &mut touched,
-        &mut Trace::default(),
+        &mut trace,
     )
     .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_a_step_a_parcel(all_direct, sched, &trace, what);
     // Each panel's inputs mark follows the copy that completes its inputs, not a later
     // panel's copies (its kernels would wait for those too).
     for (i, copies) in run.link.inputs_marks() {
@@ -356,7 +360,23 @@ fn run_case(case: &Case, rng: &mut StdRng, tiny: &Limits, seed: u64, index: u64)
         mapped,
         mapped_in,
         direct,
+        all_direct,
     }
+}
+
+/// Where every transfer goes straight (`all_direct`), no helper stages anything, and the
+/// conductor takes each parcel's pieces at once: a step a parcel at most, not a step a piece.
+fn assert_a_step_a_parcel(all_direct: bool, sched: &Schedule, trace: &Trace, what: &str) {
+    if !all_direct {
+        return;
+    }
+    let parcels = sched.up.parcels.len() + sched.down.parcels.len();
+    assert!(
+        trace.pieces_by_conductor <= parcels,
+        "{what}: {} steps of the conductor for {parcels} parcels ({} pieces)",
+        trace.pieces_by_conductor,
+        trace.pieces
+    );
 }
 
 /// Runs the conductor, the schedule's real parcels and pieces and the crew on a simulated
@@ -377,6 +397,7 @@ fn products_through_a_simulated_device_match_the_reference() {
     println!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut mapped_runs, mut mapped_in_runs, mut small_runs, mut direct) = (0, 0, 0, 0);
+    let mut all_direct = 0;
     for index in 0..400 {
         let case = Case::draw(&mut rng, index);
         small_runs += usize::from(case.small);
@@ -384,11 +405,13 @@ fn products_through_a_simulated_device_match_the_reference() {
         mapped_runs += usize::from(ran.mapped);
         mapped_in_runs += usize::from(ran.mapped_in);
         direct += ran.direct;
+        all_direct += usize::from(ran.all_direct);
     }
     assert!(
         direct > 0,
         "no transfer went straight from page-locked memory"
     );
+    assert!(all_direct > 0, "no case had every transfer go straight");
     assert_eq!(small_runs, 50, "every eighth case is small");
     assert!(
         mapped_runs > 0,
@@ -510,4 +533,50 @@ fn f_order_views_are_stored_as_their_transpose() {
     assert!(!Stored::of(&a.slice(s![..1, ..]).t()).trans);
     assert_eq!(Stored::of(&a.t()).ld(3), 3);
     assert_eq!(Stored::of(&a.view()).ld(3), 7);
+}
+
+/// Whether the tuner sees `a · b` into `c` as a product of page-locked arrays.
+fn direct(a: ArrayView2<'_, f32>, b: ArrayView2<'_, f32>, mut c: Dst<'_, f32>) -> bool {
+    let (a, b) = (Src::Host(a), Src::Host(b));
+    let mut g = Gemm {
+        alpha: 1.0,
+        a: &a,
+        b: &b,
+        beta: 0.0,
+        c: &mut c,
+    };
+    Operands::of(&mut g).for_tuner((0, 0)).direct
+}
+
+/// A product whose host operands are all page-locked is tuned apart from one with ordinary
+/// arrays (its copies pay no staging): `Product::direct` holds only where every host operand
+/// is contiguous, locked memory, and never for a fresh result.
+#[test]
+fn products_of_page_locked_arrays_are_tuned_apart() {
+    use crate::device::pinned::simulate_locked;
+    let a = Array2::<f32>::ones((6, 5));
+    let b = Array2::<f32>::ones((5, 4));
+    let mut c = Array2::<f32>::zeros((6, 4));
+    assert!(
+        !direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "ordinary arrays"
+    );
+    let lock = |x: &Array2<f32>| simulate_locked(x.as_ptr().cast(), x.len() * 4);
+    let (_a, _b) = (lock(&a), lock(&b));
+    assert!(
+        !direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "C is ordinary"
+    );
+    let _c = lock(&c);
+    assert!(
+        direct(a.view(), b.view(), Dst::Host(c.view_mut())),
+        "all page-locked"
+    );
+    // A strided window of a locked array is not copied straight.
+    let (a_cols, b_rows) = (a.slice(s![.., ..;2]), b.slice(s![..3, ..]));
+    assert!(!direct(a_cols, b_rows, Dst::Host(c.view_mut())));
+    // A fresh result is never direct: the host's threads touch its pages.
+    let mut fresh = Array2::<f32>::uninit((6, 4));
+    let _f = simulate_locked(fresh.as_ptr().cast(), 24 * 4);
+    assert!(!direct(a.view(), b.view(), Dst::Fresh(fresh.view_mut())));
 }
