@@ -4,9 +4,10 @@
 //! taken in the same rotation as the others, so that its ratio to the GPU path is what a fresh
 //! result costs, and back to back), and of PyTorch's
 //! `(torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()` (TF32 off) run
-//! through `python3` in the same call; then the first-call costs of a fresh process (context
-//! creation, NVRTC, module load) and of a second one that finds the compiled kernels in the
-//! on-disk cache.
+//! through `python3` in the same call, and of PyTorch from and into page-locked tensors
+//! (`pin_memory()`, copies with `non_blocking=True`, then a synchronize); then the first-call
+//! costs of a fresh process (context creation, NVRTC, module load) and of a second one that
+//! finds the compiled kernels in the on-disk cache.
 //!
 //!     cargo run --release --example sweep -- [--quick] [--no-torch] [--json PATH]
 //!         [--sizes 256,1024] [--no-first-call] [--dtype f32|f64] [--plain-launches]
@@ -53,8 +54,9 @@ fn median(mut t: Vec<f64>) -> f64 {
     t[t.len() / 2]
 }
 
-/// The PyTorch line's median time for each shape in `dtype` (`float32` or `float64`), or
-/// `None` when python3 or torch is missing.
+/// The PyTorch lines' median times for each shape in `dtype` (`float32` or `float64`): from
+/// NumPy arrays, then from and into page-locked tensors (`pin_memory`, non-blocking copies), two
+/// entries a shape; or `None` when python3 or torch is missing.
 fn torch_times(shapes: &[(usize, usize, usize)], dtype: &str) -> Option<Vec<f64>> {
     const SCRIPT: &str = r#"
 import json, sys, time
@@ -62,12 +64,7 @@ import numpy as np
 import torch
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-out = []
-shapes, dtype = json.loads(sys.argv[1])
-for m, k, n in shapes:
-    a = np.random.rand(m, k).astype(dtype)
-    b = np.random.rand(k, n).astype(dtype)
-    f = lambda: (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
+def median_ms(f):
     f(); torch.cuda.synchronize()
     t0 = time.perf_counter(); f(); once = time.perf_counter() - t0
     reps = int(min(200, max(3, 1.0 / max(once, 1e-6))))
@@ -75,7 +72,19 @@ for m, k, n in shapes:
     for _ in range(reps):
         t0 = time.perf_counter(); f(); ts.append((time.perf_counter() - t0) * 1e3)
     ts.sort()
-    out.append(ts[len(ts) // 2])
+    return ts[len(ts) // 2]
+out = []
+shapes, dtype = json.loads(sys.argv[1])
+for m, k, n in shapes:
+    a = np.random.rand(m, k).astype(dtype)
+    b = np.random.rand(k, n).astype(dtype)
+    out.append(median_ms(lambda: (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()))
+    pa, pb = torch.from_numpy(a).pin_memory(), torch.from_numpy(b).pin_memory()
+    pc = torch.empty(m, n, dtype=pa.dtype).pin_memory()
+    def pinned():
+        pc.copy_(pa.cuda(non_blocking=True) @ pb.cuda(non_blocking=True), non_blocking=True)
+        torch.cuda.synchronize()
+    out.append(median_ms(pinned))
 print(json.dumps(out))
 "#;
     let arg = serde_json::to_string(&(shapes, dtype)).expect("shapes serialize");
@@ -200,8 +209,10 @@ fn sweep<A: Element>(
 
     let gpu = DotOptions::builtin().backend(Backend::Gpu);
     let mut records = Vec::new();
-    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | into, back to back ms | pinned ms | floor ms | memory floor ms | gpu_dot / floor | pinned / floor | GPU path / into | torch / gpu_dot | route | pinned |", A::DTYPE);
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n{}: | m | k | n | gpu_dot ms | ndarray ms | GPU path ms | torch ms | into ms | into, back to back ms | pinned ms | floor ms | memory floor ms | gpu_dot / floor | pinned / floor | GPU path / into | torch / gpu_dot | torch pinned ms | pinned / torch pinned | route | pinned |", A::DTYPE);
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random_matrix_of::<A>(m, k, 1 + i as u64);
         let b = random_matrix_of::<A>(k, n, 100 + i as u64);
@@ -277,18 +288,21 @@ fn sweep<A: Element>(
             gpu_dot::try_general_mat_mul_with(A::one(), &a, &b, A::zero(), &mut c, &gpu)
                 .expect("into");
         });
-        let torch_ms = torch.as_ref().map(|t| t[i]);
+        let torch_ms = torch.as_ref().map(|t| t[2 * i]);
+        let torch_pinned_ms = torch.as_ref().map(|t| t[2 * i + 1]);
         let width = std::mem::size_of::<A>();
         let (bytes_in, bytes_out) = ((m * k + k * n) * width, m * n * width);
         let floor = common::link::floor_ms(link, bytes_in, bytes_out);
         let memory_floor = common::memory::floor_ms(copy_gbs, bytes_in, bytes_out);
         println!(
-            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {into_loop_ms:.3} | {pinned_ms:.3} | {floor:.3} | {memory_floor:.3} | {:.2} | {:.2} | {:.2} | {} | {route} | {pinned_route} |",
+            "| {m} | {k} | {n} | {gpu_dot_ms:.3} | {ndarray_ms:.3} | {gpu_path_ms:.3} | {} | {into_ms:.3} | {into_loop_ms:.3} | {pinned_ms:.3} | {floor:.3} | {memory_floor:.3} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {route} | {pinned_route} |",
             torch_ms.map_or("-".into(), |t| format!("{t:.3}")),
             gpu_dot_ms / floor,
             pinned_ms / floor,
             gpu_path_ms / into_ms,
             torch_ms.map_or("-".into(), |t| format!("{:.2}", t / gpu_dot_ms)),
+            torch_pinned_ms.map_or("-".into(), |t| format!("{t:.3}")),
+            torch_pinned_ms.map_or("-".into(), |t| format!("{:.2}", pinned_ms / t)),
         );
         records.push(json!({
             "m": m, "k": k, "n": n,
@@ -296,6 +310,7 @@ fn sweep<A: Element>(
             "ndarray_ms": ndarray_ms,
             "gpu_path_ms": gpu_path_ms,
             "torch_ms": torch_ms,
+            "torch_pinned_ms": torch_pinned_ms,
             "gpu_into_ms": into_ms,
             "gpu_into_loop_ms": into_loop_ms,
             "pinned_ms": pinned_ms,
