@@ -140,9 +140,12 @@ pub(crate) struct Product {
     pub(crate) trans: (bool, bool),
     pub(crate) residency: (bool, bool, bool, bool),
     /// Every host operand lies in memory page-locked for the product's context and is
-    /// contiguous, so that its copies go straight by DMA with no staging: such products
+    /// contiguous, so that its copies can go straight by DMA with no staging: such products
     /// are tuned apart from those of ordinary arrays, whose copies pay the host memory's pace
-    /// and favour other panel counts.
+    /// and favour other panel counts. Some of their copies may still be staged: a transposed
+    /// A cut into row panels (each panel's rows are then strided), or inputs and results the
+    /// kernels read and write in mapped memory. Those choices are made per panel count by the
+    /// plan the tuner weighs, so the class stays one.
     pub(crate) direct: bool,
     pub(crate) aligned: bool,
     pub(crate) epilogue: bool,

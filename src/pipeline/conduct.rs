@@ -37,8 +37,8 @@ pub(crate) const BYTES_PER_HELPER: usize = 128 << 10;
 /// Host-side times of one run, in seconds from its start, for `GPU_DOT_TRACE`.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Trace {
-    /// When the first up parcel was seen packed, and how many pieces the conductor had packed
-    /// by then.
+    /// When the first up parcel was seen packed, and how many steps of host work the
+    /// conductor had done by then (see `pieces_by_conductor`).
     pub(crate) first_packed: f64,
     pub(crate) conductor_first: usize,
     pub(crate) first_copy: f64,

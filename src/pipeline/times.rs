@@ -27,8 +27,8 @@ impl Times {
         let at = |s: f64| ms(self.loop_start) + s * 1e3;
         let t = &self.run;
         format!(
-            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor {}, {} before the \
-             first copy) total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} \
+            "{m}x{k}x{n} panels={} plan={} helpers={} pieces={} (conductor steps {}, {} before \
+             the first copy) total={:.3}ms schedule={:.3} buffers={:.3} loop_start={:.3} \
              first_packed={:.3} first_copy={:.3} \
              inputs_issued={:.3} kernels_enqueued={:.3} results_landed={:.3} unpacked={:.3} \
              touched={:.3} issue={:.3} launch={:.3} poll={:.3} arrived_by_first_packed={} \

@@ -189,7 +189,9 @@ pub(crate) fn launch<T: Element>(
 /// `slot` grown to at least `bytes`, where the device has room for it once its idle
 /// workspaces are freed (a larger one may sit idle while this product holds a smaller); else
 /// [`OzError::Unavailable`]: the product runs natively, and the route report says the
-/// emulation could not run.
+/// emulation could not run. A buffer grows to the size `high_water` records (up to 4× what
+/// this product needs, so that reused buffers settle at one size); where that does not fit,
+/// it grows to this product's own size.
 fn room<'s>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
@@ -197,8 +199,16 @@ fn room<'s>(
     bytes: usize,
     high_water: &AtomicUsize,
 ) -> Result<&'s mut DevBuf, OzError> {
-    let grow = || scratch(stream, &mut *slot, bytes, high_water).map(drop);
-    with_room(gpu, grow).map_err(|_| OzError::Unavailable)?;
+    if with_room(gpu, || {
+        scratch(stream, &mut *slot, bytes, high_water).map(drop)
+    })
+    .is_err()
+    {
+        // Sized by no other product's record.
+        let own = AtomicUsize::new(0);
+        with_room(gpu, || scratch(stream, &mut *slot, bytes, &own).map(drop))
+            .map_err(|_| OzError::Unavailable)?;
+    }
     scratch(stream, slot, bytes, high_water).map_err(|_| OzError::Unavailable)
 }
 
