@@ -23,6 +23,7 @@ pub(crate) mod launch;
 pub(crate) mod model;
 pub(crate) mod passes;
 pub(crate) mod recent;
+mod room;
 pub(crate) mod scale_passes;
 pub(crate) mod scaling;
 pub(crate) mod scheme;
