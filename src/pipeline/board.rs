@@ -388,10 +388,13 @@ impl<'r> Board<'r> {
         }
         let landed = self.down_landed.load(SeqCst);
         let down_run = |i| Self::run_end(down, i, |t| self.ends.down_direct(t));
+        // A run of several pieces is a parcel copied straight into the host array, which is
+        // never a fresh result (`Endpoints::copy_direct`): its pieces lie in no touch unit, so
+        // the first piece's units are the run's.
         let down_ready = |i: usize| {
             down.pieces[i].parcel < landed
-                && (i..down_run(i))
-                    .flat_map(|p| self.piece_units[p].clone())
+                && self.piece_units[i]
+                    .clone()
                     .all(|u| self.touched[u].load(SeqCst))
         };
         if let Some(run) = Self::claim_run(&self.down_next, down.pieces.len(), down_ready, down_run)
