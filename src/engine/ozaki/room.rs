@@ -69,3 +69,149 @@ pub(super) fn provide(
     }
     room(gpu, stream, &mut bufs.residues, early, &high_water.residues).map(drop)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Mutex, MutexGuard};
+
+    use cudarc::driver::CudaSlice;
+
+    use super::*;
+    use crate::device::context;
+    use crate::engine::args::grown;
+
+    const MIB: usize = 1 << 20;
+
+    /// One test at a time holds the device's memory.
+    fn device_lock() -> MutexGuard<'static, ()> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Device memory held in chunks until dropped, leaving about `leave` bytes free (give or
+    /// take one 2 MiB chunk).
+    fn hold_all_but(gpu: &Gpu, stream: &Arc<CudaStream>, leave: usize) -> Vec<CudaSlice<u8>> {
+        const MIN_CHUNK: usize = 2 * MIB;
+        let mut held = Vec::new();
+        let mut chunk = 1 << 30;
+        while chunk >= MIN_CHUNK {
+            let (free, _) = gpu.ctx.mem_get_info().expect("reading free device memory");
+            if free <= leave + MIN_CHUNK {
+                break;
+            }
+            let want = chunk.min(free - leave) / MIN_CHUNK * MIN_CHUNK;
+            // SAFETY: the memory is never read or written; it is only held.
+            match unsafe { stream.alloc::<u8>(want) } {
+                Ok(buf) => held.push(buf),
+                Err(_) => chunk /= 2,
+            }
+            stream.synchronize().expect("synchronizing the stream");
+        }
+        held
+    }
+
+    /// What `room` or `provide` gave.
+    fn what<T: std::fmt::Debug>(got: &Result<T, OzError>) -> String {
+        match got {
+            Ok(v) => format!("Ok({v:?})"),
+            Err(OzError::Unavailable) => "Unavailable".into(),
+            Err(OzError::Guarded(_)) => "Guarded".into(),
+            Err(OzError::Gpu(e)) => format!("Gpu({e})"),
+        }
+    }
+
+    /// The device, its stream and no idle workspace kept on it.
+    fn device() -> (Arc<Gpu>, Arc<CudaStream>) {
+        let gpu = context::gpu().expect("a CUDA GPU");
+        let stream = gpu.ctx.new_stream().expect("creating a stream");
+        gpu.free_idle();
+        (gpu, stream)
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn a_recorded_size_too_large_for_the_device_gives_way_to_the_products_own() {
+        let _lock = device_lock();
+        let (gpu, stream) = device();
+        let bytes = 256 * MIB;
+        let record = AtomicUsize::new(4 * bytes);
+        assert_eq!(
+            grown(&record, bytes),
+            4 * bytes,
+            "the record sizes the buffer"
+        );
+
+        let held = hold_all_but(&gpu, &stream, 2 * bytes);
+        // SAFETY: never read or written; dropped at once where it was made.
+        let recorded_fits = unsafe { stream.alloc::<u8>(4 * bytes) }.is_ok();
+        assert!(
+            !recorded_fits,
+            "the recorded size must not fit for this test"
+        );
+        let mut slot = None;
+        let got = room(&gpu, &stream, &mut slot, bytes, &record).map(|b| b.bytes());
+        assert!(
+            matches!(got, Ok(b) if b == bytes),
+            "room at the product's own size: {}",
+            what(&got)
+        );
+        assert_eq!(
+            record.load(Ordering::Relaxed),
+            4 * bytes,
+            "the record is kept"
+        );
+
+        // Where not even the product's own size fits, the emulation is unavailable.
+        drop(slot);
+        let more = hold_all_but(&gpu, &stream, bytes / 2);
+        let mut slot = None;
+        let got = room(&gpu, &stream, &mut slot, bytes, &record).map(|b| b.bytes());
+        assert!(matches!(got, Err(OzError::Unavailable)), "{}", what(&got));
+        assert!(slot.is_none());
+        drop((more, held));
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn residues_that_do_not_fit_take_the_room_of_a_workspace_grown_past_the_product() {
+        let _lock = device_lock();
+        let (gpu, stream) = device();
+        let (total, early) = (256 * MIB, 512 * MIB);
+        let mut bufs = Scratch::default();
+        // A workspace another product grew to four times this one's.
+        let own = AtomicUsize::new(0);
+        scratch(&stream, &mut bufs.ws, 4 * total, &own).expect("the larger workspace");
+
+        let held = hold_all_but(&gpu, &stream, early - 64 * MIB);
+        let got = provide(&gpu, &stream, &mut bufs, total, early);
+        assert!(got.is_ok(), "room for both buffers: {}", what(&got));
+        let ws = bufs.ws.as_ref().map(DevBuf::bytes);
+        let residues = bufs.residues.as_ref().map(DevBuf::bytes);
+        assert_eq!(
+            ws,
+            Some(grow_to(total)),
+            "the workspace at this product's size"
+        );
+        assert!(residues >= Some(early), "residues {residues:?}");
+
+        // Where the workspace cannot grow beside the residues, the residues go first; here the
+        // workspace then fits and the residues do not, so the emulation is unavailable.
+        drop(held);
+        bufs.ws = None;
+        let held = hold_all_but(&gpu, &stream, total / 2);
+        let larger = 384 * MIB;
+        let got = provide(&gpu, &stream, &mut bufs, larger, early);
+        assert!(matches!(got, Err(OzError::Unavailable)), "{}", what(&got));
+        assert!(
+            bufs.residues.is_none(),
+            "the residues were freed for the workspace"
+        );
+        let ws = bufs.ws.as_ref().map(DevBuf::bytes);
+        assert!(
+            ws >= Some(larger),
+            "the workspace grew in their room: {ws:?}"
+        );
+        drop(held);
+    }
+}
